@@ -1,0 +1,168 @@
+#include "creation.hpp"
+
+#include <cmath>
+#include <numeric>
+
+#include "node.hpp"
+
+namespace xgrad {
+
+namespace {
+
+// A leaf of the requested dtype whose values come from fill(xarray<T>&).
+template <class Fill> Tensor build(const Shape& shape, TensorOptions opts, Fill&& fill) {
+    Tensor t = dispatch_all(opts.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        xt::xarray<T> a = xt::zeros<T>(shape);
+        fill(a);
+        return make_leaf(Storage(std::move(a)));
+    });
+    if (opts.requires_grad()) t.requires_grad_(true);
+    return t;
+}
+
+template <class Draw> Tensor draw(const Shape& shape, TensorOptions opts, Draw&& next) {
+    if (!is_floating(opts.dtype()))
+        throw Error(fmt::format("random tensors: expected dtype float32 or float64, got {}",
+                                dtype_name(opts.dtype())));
+    return build(shape, opts, [&](auto& a) {
+        using T = typename std::decay_t<decltype(a)>::value_type;
+        for (auto& v : a) v = static_cast<T>(next());
+    });
+}
+
+}  // namespace
+
+Tensor zeros(const Shape& shape, TensorOptions opts) { return build(shape, opts, [](auto&) {}); }
+
+Tensor ones(const Shape& shape, TensorOptions opts) { return full(shape, 1.0, opts); }
+
+Tensor full(const Shape& shape, double value, TensorOptions opts) {
+    return build(shape, opts, [value](auto& a) {
+        using T = typename std::decay_t<decltype(a)>::value_type;
+        a.fill(static_cast<T>(value));
+    });
+}
+
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype()); }
+Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.dtype()); }
+
+Tensor arange(double end, TensorOptions opts) { return arange(0.0, end, 1.0, opts); }
+
+Tensor arange(double start, double end, double step, TensorOptions opts) {
+    if (step == 0.0 || !std::isfinite(step) || !std::isfinite(start) || !std::isfinite(end))
+        throw Error(fmt::format("arange: expected finite start, end and a non-zero step, got start={}, "
+                                "end={}, step={}",
+                                start, end, step));
+    const double span = (end - start) / step;
+    const std::size_t n = span > 0 ? static_cast<std::size_t>(std::ceil(span)) : 0;
+    return build({n}, opts, [&](auto& a) {
+        using T = typename std::decay_t<decltype(a)>::value_type;
+        for (std::size_t i = 0; i < n; ++i) a(i) = static_cast<T>(start + step * static_cast<double>(i));
+    });
+}
+
+Tensor eye(std::size_t n, TensorOptions opts) {
+    return build({n, n}, opts, [n](auto& a) {
+        using T = typename std::decay_t<decltype(a)>::value_type;
+        for (std::size_t i = 0; i < n; ++i) a(i, i) = static_cast<T>(1);
+    });
+}
+
+Tensor from_vector(const std::vector<double>& values, const Shape& shape, TensorOptions opts) {
+    const std::size_t n = std::accumulate(shape.begin(), shape.end(), std::size_t{1}, std::multiplies<>());
+    if (n != values.size())
+        throw Error(fmt::format("from_vector: shape {} holds {} elements, got {} values", shape_str(shape),
+                                n, values.size()));
+    return build(shape, opts, [&](auto& a) {
+        using T = typename std::decay_t<decltype(a)>::value_type;
+        std::transform(values.begin(), values.end(), a.begin(), [](double v) { return static_cast<T>(v); });
+    });
+}
+
+Tensor from_vector(const std::vector<std::int64_t>& values, const Shape& shape) {
+    const std::size_t n = std::accumulate(shape.begin(), shape.end(), std::size_t{1}, std::multiplies<>());
+    if (n != values.size())
+        throw Error(fmt::format("from_vector: shape {} holds {} elements, got {} values", shape_str(shape),
+                                n, values.size()));
+    xt::xarray<std::int64_t> a = xt::zeros<std::int64_t>(shape);
+    std::copy(values.begin(), values.end(), a.begin());
+    return make_leaf(Storage(std::move(a)));
+}
+
+// Nested braces: flatten row by row, checking every row at one depth has the same length.
+namespace {
+void flatten(double v, std::vector<double>& out, Shape&, std::size_t) { out.push_back(v); }
+template <class L> void flatten(std::initializer_list<L> list, std::vector<double>& out, Shape& shape,
+                                std::size_t depth) {
+    if (shape.size() <= depth) shape.push_back(list.size());
+    else if (shape[depth] != list.size())
+        throw Error(fmt::format("tensor: ragged nested list: a row at depth {} has {} elements, an "
+                                "earlier one {}",
+                                depth, list.size(), shape[depth]));
+    for (const auto& item : list) flatten(item, out, shape, depth + 1);
+}
+template <class L> Tensor from_nested(std::initializer_list<L> list, TensorOptions opts) {
+    std::vector<double> values;
+    Shape shape;
+    flatten(list, values, shape, 0);
+    return from_vector(values, shape, opts);
+}
+}  // namespace
+
+Tensor tensor(double scalar, TensorOptions opts) { return from_vector({scalar}, {}, opts); }
+Tensor tensor(std::initializer_list<double> v, TensorOptions opts) { return from_nested(v, opts); }
+Tensor tensor(std::initializer_list<std::initializer_list<double>> v, TensorOptions opts) {
+    return from_nested(v, opts);
+}
+Tensor tensor(std::initializer_list<std::initializer_list<std::initializer_list<double>>> v,
+              TensorOptions opts) {
+    return from_nested(v, opts);
+}
+Tensor tensor(
+    std::initializer_list<std::initializer_list<std::initializer_list<std::initializer_list<double>>>> v,
+    TensorOptions opts) {
+    return from_nested(v, opts);
+}
+
+Tensor rand(const Shape& shape, TensorOptions opts, Generator& gen) {
+    return draw(shape, opts, [&gen] { return gen.next_double(); });
+}
+
+Tensor randn(const Shape& shape, TensorOptions opts, Generator& gen) {
+    return draw(shape, opts, [&gen] { return gen.next_normal(); });
+}
+
+Tensor uniform(const Shape& shape, double low, double high, TensorOptions opts, Generator& gen) {
+    if (!(low <= high) || !std::isfinite(low) || !std::isfinite(high))
+        throw Error(fmt::format("uniform: expected finite low <= high, got low={}, high={}", low, high));
+    return draw(shape, opts, [&] { return low + (high - low) * gen.next_double(); });
+}
+
+Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, Generator& gen) {
+    if (low >= high)
+        throw Error(fmt::format("randint: expected low < high, got low={}, high={}", low, high));
+    xt::xarray<std::int64_t> a = xt::zeros<std::int64_t>(shape);
+    const auto range = static_cast<std::uint64_t>(high - low);
+    // Rejection sampling keeps every value equally likely (a plain modulo would not).
+    const std::uint64_t limit = UINT64_MAX - UINT64_MAX % range;
+    for (auto& v : a) {
+        std::uint64_t r;
+        do r = gen.engine()(); while (r >= limit);
+        v = low + static_cast<std::int64_t>(r % range);
+    }
+    return make_leaf(Storage(std::move(a)));
+}
+
+Tensor randperm(std::size_t n, Generator& gen) {
+    xt::xarray<std::int64_t> a = xt::zeros<std::int64_t>({n});
+    std::iota(a.begin(), a.end(), 0);
+    // Fisher-Yates with our own draws: std::shuffle's algorithm is library-specific.
+    for (std::size_t i = n; i > 1; --i) {
+        const auto j = static_cast<std::size_t>(gen.next_double() * static_cast<double>(i));
+        std::swap(a(i - 1), a(std::min(j, i - 1)));
+    }
+    return make_leaf(Storage(std::move(a)));
+}
+
+}  // namespace xgrad

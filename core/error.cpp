@@ -1,0 +1,21 @@
+#include "error.hpp"
+
+#include <fmt/format.h>
+
+namespace xgrad {
+
+std::string shape_str(const Shape& shape) {
+    if (shape.size() == 1) return fmt::format("({},)", shape[0]);
+    return fmt::format("({})", fmt::join(shape, ", "));
+}
+
+std::size_t normalize_axis(const char* op, long axis, const Shape& shape) {
+    const long rank = static_cast<long>(shape.size());
+    const long a = axis < 0 ? axis + rank : axis;
+    if (a < 0 || a >= rank)
+        throw Error(fmt::format("{}: axis {} is out of range for a tensor of rank {} (shape {})", op,
+                                axis, rank, shape_str(shape)));
+    return static_cast<std::size_t>(a);
+}
+
+}  // namespace xgrad

@@ -1,0 +1,105 @@
+#pragma once
+/// Node: what a Tensor points at, and the toolkit for writing an op with its gradient.
+///
+/// An op is one function body in three beats (see ops_elementwise.cpp):
+///   1. compute the value as an xt::xarray<T>;
+///   2. write the backward lambda: it receives the output node (its parents and its own
+///      value) and the upstream gradient, and accumulates each input's gradient;
+///   3. return make_result(value, {inputs...}, "name", backward).
+/// The lambda captures only materialised xarrays it needs, by value, and never a Tensor of
+/// the output (that would make a shared_ptr cycle). It reads inputs through self.parents.
+#include <functional>
+#include <optional>
+#include <utility>
+#include <variant>
+
+#include "xt.hpp"
+
+namespace xgrad {
+
+/// The values of a tensor: one xarray of one of the four element types.
+using Storage = std::variant<xt::xarray<float>, xt::xarray<double>, xt::xarray<std::int64_t>,
+                             xt::xarray<bool>>;
+
+/// Backward of one op: `self` is the output node, `grad_out` its gradient (same dtype and
+/// shape as self.data). Adds into the inputs' gradients with accumulate().
+using BackwardFn = std::function<void(Node& self, const Storage& grad_out)>;
+
+struct Node {
+    Storage data;
+    Shape shape;                   // cached copy of data's shape (the handle returns a reference)
+    std::optional<Storage> grad;   // what the user reads as .grad(): leaves and retained non-leaves
+    std::optional<Storage> flow;   // gradient arriving during one backward sweep (engine only)
+    bool requires_grad = false;
+    bool is_leaf = true;
+    bool retains_grad = false;
+    bool graph_freed = false;      // backward ran without retain_graph: fn and parents are gone
+    const char* op = "";           // name of the op that made it ("" for leaves)
+    std::vector<Tensor> parents;   // inputs of the op, in argument order
+    BackwardFn backward;
+
+    explicit Node(Storage values);
+    Node(const Node&) = delete;
+    Node& operator=(const Node&) = delete;
+    /// Releases long parent chains iteratively: a recursive destructor would overflow the
+    /// stack on graphs with a very long path (an RNN unrolled for 100k steps).
+    ~Node();
+
+    Dtype dtype() const { return static_cast<Dtype>(data.index()); }
+};
+
+/// Tag that carries a scalar type through a generic lambda: `[&](auto tag) { using T =
+/// typename decltype(tag)::type; ... }`.
+template <class T> struct type_tag { using type = T; };
+
+/// Calls f(type_tag<T>{}) for float32 / float64, and throws for other dtypes:
+/// "<op>: expected a floating-point tensor (float32 or float64), got int64".
+template <class F> decltype(auto) dispatch_floating(const char* op, Dtype d, F&& f) {
+    switch (d) {
+        case Dtype::Float32: return f(type_tag<float>{});
+        case Dtype::Float64: return f(type_tag<double>{});
+        default: break;
+    }
+    throw Error(fmt::format("{}: expected a floating-point tensor (float32 or float64), got {}", op,
+                            dtype_name(d)));
+}
+
+/// Calls f(type_tag<T>{}) for any of the four dtypes (shape ops, copies, printing).
+template <class F> decltype(auto) dispatch_all(Dtype d, F&& f) {
+    switch (d) {
+        case Dtype::Float32: return f(type_tag<float>{});
+        case Dtype::Float64: return f(type_tag<double>{});
+        case Dtype::Int64: return f(type_tag<std::int64_t>{});
+        case Dtype::Bool: break;
+    }
+    return f(type_tag<bool>{});
+}
+
+/// Throws "<op>: dtypes differ: float32 and float64 (convert one with .to())".
+void check_same_dtype(const char* op, const Tensor& a, const Tensor& b);
+
+/// The typed values of a node or tensor (the dtype must be T: callers dispatch first).
+template <class T> xt::xarray<T>& values(Node& n) { return std::get<xt::xarray<T>>(n.data); }
+template <class T> const xt::xarray<T>& values(const Tensor& t) {
+    return std::get<xt::xarray<T>>(t.node().data);
+}
+template <class T> const xt::xarray<T>& grad_as(const Storage& g) { return std::get<xt::xarray<T>>(g); }
+
+/// Whether input i of this op needs a gradient (skip the work when it does not).
+inline bool needs_grad(const Node& self, std::size_t i) { return self.parents[i].requires_grad(); }
+
+/// Adds `g` into the gradient flowing to `input`. Its shape must equal the input's shape:
+/// broadcasting ops reduce first with sum_to(). A mismatch is a bug in an op's backward and
+/// throws, naming the op, rather than silently broadcasting.
+template <class T> void accumulate(const char* op, const Tensor& input, xt::xarray<T>&& g);
+
+/// Wraps a computed value as an op's output. When gradients are enabled and any input
+/// requires one, the output records `inputs` and `backward`; otherwise it is a plain leaf.
+template <class T>
+Tensor make_result(xt::xarray<T>&& value, std::vector<Tensor> inputs, const char* op,
+                   BackwardFn backward);
+
+/// A leaf that owns `value` (no graph).
+Tensor make_leaf(Storage value, bool requires_grad = false);
+
+}  // namespace xgrad

@@ -1,0 +1,112 @@
+#pragma once
+/// The differentiable functions. Each is implemented with its gradient in one body, in the
+/// ops_*.cpp file named for its family. Binary ops broadcast as numpy does; their backward
+/// reduces each input's gradient back to that input's shape.
+///
+/// Axes are `long` and may be negative (counted from the end). Unless said otherwise an op
+/// needs float32 or float64 inputs of one dtype and throws xgrad::Error otherwise.
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "tensor.hpp"
+
+namespace xgrad {
+
+// --- elementwise (ops_elementwise.cpp) ---------------------------------------------------
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor neg(const Tensor& a);
+/// a^p for a scalar p. d/da = p·a^(p-1).
+Tensor pow(const Tensor& a, double p);
+Tensor exp(const Tensor& a);
+Tensor log(const Tensor& a);
+Tensor sqrt(const Tensor& a);
+Tensor tanh(const Tensor& a);
+Tensor sigmoid(const Tensor& a);
+Tensor relu(const Tensor& a);
+/// The exact (erf) GELU, x·Φ(x), as torch.nn.functional.gelu's default.
+Tensor gelu(const Tensor& a);
+/// Tensor-scalar forms: the scalar takes the tensor's dtype.
+Tensor add(const Tensor& a, double s);
+Tensor sub(const Tensor& a, double s);
+Tensor mul(const Tensor& a, double s);
+Tensor div(const Tensor& a, double s);
+/// s - a and s / a.
+Tensor rsub(double s, const Tensor& a);
+Tensor rdiv(double s, const Tensor& a);
+/// Casts (differentiable between float32 and float64; to int64/bool cuts the graph).
+Tensor cast(const Tensor& a, Dtype d);
+
+// --- comparisons (not differentiable; bool results; any numeric dtype) --------------------
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, double s);
+Tensor gt(const Tensor& a, double s);
+Tensor eq(const Tensor& a, double s);
+Tensor logical_not(const Tensor& mask);
+
+// --- selection (ops_select.cpp) ----------------------------------------------------------
+/// cond ? a : b elementwise, with cond a bool tensor; all three broadcast together.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+/// Copy of a with `value` wherever mask (bool, broadcastable to a) is true. No gradient flows
+/// to the filled positions.
+Tensor masked_fill(const Tensor& a, const Tensor& mask, double value);
+
+// --- reductions (ops_reduce.cpp) ---------------------------------------------------------
+/// Sum of all elements (0-d result) or over `axes`; keepdims keeps them as length 1.
+Tensor sum(const Tensor& a);
+Tensor sum(const Tensor& a, const std::vector<long>& axes, bool keepdims = false);
+Tensor mean(const Tensor& a);
+Tensor mean(const Tensor& a, const std::vector<long>& axes, bool keepdims = false);
+/// Maximum along one axis. The gradient goes to the first maximal element (as torch.max).
+Tensor max(const Tensor& a, long axis, bool keepdims = false);
+/// Index of the maximum along one axis (int64; first on ties; not differentiable).
+Tensor argmax(const Tensor& a, long axis, bool keepdims = false);
+
+// --- shape (ops_shape.cpp): any dtype -----------------------------------------------------
+/// New shape with the same element count; one entry may be -1 (inferred).
+Tensor reshape(const Tensor& a, const std::vector<long>& shape);
+/// Reorders axes: result axis i is input axis axes[i]. `axes` is a permutation of 0..rank-1.
+Tensor permute(const Tensor& a, const std::vector<long>& axes);
+Tensor transpose(const Tensor& a, long axis0, long axis1);
+Tensor unsqueeze(const Tensor& a, long axis);
+/// Removes `axis`, which must have length 1.
+Tensor squeeze(const Tensor& a, long axis);
+/// Joins tensors of equal shape except along `axis`.
+Tensor concat(const std::vector<Tensor>& tensors, long axis);
+/// Elements start, start+step, ... < end along `axis` (numpy a[start:end:step]; end clamps;
+/// negative start/end count from the end; step ≥ 1).
+Tensor slice(const Tensor& a, long axis, long start, long end, long step = 1);
+/// Broadcasts a to `shape` (numpy broadcast_to); backward sums back.
+Tensor expand(const Tensor& a, const Shape& shape);
+
+// --- products (ops_matmul.cpp): BLAS gemm, transpose flags in backward --------------------
+/// 2-D (M,K)·(K,N); 1-D operands as numpy; ≥3-D batched with broadcasting of batch axes.
+Tensor matmul(const Tensor& a, const Tensor& b);
+/// (B,M,K)·(B,K,N) → (B,M,N), as torch.bmm (no broadcasting).
+Tensor bmm(const Tensor& a, const Tensor& b);
+
+// --- softmax family (ops_softmax.cpp): fused, stable -------------------------------------
+/// exp(x - max) / sum along axis. Backward: gx = y ⊙ (g − Σ g⊙y).
+Tensor softmax(const Tensor& a, long axis);
+/// x - max - log Σ exp(x - max). Backward: gx = g − softmax ⊙ Σ g.
+Tensor log_softmax(const Tensor& a, long axis);
+
+// --- indexing (ops_index.cpp) -----------------------------------------------------------
+/// Each element repeated `repeats` times along axis (torch.repeat_interleave; any dtype).
+Tensor repeat_interleave(const Tensor& a, std::size_t repeats, long axis);
+/// Rows of a along axis picked by an int64 index tensor of any shape; the result's `axis` is
+/// replaced by the index's shape (embedding lookup: index_select(weight, 0, ids)).
+/// Backward scatters-adds (repeated indices sum).
+Tensor index_select(const Tensor& a, long axis, const Tensor& index);
+/// torch.gather: out[i][j] = a[i][index[i][j]] along axis; index has a's rank.
+Tensor gather(const Tensor& a, long axis, const Tensor& index);
+
+}  // namespace xgrad

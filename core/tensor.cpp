@@ -1,0 +1,341 @@
+// The Tensor handle, graph nodes, and the reverse-mode engine.
+#include "tensor.hpp"
+
+#include <algorithm>
+#include <ostream>
+#include <unordered_set>
+
+#include "creation.hpp"
+#include "node.hpp"
+#include "ops.hpp"
+
+namespace xgrad {
+
+// --- Node ---------------------------------------------------------------------------------
+
+Node::Node(Storage values) : data(std::move(values)) {
+    std::visit([this](const auto& a) { shape.assign(a.shape().begin(), a.shape().end()); }, data);
+}
+
+Node::~Node() {
+    // Unlink parents into a local worklist; a parent whose last owner is this worklist gives
+    // up its own parents before it dies, so destruction never recurses down a chain.
+    std::vector<Tensor> pending = std::move(parents);
+    while (!pending.empty()) {
+        Tensor t = std::move(pending.back());
+        pending.pop_back();
+        if (t.defined() && t.node_ptr().use_count() == 1) {
+            auto& grand = t.node().parents;
+            std::move(grand.begin(), grand.end(), std::back_inserter(pending));
+            grand.clear();
+            t.node().backward = nullptr;  // captured tensors may also hold parents
+        }
+    }
+}
+
+Tensor make_leaf(Storage value, bool requires_grad) {
+    auto node = std::make_shared<Node>(std::move(value));
+    Tensor t(std::move(node));
+    if (requires_grad) t.requires_grad_(true);
+    return t;
+}
+
+template <class T>
+Tensor make_result(xt::xarray<T>&& value, std::vector<Tensor> inputs, const char* op,
+                   BackwardFn backward) {
+    auto node = std::make_shared<Node>(Storage(std::move(value)));
+    node->op = op;
+    const bool track = grad_enabled() && std::any_of(inputs.begin(), inputs.end(), [](const Tensor& t) {
+                           return t.defined() && t.requires_grad();
+                       });
+    if (track) {
+        node->requires_grad = true;
+        node->is_leaf = false;
+        node->parents = std::move(inputs);
+        node->backward = std::move(backward);
+    }
+    return Tensor(std::move(node));
+}
+
+template <class T> void accumulate(const char* op, const Tensor& input, xt::xarray<T>&& g) {
+    if (!input.requires_grad()) return;
+    Node& n = input.node();
+    if (!std::equal(g.shape().begin(), g.shape().end(), n.shape.begin(), n.shape.end()))
+        throw Error(fmt::format("{} backward: gradient of shape {} does not match its input of shape {}",
+                                op, shape_str(shape_of(g)), shape_str(n.shape)));
+    if (!n.flow)
+        n.flow = Storage(std::move(g));
+    else
+        std::get<xt::xarray<T>>(*n.flow) += g;
+}
+
+#define XGRAD_INSTANTIATE(T)                                                                    \
+    template Tensor make_result<T>(xt::xarray<T>&&, std::vector<Tensor>, const char*, BackwardFn); \
+    template void accumulate<T>(const char*, const Tensor&, xt::xarray<T>&&);
+XGRAD_INSTANTIATE(float)
+XGRAD_INSTANTIATE(double)
+#undef XGRAD_INSTANTIATE
+
+void check_same_dtype(const char* op, const Tensor& a, const Tensor& b) {
+    if (a.dtype() != b.dtype())
+        throw Error(fmt::format("{}: dtypes differ: {} and {} (convert one with .to())", op,
+                                dtype_name(a.dtype()), dtype_name(b.dtype())));
+}
+
+template <class T> xt::xarray<T>& array(const Tensor& t) {
+    Node& n = t.node();
+    if (n.dtype() != dtype_of<T>())
+        throw Error(fmt::format("array: tensor holds {}, asked for {}", dtype_name(n.dtype()),
+                                dtype_name(dtype_of<T>())));
+    return std::get<xt::xarray<T>>(n.data);
+}
+
+template <class T> Tensor from_array(xt::xarray<T> values, bool requires_grad) {
+    return make_leaf(Storage(std::move(values)), requires_grad);
+}
+
+#define XGRAD_INSTANTIATE(T)                              \
+    template xt::xarray<T>& array<T>(const Tensor&);      \
+    template Tensor from_array<T>(xt::xarray<T>, bool);
+XGRAD_INSTANTIATE(float)
+XGRAD_INSTANTIATE(double)
+XGRAD_INSTANTIATE(std::int64_t)
+XGRAD_INSTANTIATE(bool)
+#undef XGRAD_INSTANTIATE
+
+// --- grad mode ----------------------------------------------------------------------------
+
+namespace {
+thread_local bool t_grad_enabled = true;
+}
+
+bool grad_enabled() { return t_grad_enabled; }
+NoGradGuard::NoGradGuard() : m_previous(t_grad_enabled) { t_grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { t_grad_enabled = m_previous; }
+
+// --- Tensor -------------------------------------------------------------------------------
+
+Tensor::Tensor(std::shared_ptr<Node> node) : m_node(std::move(node)) {}
+
+Node& Tensor::node() const {
+    if (!m_node) throw Error("Tensor: this tensor is undefined (default-constructed); give it a value first");
+    return *m_node;
+}
+
+const Shape& Tensor::shape() const { return node().shape; }
+
+std::size_t Tensor::numel() const {
+    std::size_t n = 1;
+    for (auto s : shape()) n *= s;
+    return n;
+}
+
+std::size_t Tensor::size(long axis) const { return shape()[normalize_axis("size", axis, shape())]; }
+
+Dtype Tensor::dtype() const { return node().dtype(); }
+
+bool Tensor::requires_grad() const { return m_node && m_node->requires_grad; }
+
+Tensor& Tensor::requires_grad_(bool on) {
+    Node& n = node();
+    if (!n.is_leaf)
+        throw Error(fmt::format("requires_grad_: only leaf tensors can change requires_grad; this one "
+                                "was made by '{}' (use detach() to get a leaf)", n.op));
+    if (on && !is_floating(n.dtype()))
+        throw Error(fmt::format("requires_grad_: only floating-point tensors can require gradients, "
+                                "got {}", dtype_name(n.dtype())));
+    n.requires_grad = on;
+    return *this;
+}
+
+bool Tensor::is_leaf() const { return node().is_leaf; }
+
+void Tensor::retain_grad() {
+    Node& n = node();
+    if (!n.requires_grad)
+        throw Error("retain_grad: the tensor does not require grad, so it will never have one");
+    n.retains_grad = true;
+}
+
+Tensor Tensor::grad() const {
+    const Node& n = node();
+    if (!n.grad) return Tensor();
+    return make_leaf(*n.grad);
+}
+
+void Tensor::set_grad(const Tensor& g) {
+    Node& n = node();
+    if (!g.defined()) {
+        n.grad.reset();
+        return;
+    }
+    if (g.shape() != n.shape || g.dtype() != n.dtype())
+        throw Error(fmt::format("set_grad: gradient must match the tensor: expected {} {}, got {} {}",
+                                dtype_name(n.dtype()), shape_str(n.shape), dtype_name(g.dtype()),
+                                shape_str(g.shape())));
+    n.grad = g.node().data;
+}
+
+void Tensor::zero_grad() { node().grad.reset(); }
+
+std::string Tensor::op_name() const { return node().op; }
+
+Tensor Tensor::detach() const {
+    // Shares nothing with the graph; the values are copied once (xarray owns its buffer).
+    return make_leaf(node().data);
+}
+
+Tensor Tensor::to(Dtype d) const { return cast(*this, d); }
+
+template <class T> T Tensor::item() const {
+    if (numel() != 1)
+        throw Error(fmt::format("item: only a one-element tensor has an item, got shape {}",
+                                shape_str(shape())));
+    return std::visit([](const auto& a) { return static_cast<T>(*a.data()); }, node().data);
+}
+
+template <class T> std::vector<T> Tensor::to_vector() const {
+    return std::visit([](const auto& a) { return std::vector<T>(a.begin(), a.end()); }, node().data);
+}
+
+template <class T> T* Tensor::data_ptr() { return array<T>(*this).data(); }
+template <class T> const T* Tensor::data_ptr() const { return array<T>(*this).data(); }
+
+#define XGRAD_INSTANTIATE(T)                               \
+    template T Tensor::item<T>() const;                    \
+    template std::vector<T> Tensor::to_vector<T>() const;  \
+    template T* Tensor::data_ptr<T>();                     \
+    template const T* Tensor::data_ptr<T>() const;
+XGRAD_INSTANTIATE(float)
+XGRAD_INSTANTIATE(double)
+XGRAD_INSTANTIATE(std::int64_t)
+XGRAD_INSTANTIATE(bool)
+#undef XGRAD_INSTANTIATE
+
+// --- the engine -----------------------------------------------------------------------------
+
+namespace {
+
+// Nodes reachable from `root` through nodes that require grad, parents before children.
+// Iterative DFS (explicit stack), so depth is bounded by memory, not by the call stack.
+std::vector<std::shared_ptr<Node>> topological_order(const std::shared_ptr<Node>& root) {
+    std::vector<std::shared_ptr<Node>> order;
+    std::unordered_set<const Node*> visited;
+    std::vector<std::pair<std::shared_ptr<Node>, std::size_t>> stack;  // node, next parent
+    stack.emplace_back(root, 0);
+    visited.insert(root.get());
+    while (!stack.empty()) {
+        auto& [node, next] = stack.back();
+        if (next < node->parents.size()) {
+            const auto& parent = node->parents[next++].node_ptr();
+            if (parent && parent->requires_grad && visited.insert(parent.get()).second)
+                stack.emplace_back(parent, 0);
+        } else {
+            order.push_back(std::move(node));
+            stack.pop_back();
+        }
+    }
+    return order;
+}
+
+void add_into(std::optional<Storage>& dst, Storage&& g) {
+    if (!dst) {
+        dst = std::move(g);
+        return;
+    }
+    std::visit(
+        [&g](auto& d) {
+            using A = std::decay_t<decltype(d)>;
+            d += std::get<A>(g);
+        },
+        *dst);
+}
+
+}  // namespace
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
+    Node& root = node();
+    if (!root.requires_grad)
+        throw Error("backward: this tensor does not require grad and was not made from one that does; "
+                    "call requires_grad_() on the inputs you want gradients for");
+    if (root.graph_freed)
+        throw Error(fmt::format("backward: the graph behind this '{}' result was already freed by an "
+                                "earlier backward(); pass retain_graph = true to the first call to "
+                                "go through it twice",
+                                root.op));
+    Storage seed;
+    if (!gradient.defined()) {
+        if (numel() != 1)
+            throw Error(fmt::format("backward: a gradient can be implied only for a one-element output, "
+                                    "this one has shape {}; pass one of that shape, e.g. "
+                                    "y.backward(ones_like(y))",
+                                    shape_str(shape())));
+        seed = ones_like(*this).node().data;
+    } else {
+        if (gradient.shape() != shape() || gradient.dtype() != dtype())
+            throw Error(fmt::format("backward: gradient must match the output: expected {} {}, got {} {}",
+                                    dtype_name(dtype()), shape_str(shape()),
+                                    dtype_name(gradient.dtype()), shape_str(gradient.shape())));
+        seed = gradient.node().data;
+    }
+
+    auto order = topological_order(m_node);
+    // A node whose graph an earlier backward freed cannot pass gradients on.
+    for (const auto& n : order)
+        if (n->graph_freed)
+            throw Error(fmt::format("backward: part of this graph (a '{}' result) was already freed by an "
+                                    "earlier backward(); pass retain_graph = true to the first call",
+                                    n->op));
+    root.flow = std::move(seed);
+    NoGradGuard no_grad;  // backward computations are not themselves recorded
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+        Node& n = **it;
+        if (!n.flow) continue;  // no path carried a gradient here
+        Storage g = std::move(*n.flow);
+        n.flow.reset();
+        if (n.is_leaf) {
+            add_into(n.grad, std::move(g));
+            continue;
+        }
+        if (n.retains_grad) add_into(n.grad, Storage(g));
+        n.backward(n, g);
+        if (!retain_graph) {
+            n.backward = nullptr;
+            n.parents.clear();
+            n.graph_freed = true;
+        }
+    }
+}
+
+// --- method forms -------------------------------------------------------------------------
+
+Tensor Tensor::clone() const { return add(*this, 0.0); }
+Tensor Tensor::reshape(const std::vector<long>& s) const { return xgrad::reshape(*this, s); }
+Tensor Tensor::permute(const std::vector<long>& axes) const { return xgrad::permute(*this, axes); }
+Tensor Tensor::transpose(long a, long b) const { return xgrad::transpose(*this, a, b); }
+Tensor Tensor::unsqueeze(long axis) const { return xgrad::unsqueeze(*this, axis); }
+Tensor Tensor::squeeze(long axis) const { return xgrad::squeeze(*this, axis); }
+Tensor Tensor::sum() const { return xgrad::sum(*this); }
+Tensor Tensor::sum(const std::vector<long>& axes, bool keepdims) const { return xgrad::sum(*this, axes, keepdims); }
+Tensor Tensor::mean() const { return xgrad::mean(*this); }
+Tensor Tensor::mean(const std::vector<long>& axes, bool keepdims) const { return xgrad::mean(*this, axes, keepdims); }
+Tensor Tensor::matmul(const Tensor& other) const { return xgrad::matmul(*this, other); }
+Tensor Tensor::pow(double p) const { return xgrad::pow(*this, p); }
+Tensor Tensor::exp() const { return xgrad::exp(*this); }
+Tensor Tensor::log() const { return xgrad::log(*this); }
+
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator-(const Tensor& a) { return neg(a); }
+Tensor operator+(const Tensor& a, double s) { return add(a, s); }
+Tensor operator-(const Tensor& a, double s) { return sub(a, s); }
+Tensor operator*(const Tensor& a, double s) { return mul(a, s); }
+Tensor operator/(const Tensor& a, double s) { return div(a, s); }
+Tensor operator+(double s, const Tensor& a) { return add(a, s); }
+Tensor operator-(double s, const Tensor& a) { return rsub(s, a); }
+Tensor operator*(double s, const Tensor& a) { return mul(a, s); }
+Tensor operator/(double s, const Tensor& a) { return rdiv(s, a); }
+
+}  // namespace xgrad

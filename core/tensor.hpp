@@ -1,0 +1,164 @@
+#pragma once
+/// Tensor: the handle users hold. A cheap-to-copy pointer to a Node that owns the values,
+/// the gradient and the link back into the graph that made it.
+///
+/// Copies alias: `Tensor b = a;` shares a's data, gradient and graph position, as a second
+/// Python name for the same torch.Tensor would. Use clone() for an independent copy.
+///
+/// This header does not include xtensor: code that only composes ops (nn/, optim/, user
+/// programs) never pays for xtensor's templates. core/xt.hpp gives typed access to the array.
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "dtype.hpp"
+#include "error.hpp"
+
+namespace xgrad {
+
+struct Node;
+
+/// What to build a tensor as: `zeros({2, 3}, kFloat64)` or
+/// `zeros({2, 3}, TensorOptions(kFloat64).requires_grad(true))`.
+class TensorOptions {
+public:
+    TensorOptions() = default;
+    TensorOptions(Dtype d) : m_dtype(d) {}  // NOLINT: implicit, as torch::TensorOptions
+    TensorOptions& dtype(Dtype d) { m_dtype = d; return *this; }
+    TensorOptions& requires_grad(bool on) { m_requires_grad = on; return *this; }
+    Dtype dtype() const { return m_dtype; }
+    bool requires_grad() const { return m_requires_grad; }
+
+private:
+    Dtype m_dtype = kFloat32;
+    bool m_requires_grad = false;
+};
+
+class Tensor {
+public:
+    /// An undefined tensor (as a default torch::Tensor): defined() is false.
+    Tensor() = default;
+    explicit Tensor(std::shared_ptr<Node> node);
+
+    bool defined() const noexcept { return static_cast<bool>(m_node); }
+    const Shape& shape() const;
+    std::size_t dim() const { return shape().size(); }
+    std::size_t numel() const;
+    /// Length of one axis; negative axes count from the end.
+    std::size_t size(long axis) const;
+    Dtype dtype() const;
+
+    // --- autograd -------------------------------------------------------------------
+    bool requires_grad() const;
+    /// Marks a leaf as a parameter to differentiate; throws on a non-leaf (as PyTorch).
+    Tensor& requires_grad_(bool on = true);
+    /// A leaf is a tensor the user made (not the result of an op that tracks gradients).
+    bool is_leaf() const;
+    /// Keep the gradient of a non-leaf after backward (leaves always keep theirs).
+    void retain_grad();
+    /// The accumulated gradient, or an undefined tensor before any backward reached it.
+    Tensor grad() const;
+    /// Replaces the gradient (an undefined tensor clears it); shape and dtype must match.
+    void set_grad(const Tensor& g);
+    /// Drops the gradient (PyTorch's zero_grad(set_to_none=True)).
+    void zero_grad();
+    /// Reverse-mode sweep from this tensor. A scalar needs no `gradient`; a non-scalar
+    /// needs one of its own shape. The graph is freed afterwards unless `retain_graph`.
+    void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
+    /// The same values as a new leaf, cut from the graph (a copy: nodes own their arrays).
+    Tensor detach() const;
+    /// Name of the op that made this tensor ("mul", "softmax"...), "" for a leaf.
+    std::string op_name() const;
+
+    // --- values ---------------------------------------------------------------------
+    /// The single value of a one-element tensor, converted to T.
+    template <class T> T item() const;
+    /// All values in row-major order, converted to T.
+    template <class T> std::vector<T> to_vector() const;
+    /// Row-major contiguous storage. T must be the tensor's own type (checked).
+    template <class T> T* data_ptr();
+    template <class T> const T* data_ptr() const;
+    /// A copy with another element type (a differentiable cast between float types).
+    Tensor to(Dtype d) const;
+    /// An independent copy of the values (differentiable, like torch.clone).
+    Tensor clone() const;
+
+    // --- the most used ops as methods (the free functions in ops.hpp are the same) ---
+    Tensor reshape(const std::vector<long>& shape) const;
+    Tensor permute(const std::vector<long>& axes) const;
+    Tensor transpose(long a, long b) const;
+    Tensor unsqueeze(long axis) const;
+    Tensor squeeze(long axis) const;
+    Tensor sum() const;
+    Tensor sum(const std::vector<long>& axes, bool keepdims = false) const;
+    Tensor mean() const;
+    Tensor mean(const std::vector<long>& axes, bool keepdims = false) const;
+    Tensor matmul(const Tensor& other) const;
+    Tensor pow(double exponent) const;
+    Tensor exp() const;
+    Tensor log() const;
+
+    /// True when both handles point at the same node.
+    bool is_same(const Tensor& other) const noexcept { return m_node == other.m_node; }
+    /// The node behind the handle, for op implementations (core/node.hpp).
+    Node& node() const;
+    const std::shared_ptr<Node>& node_ptr() const { return m_node; }
+
+private:
+    std::shared_ptr<Node> m_node;
+};
+
+// Arithmetic with numpy broadcasting; scalars act as 0-d tensors of the tensor's dtype.
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a);
+Tensor operator+(const Tensor& a, double s);
+Tensor operator-(const Tensor& a, double s);
+Tensor operator*(const Tensor& a, double s);
+Tensor operator/(const Tensor& a, double s);
+Tensor operator+(double s, const Tensor& a);
+Tensor operator-(double s, const Tensor& a);
+Tensor operator*(double s, const Tensor& a);
+Tensor operator/(double s, const Tensor& a);
+
+// --- gradient mode ----------------------------------------------------------------------
+
+/// Whether ops record the graph on this thread (true unless a NoGradGuard is alive).
+bool grad_enabled();
+
+/// While alive, ops on this thread record no graph (as torch::NoGradGuard): for optimiser
+/// steps and evaluation. Nests; restores the previous mode on destruction.
+class NoGradGuard {
+public:
+    NoGradGuard();
+    ~NoGradGuard();
+    NoGradGuard(const NoGradGuard&) = delete;
+    NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+private:
+    bool m_previous;
+};
+
+// --- printing ---------------------------------------------------------------------------
+
+/// PyTorch-style text: values (summarised past 1000 elements), shape, dtype, and the op
+/// that made it or requires_grad for a leaf:
+///   tensor([[1.0000, 2.0000]], shape=(1, 2), dtype=float32, op=<mul>)
+std::string to_string(const Tensor& t);
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+}  // namespace xgrad
+
+template <>
+struct fmt::formatter<xgrad::Tensor> : fmt::formatter<std::string> {
+    template <class Ctx>
+    auto format(const xgrad::Tensor& t, Ctx& ctx) const {
+        return fmt::formatter<std::string>::format(xgrad::to_string(t), ctx);
+    }
+};

@@ -1,0 +1,94 @@
+// Elementwise ops: values by hand, gradients by gradcheck, broadcasting both ways.
+#include "helpers.hpp"
+
+using namespace xgrad;
+using namespace xgrad::test;
+
+TEST_CASE("binary ops compute values with broadcasting", "[elementwise]") {
+    Tensor a = tensor({{1, 2, 3}, {4, 5, 6}});
+    Tensor b = tensor({10, 20, 30});
+    CHECK_THAT(vals(a + b), approx({11, 22, 33, 14, 25, 36}));
+    CHECK_THAT(vals(a - b), approx({-9, -18, -27, -6, -15, -24}));
+    CHECK_THAT(vals(a * b), approx({10, 40, 90, 40, 100, 180}));
+    CHECK_THAT(vals(b / a), approx({10, 10, 10, 2.5, 4, 5}));
+    CHECK((a + b).shape() == Shape{2, 3});
+    CHECK_THAT(vals(2.0 - a), approx({1, 0, -1, -2, -3, -4}));
+    CHECK_THAT(vals(6.0 / a), approx({6, 3, 2, 1.5, 1.2, 1}));
+}
+
+TEST_CASE("unary ops compute values", "[elementwise]") {
+    Tensor x = tensor({-1.0, 0.5, 2.0}, kFloat64);
+    CHECK_THAT(vals(exp(x)), approx({std::exp(-1.0), std::exp(0.5), std::exp(2.0)}));
+    CHECK_THAT(vals(relu(x)), approx({0, 0.5, 2}));
+    CHECK_THAT(vals(tanh(x)), approx({std::tanh(-1.0), std::tanh(0.5), std::tanh(2.0)}));
+    CHECK_THAT(vals(sigmoid(x)), approx({1 / (1 + std::exp(1.0)), 1 / (1 + std::exp(-0.5)), 1 / (1 + std::exp(-2.0))}));
+    CHECK_THAT(vals(pow(x, 3)), approx({-1, 0.125, 8}));
+    // torch.nn.functional.gelu(torch.tensor([-1., .5, 2.], dtype=torch.float64))
+    CHECK_THAT(vals(gelu(x)), approx({-0.15865525393145707, 0.34573123063700656, 1.9544997361036416}));
+    Tensor p = tensor({0.25, 4.0}, kFloat64);
+    CHECK_THAT(vals(sqrt(p)), approx({0.5, 2}));
+    CHECK_THAT(vals(log(p)), approx({std::log(0.25), std::log(4.0)}));
+}
+
+TEST_CASE("binary ops pass gradcheck, broadcasting included", "[elementwise][gradcheck]") {
+    auto [sa, sb] = GENERATE(table<Shape, Shape>({
+        {{2, 3}, {2, 3}},
+        {{2, 3}, {3}},
+        {{4, 1, 3}, {2, 1}},
+        {{1, 3}, {5, 1}},
+        {{}, {2, 2}},
+        {{1}, {1}},
+    }));
+    Tensor a = param(sa, -1, 1, 1);
+    Tensor b = param(sb, 0.5, 2, 2);  // away from 0 for div
+    REQUIRE_GRADCHECK([](auto& x) { return x[0] + x[1]; }, {a, b}, "add");
+    REQUIRE_GRADCHECK([](auto& x) { return x[0] - x[1]; }, {a, b}, "sub");
+    REQUIRE_GRADCHECK([](auto& x) { return x[0] * x[1]; }, {a, b}, "mul");
+    REQUIRE_GRADCHECK([](auto& x) { return x[0] / x[1]; }, {a, b}, "div");
+}
+
+TEST_CASE("unary and scalar ops pass gradcheck", "[elementwise][gradcheck]") {
+    Tensor x = param({3, 4}, -2, 2);
+    Tensor pos = param({3, 4}, 0.5, 2, 3);
+    REQUIRE_GRADCHECK([](auto& v) { return -v[0]; }, {x}, "neg");
+    REQUIRE_GRADCHECK([](auto& v) { return exp(v[0]); }, {x}, "exp");
+    REQUIRE_GRADCHECK([](auto& v) { return log(v[0]); }, {pos}, "log");
+    REQUIRE_GRADCHECK([](auto& v) { return sqrt(v[0]); }, {pos}, "sqrt");
+    REQUIRE_GRADCHECK([](auto& v) { return pow(v[0], 3.0); }, {x}, "pow 3");
+    REQUIRE_GRADCHECK([](auto& v) { return pow(v[0], -1.5); }, {pos}, "pow -1.5");
+    REQUIRE_GRADCHECK([](auto& v) { return tanh(v[0]); }, {x}, "tanh");
+    REQUIRE_GRADCHECK([](auto& v) { return sigmoid(v[0]); }, {x}, "sigmoid");
+    REQUIRE_GRADCHECK([](auto& v) { return gelu(v[0]); }, {x}, "gelu");
+    // ReLU only away from its kink at 0: magnitudes in [0.1, 1), alternating signs.
+    Tensor away = (param({3, 4}, 0.1, 1, 4) * tensor({1, -1, 1, -1}, kFloat64)).detach().requires_grad_();
+    REQUIRE_GRADCHECK([](auto& v) { return relu(v[0]); }, {away}, "relu");
+    REQUIRE_GRADCHECK([](auto& v) { return v[0] * 2.5 + 1.0; }, {x}, "mul/add scalar");
+    REQUIRE_GRADCHECK([](auto& v) { return v[0] / 4.0 - 3.0; }, {x}, "div/sub scalar");
+    REQUIRE_GRADCHECK([](auto& v) { return 3.0 - v[0]; }, {x}, "rsub");
+    REQUIRE_GRADCHECK([](auto& v) { return 3.0 / v[0]; }, {pos}, "rdiv");
+}
+
+TEST_CASE("incompatible shapes and dtypes are rejected with the op's name", "[elementwise][errors]") {
+    Tensor a = ones({2, 3});
+    Tensor b = ones({4});
+    CHECK_THROWS_WITH(a + b, Catch::Contains("add") && Catch::Contains("(2, 3)") && Catch::Contains("(4,)"));
+    CHECK_THROWS_AS(a * b, Error);
+    CHECK_THROWS_WITH(a + ones({2, 3}, kFloat64), Catch::Contains("dtypes differ"));
+    CHECK_THROWS_WITH(exp(ones({2}, kInt64)), Catch::Contains("exp") && Catch::Contains("int64"));
+}
+
+TEST_CASE("comparisons give bool tensors", "[elementwise]") {
+    Tensor a = tensor({1, 2, 3});
+    Tensor m = gt(a, 1.5);
+    CHECK(m.dtype() == kBool);
+    CHECK(m.to_vector<bool>() == std::vector<bool>{false, true, true});
+    CHECK(logical_not(m).to_vector<bool>() == std::vector<bool>{true, false, false});
+    CHECK(eq(a, tensor({1, 0, 3})).to_vector<bool>() == std::vector<bool>{true, false, true});
+}
+
+TEST_CASE("casting between float types is differentiable", "[elementwise][gradcheck]") {
+    Tensor x = param({2, 2});
+    REQUIRE_GRADCHECK([](auto& v) { return cast(cast(v[0], kFloat32), kFloat64) * 2.0; }, {x}, "cast");
+    CHECK(x.to(kInt64).dtype() == kInt64);
+    CHECK(!x.to(kInt64).requires_grad());
+}

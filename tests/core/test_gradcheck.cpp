@@ -1,0 +1,34 @@
+// The checker itself: it must pass correct gradients and catch a wrong one.
+#include "core/node.hpp"
+#include "helpers.hpp"
+
+using namespace xgrad;
+using namespace xgrad::test;
+
+namespace {
+// x³ with a deliberately wrong backward (2x² instead of 3x²).
+Tensor bad_cube(const Tensor& a) {
+    xt::xarray<double> y = xt::pow(values<double>(a), 3.0);
+    return make_result<double>(std::move(y), {a}, "bad_cube", [](Node& self, const Storage& gs) {
+        const auto& x = values<double>(self.parents[0]);
+        accumulate<double>("bad_cube", self.parents[0], xt::xarray<double>(grad_as<double>(gs) * 2.0 * x * x));
+    });
+}
+}  // namespace
+
+TEST_CASE("gradcheck catches a wrong gradient and says where", "[gradcheck]") {
+    Tensor x = param({2, 3}, 0.5, 1.5);
+    auto result = gradcheck([](auto& v) { return bad_cube(v[0]); }, {x}, {1e-6, 1e-5, 1e-3, 0, "bad_cube"});
+    CHECK(!result.passed);
+    CHECK_THAT(result.report, Catch::Contains("bad_cube") && Catch::Contains("input 0") &&
+                                  Catch::Contains("(2, 3)") && Catch::Contains("index"));
+}
+
+TEST_CASE("gradcheck passes a right gradient and skips inputs without requires_grad", "[gradcheck]") {
+    Tensor x = param({2, 3});
+    Tensor c = ones({2, 3}, kFloat64);
+    auto result = gradcheck([](auto& v) { return v[0] * v[1] + v[0]; }, {x, c});
+    CHECK(result.passed);
+    CHECK(result.report.empty());
+    CHECK(!x.grad().defined());  // the caller's tensors are untouched
+}

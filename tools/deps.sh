@@ -1,0 +1,18 @@
+# Sourced by tools/demo and tools/check: installs the Debian packages xgrad needs, only those
+# that are missing, so a second run costs a dpkg query and nothing else.
+XGRAD_PACKAGES=(build-essential cmake pkg-config
+                libxtensor-dev libxtensor-blas-dev xtl-dev libxsimd-dev
+                libopenblas-dev libfmt-dev catch2)
+
+xgrad_install_missing() {
+    local missing=()
+    for p in "${XGRAD_PACKAGES[@]}" "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    echo "xgrad: installing ${missing[*]}" >&2
+    local sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
