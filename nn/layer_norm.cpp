@@ -20,6 +20,7 @@ LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool elementwise_affine
 }
 
 Tensor LayerNorm::forward(const Tensor& x) {
+    // x: (..., *normalized_shape); statistics over the last k axes, kept for broadcasting
     const std::size_t k = m_shape.size();
     if (x.dim() < k || !std::equal(m_shape.begin(), m_shape.end(), x.shape().end() - static_cast<long>(k)))
         throw Error(fmt::format("LayerNorm: input must end with the normalized shape {}, got shape {}",

@@ -19,6 +19,10 @@ Tensor Module::register_parameter(const std::string& name, Tensor value) {
         throw Error(fmt::format("{}: register_parameter: '{}' is an undefined tensor", m_name, name));
     for (const auto& [n, p] : m_parameters)
         if (n == name) throw Error(fmt::format("{}: register_parameter: '{}' is already registered", m_name, name));
+    if (!value.is_leaf())
+        throw Error(fmt::format("{}: register_parameter: '{}' must be a leaf tensor, got the result of '{}' "
+                                "(detach() it)",
+                                m_name, name, value.op_name()));
     if (is_floating(value.dtype()) && !value.requires_grad()) value.requires_grad_(true);
     m_parameters.emplace_back(name, std::move(value));
     return m_parameters.back().second;

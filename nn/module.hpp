@@ -85,7 +85,7 @@ public:
     virtual std::string extra_repr() const { return {}; }
 
 protected:
-    /// Registers a parameter (a leaf: requires_grad is switched on for floating tensors).
+    /// Registers a parameter, which must be a leaf; requires_grad is switched on for floating ones.
     /// Returns the registered handle (a copy of it: handles alias).
     Tensor register_parameter(const std::string& name, Tensor value);
     /// Registers a child module; returns the same pointer, typed, for the layer's member.

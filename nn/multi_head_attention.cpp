@@ -51,6 +51,7 @@ Tensor MultiHeadAttention::forward(const Tensor& queries, const Tensor& keys, co
 
 Tensor MultiHeadAttention::forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
                                    const AttentionMask& mask) {
+    // queries: (batch, Tq, query_size), keys: (batch, Tk, key_size), values: (batch, Tk, value_size)
     constexpr const char* who = "MultiHeadAttention";
     check_attention_inputs(who, queries, keys, values);
     check_last_axis(who, "queries", queries, "query_size", m_query_size);

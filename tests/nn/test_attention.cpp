@@ -245,6 +245,8 @@ TEST_CASE("MultiHeadAttention: a bool mask (true = attend) and causal agree with
     CHECK_THAT(vals(m->forward(q, kq, vq, AttentionMask::causal())),
                approx(vals(m->forward(q, kq, vq, lens2({1, 2, 3, 1, 2, 3}, 2))), 1e-12));
     CHECK_THAT(vals(m->forward(q, k, v, AttentionMask())), approx(vals(m->forward(q, k, v)), 1e-12));
+    // A length beyond the 5 keys means every key, as in d2l.
+    CHECK_THAT(vals(m->forward(q, k, v, lens({2, 9}))), approx(vals(m->forward(q, k, v, lens({2, 5}))), 1e-12));
 }
 
 TEST_CASE("MultiHeadAttention exposes per-head weights as (batch, heads, queries, keys)", "[mha]") {

@@ -68,6 +68,22 @@ TEST_CASE("named_parameters are dotted, own parameters first, then children in o
                                                     "W_v.weight", "W_v.bias", "W_o.weight", "W_o.bias"});
 }
 
+TEST_CASE("register_parameter and register_module reject bad names and non-leaves", "[module]") {
+    struct Bad : Module {
+        Bad() : Module("Bad") {}
+        void add(const std::string& name, const Tensor& t) { register_parameter(name, t); }
+        void add_child(const std::string& name) { register_module(name, std::make_shared<ReLU>()); }
+    } m;
+    m.add("w", ones({2}));
+    CHECK(m.parameter("w").requires_grad());
+    CHECK_THROWS_WITH(m.add("w", ones({2})), Catch::Contains("Bad") && Catch::Contains("already registered"));
+    CHECK_THROWS_WITH(m.add("a.b", ones({2})), Catch::Contains("without '.'"));
+    CHECK_THROWS_WITH(m.add("sum", m.parameter("w") * 2.0), Catch::Contains("leaf") && Catch::Contains("mul"));
+    m.add_child("act");
+    CHECK_THROWS_WITH(m.add_child("act"), Catch::Contains("already registered"));
+    CHECK_THROWS_WITH(m.parameter("nothing"), Catch::Contains("Bad: no parameter named 'nothing'"));
+}
+
 TEST_CASE("train and eval recurse into every descendant", "[module]") {
     TransformerEncoderBlock block(8, 8, 8, 8, {8}, 16, 2, 0.1);
     CHECK(block.is_training());
