@@ -24,7 +24,8 @@ public:
 
     Tensor forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
                    const Tensor& valid_lens = Tensor());
-    Tensor forward(const Tensor& queries, const Tensor& keys, const Tensor& values, const AttentionMask& mask);
+    Tensor forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
+                   const AttentionMask& mask);
 
     /// (batch, Tq, Tk) from the last forward, before dropout; undefined before the first.
     const Tensor& attention_weights() const { return m_attention_weights; }

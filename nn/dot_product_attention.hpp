@@ -19,7 +19,8 @@ public:
 
     Tensor forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
                    const Tensor& valid_lens = Tensor());
-    Tensor forward(const Tensor& queries, const Tensor& keys, const Tensor& values, const AttentionMask& mask);
+    Tensor forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
+                   const AttentionMask& mask);
 
     /// (batch, Tq, Tk) from the last forward; part of that forward's graph (detach() to keep a copy
     /// apart from it); undefined before the first forward.

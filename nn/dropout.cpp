@@ -10,8 +10,7 @@ namespace xgrad::nn {
 Dropout::Dropout(double p) : Dropout(p, default_generator()) {}
 
 Dropout::Dropout(double p, Generator& gen) : Module("Dropout"), m_p(p), m_gen(&gen) {
-    if (!(p >= 0.0 && p < 1.0))
-        throw Error(fmt::format("Dropout: p must be in [0, 1), got {}", p));
+    if (!(p >= 0.0 && p < 1.0)) throw Error(fmt::format("Dropout: p must be in [0, 1), got {}", p));
 }
 
 Tensor Dropout::forward(const Tensor& x) {

@@ -19,8 +19,8 @@ Tensor Embedding::forward(const Tensor& ids) {
     const auto v = ids.to_vector<std::int64_t>();
     for (std::size_t k = 0; k < v.size(); ++k)
         if (v[k] < 0 || static_cast<std::size_t>(v[k]) >= m_num)
-            throw Error(fmt::format("Embedding: ids must be in [0, {}), got {} (element {} of shape {})", m_num,
-                                    v[k], k, shape_str(ids.shape())));
+            throw Error(fmt::format("Embedding: ids must be in [0, {}), got {} (element {} of shape {})",
+                                    m_num, v[k], k, shape_str(ids.shape())));
     return index_select(weight(), 0, ids);  // (*ids.shape, dim)
 }
 

@@ -23,7 +23,8 @@ std::string index_str(std::size_t k, const Shape& shape) {
 
 void check_length_values(const char* who, const char* arg, const Tensor& lens) {
     if (lens.dtype() == kBool)
-        throw Error(fmt::format("{}: {} must hold whole numbers (int64, float32 or float64), got bool", who, arg));
+        throw Error(
+            fmt::format("{}: {} must hold whole numbers (int64, float32 or float64), got bool", who, arg));
     const auto v = lens.to_vector<double>();
     for (std::size_t k = 0; k < v.size(); ++k) {
         if (std::isnan(v[k]) || v[k] != std::floor(v[k]))
@@ -39,8 +40,10 @@ void check_length_values(const char* who, const char* arg, const Tensor& lens) {
 // (batch, queries, keys); undefined for Kind::all. The mask has been checked.
 Tensor keep_mask(const AttentionMask& mask, std::size_t queries, std::size_t keys) {
     switch (mask.kind()) {
-        case AttentionMask::Kind::all: return Tensor();
-        case AttentionMask::Kind::attend_where: return mask.tensor();
+        case AttentionMask::Kind::all:
+            return Tensor();
+        case AttentionMask::Kind::attend_where:
+            return mask.tensor();
         case AttentionMask::Kind::valid_lens: {
             const Tensor& lens = mask.tensor();
             const Tensor position = reshape(arange(static_cast<double>(keys), kFloat64), {1, 1, -1});
@@ -90,8 +93,11 @@ void check_valid_lens(const char* who, const Tensor& lens, std::size_t batch, st
 void check_attention_mask(const char* who, const AttentionMask& mask, std::size_t batch, std::size_t queries,
                           std::size_t keys) {
     switch (mask.kind()) {
-        case AttentionMask::Kind::all: return;
-        case AttentionMask::Kind::valid_lens: check_valid_lens(who, mask.tensor(), batch, queries); return;
+        case AttentionMask::Kind::all:
+            return;
+        case AttentionMask::Kind::valid_lens:
+            check_valid_lens(who, mask.tensor(), batch, queries);
+            return;
         case AttentionMask::Kind::attend_where: {
             const Tensor& m = mask.tensor();
             if (m.dtype() != kBool)
@@ -105,15 +111,18 @@ void check_attention_mask(const char* who, const AttentionMask& mask, std::size_
         }
         case AttentionMask::Kind::causal:
             if (keys < queries)
-                throw Error(fmt::format("{}: a causal mask needs at least as many keys as queries, got {} "
-                                        "queries and {} keys",
-                                        who, queries, keys));
+                throw Error(
+                    fmt::format("{}: a causal mask needs at least as many keys as queries, got {} "
+                                "queries and {} keys",
+                                who, queries, keys));
             return;
     }
 }
 
-void check_attention_inputs(const char* who, const Tensor& queries, const Tensor& keys, const Tensor& values) {
-    const std::pair<const char*, const Tensor*> args[] = {{"queries", &queries}, {"keys", &keys}, {"values", &values}};
+void check_attention_inputs(const char* who, const Tensor& queries, const Tensor& keys,
+                            const Tensor& values) {
+    const std::pair<const char*, const Tensor*> args[] = {
+        {"queries", &queries}, {"keys", &keys}, {"values", &values}};
     for (const auto& [name, t] : args) {
         if (!t->defined()) throw Error(fmt::format("{}: {} is an undefined tensor", who, name));
         if (t->dim() != 3)
@@ -121,16 +130,18 @@ void check_attention_inputs(const char* who, const Tensor& queries, const Tensor
                                     shape_str(t->shape())));
     }
     if (queries.size(0) != keys.size(0) || keys.size(0) != values.size(0))
-        throw Error(fmt::format("{}: queries, keys and values must have the same batch size, got {}, {} and {}",
-                                who, shape_str(queries.shape()), shape_str(keys.shape()),
-                                shape_str(values.shape())));
+        throw Error(
+            fmt::format("{}: queries, keys and values must have the same batch size, got {}, {} and {}", who,
+                        shape_str(queries.shape()), shape_str(keys.shape()), shape_str(values.shape())));
     if (keys.size(1) != values.size(1))
-        throw Error(fmt::format("{}: keys and values must have the same length (axis 1), got keys {} and "
-                                "values {}",
-                                who, shape_str(keys.shape()), shape_str(values.shape())));
+        throw Error(
+            fmt::format("{}: keys and values must have the same length (axis 1), got keys {} and "
+                        "values {}",
+                        who, shape_str(keys.shape()), shape_str(values.shape())));
 }
 
-void check_last_axis(const char* who, const char* arg, const Tensor& t, const char* size_name, std::size_t size) {
+void check_last_axis(const char* who, const char* arg, const Tensor& t, const char* size_name,
+                     std::size_t size) {
     if (t.dim() == 0 || t.size(-1) != size)
         throw Error(fmt::format("{}: {} must have last axis {} = {}, got shape {}", who, arg, size_name, size,
                                 shape_str(t.shape())));
@@ -160,8 +171,9 @@ Tensor masked_softmax(const Tensor& X, const Tensor& valid_lens) {
 Tensor masked_softmax(const Tensor& X, const AttentionMask& mask) {
     if (mask.kind() == AttentionMask::Kind::all) return softmax(X, -1);
     if (X.dim() != 3)
-        throw Error(fmt::format("masked_softmax: X must be 3-D (batch, queries, keys) when masked, got shape {}",
-                                shape_str(X.shape())));
+        throw Error(
+            fmt::format("masked_softmax: X must be 3-D (batch, queries, keys) when masked, got shape {}",
+                        shape_str(X.shape())));
     check_attention_mask("masked_softmax", mask, X.size(0), X.size(1), X.size(2));
     return softmax_where(X, keep_mask(mask, X.size(1), X.size(2)));
 }

@@ -72,8 +72,8 @@ Tensor masked_softmax(const Tensor& X, const AttentionMask& mask);
 void check_valid_lens(const char* who, const Tensor& valid_lens, std::size_t batch, std::size_t queries);
 
 /// Throws unless `mask` suits scores of shape (batch, queries, keys) (see AttentionMask).
-void check_attention_mask(const char* who, const AttentionMask& mask, std::size_t batch,
-                          std::size_t queries, std::size_t keys);
+void check_attention_mask(const char* who, const AttentionMask& mask, std::size_t batch, std::size_t queries,
+                          std::size_t keys);
 
 /// Throws unless queries, keys and values are 3-D (batch, n, features) with one batch size and
 /// keys and values of the same length n.
@@ -81,6 +81,7 @@ void check_attention_inputs(const char* who, const Tensor& queries, const Tensor
 
 /// Throws unless t's last axis is `size`:
 /// "MultiHeadAttention: keys must have last axis key_size = 3, got shape (2, 6, 4)".
-void check_last_axis(const char* who, const char* arg, const Tensor& t, const char* size_name, std::size_t size);
+void check_last_axis(const char* who, const char* arg, const Tensor& t, const char* size_name,
+                     std::size_t size);
 
 }  // namespace xgrad::nn

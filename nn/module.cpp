@@ -13,16 +13,18 @@ Module::Module(std::string name) : m_name(std::move(name)) {}
 
 Tensor Module::register_parameter(const std::string& name, Tensor value) {
     if (name.empty() || name.find('.') != std::string::npos)
-        throw Error(fmt::format("{}: register_parameter: the name must be non-empty and without '.', got '{}'",
-                                m_name, name));
+        throw Error(fmt::format(
+            "{}: register_parameter: the name must be non-empty and without '.', got '{}'", m_name, name));
     if (!value.defined())
         throw Error(fmt::format("{}: register_parameter: '{}' is an undefined tensor", m_name, name));
     for (const auto& [n, p] : m_parameters)
-        if (n == name) throw Error(fmt::format("{}: register_parameter: '{}' is already registered", m_name, name));
+        if (n == name)
+            throw Error(fmt::format("{}: register_parameter: '{}' is already registered", m_name, name));
     if (!value.is_leaf())
-        throw Error(fmt::format("{}: register_parameter: '{}' must be a leaf tensor, got the result of '{}' "
-                                "(detach() it)",
-                                m_name, name, value.op_name()));
+        throw Error(
+            fmt::format("{}: register_parameter: '{}' must be a leaf tensor, got the result of '{}' "
+                        "(detach() it)",
+                        m_name, name, value.op_name()));
     if (is_floating(value.dtype()) && !value.requires_grad()) value.requires_grad_(true);
     m_parameters.emplace_back(name, std::move(value));
     return m_parameters.back().second;
@@ -34,7 +36,8 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> child) {
                                 m_name, name));
     if (!child) throw Error(fmt::format("{}: register_module: '{}' is a null pointer", m_name, name));
     for (const auto& [n, c] : m_children)
-        if (n == name) throw Error(fmt::format("{}: register_module: '{}' is already registered", m_name, name));
+        if (n == name)
+            throw Error(fmt::format("{}: register_module: '{}' is already registered", m_name, name));
     m_children.emplace_back(name, std::move(child));
 }
 
@@ -96,11 +99,11 @@ void Module::set_parameter(const std::string& dotted_name, const Tensor& value) 
     for (auto& [n, p] : owner.m_parameters) {
         if (n != local) continue;
         if (!value.defined() || value.shape() != p.shape() || value.dtype() != p.dtype())
-            throw Error(fmt::format("{}: set_parameter: '{}' is {} {}, got {}", m_name, dotted_name,
-                                    dtype_name(p.dtype()), shape_str(p.shape()),
-                                    value.defined() ? fmt::format("{} {}", dtype_name(value.dtype()),
-                                                                  shape_str(value.shape()))
-                                                    : std::string("an undefined tensor")));
+            throw Error(fmt::format(
+                "{}: set_parameter: '{}' is {} {}, got {}", m_name, dotted_name, dtype_name(p.dtype()),
+                shape_str(p.shape()),
+                value.defined() ? fmt::format("{} {}", dtype_name(value.dtype()), shape_str(value.shape()))
+                                : std::string("an undefined tensor")));
         p = value;
         return;
     }
@@ -118,7 +121,8 @@ void Module::zero_grad() {
 
 Module& Module::to(Dtype dtype) {
     if (!is_floating(dtype))
-        throw Error(fmt::format("{}: to: parameters can be float32 or float64, got {}", m_name, dtype_name(dtype)));
+        throw Error(
+            fmt::format("{}: to: parameters can be float32 or float64, got {}", m_name, dtype_name(dtype)));
     NoGradGuard no_grad;
     for (auto& p : parameters()) {
         if (p.dtype() == dtype) continue;
@@ -153,7 +157,8 @@ void Module::load_state_dict(const NamedTensors& state) {
                                              dtype_name(p.dtype()), shape_str(p.shape())));
         else if (t.shape() != p.shape() || t.dtype() != p.dtype())
             mismatched.push_back(fmt::format("{}: expected {} {}, got {} {}", name, dtype_name(p.dtype()),
-                                             shape_str(p.shape()), dtype_name(t.dtype()), shape_str(t.shape())));
+                                             shape_str(p.shape()), dtype_name(t.dtype()),
+                                             shape_str(t.shape())));
         given.erase(it);
     }
     for (const auto& [name, t] : state)
@@ -161,7 +166,8 @@ void Module::load_state_dict(const NamedTensors& state) {
             unexpected.push_back(name);
 
     if (!(repeated.empty() && unexpected.empty() && missing.empty() && mismatched.empty())) {
-        std::string msg = fmt::format("load_state_dict: the state does not match {}; nothing was loaded", m_name);
+        std::string msg =
+            fmt::format("load_state_dict: the state does not match {}; nothing was loaded", m_name);
         if (!missing.empty()) msg += fmt::format("\n  missing: {}", fmt::join(missing, ", "));
         if (!unexpected.empty()) msg += fmt::format("\n  unexpected: {}", fmt::join(unexpected, ", "));
         if (!repeated.empty()) msg += fmt::format("\n  repeated: {}", fmt::join(repeated, ", "));
@@ -204,7 +210,8 @@ std::string add_indent(const std::string& s, int spaces) {
 // torch.nn.Module.__repr__, line for line.
 std::string to_string(const Module& m) {
     const std::string extra = m.extra_repr();
-    const std::vector<std::string> extra_lines = extra.empty() ? std::vector<std::string>{} : split_lines(extra);
+    const std::vector<std::string> extra_lines =
+        extra.empty() ? std::vector<std::string>{} : split_lines(extra);
     std::vector<std::string> child_lines;
     for (const auto& [name, child] : m.named_children())
         child_lines.push_back("(" + name + "): " + add_indent(to_string(*child), 2));

@@ -89,14 +89,16 @@ protected:
     /// Returns the registered handle (a copy of it: handles alias).
     Tensor register_parameter(const std::string& name, Tensor value);
     /// Registers a child module; returns the same pointer, typed, for the layer's member.
-    template <class M> std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> child) {
+    template <class M>
+    std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> child) {
         add_child(name, child);
         return child;
     }
 
 private:
     void add_child(const std::string& name, std::shared_ptr<Module> child);
-    void collect_parameters(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const;
+    void collect_parameters(const std::string& prefix,
+                            std::vector<std::pair<std::string, Tensor>>& out) const;
     Module& owner_of(const std::string& dotted_name, std::string& local_name);
 
     std::string m_name;
@@ -125,7 +127,8 @@ inline const char* python_bool(bool v) { return v ? "True" : "False"; }
 template <class M>
 struct fmt::formatter<M, char, std::enable_if_t<std::is_base_of_v<xgrad::nn::Module, M>>>
     : fmt::formatter<std::string> {
-    template <class Ctx> auto format(const M& m, Ctx& ctx) const {
+    template <class Ctx>
+    auto format(const M& m, Ctx& ctx) const {
         return fmt::formatter<std::string>::format(xgrad::nn::to_string(m), ctx);
     }
 };
@@ -133,7 +136,8 @@ struct fmt::formatter<M, char, std::enable_if_t<std::is_base_of_v<xgrad::nn::Mod
 template <class M>
 struct fmt::formatter<std::shared_ptr<M>, char, std::enable_if_t<std::is_base_of_v<xgrad::nn::Module, M>>>
     : fmt::formatter<std::string> {
-    template <class Ctx> auto format(const std::shared_ptr<M>& m, Ctx& ctx) const {
+    template <class Ctx>
+    auto format(const std::shared_ptr<M>& m, Ctx& ctx) const {
         return fmt::formatter<std::string>::format(m ? xgrad::nn::to_string(*m) : "None", ctx);
     }
 };

@@ -31,8 +31,8 @@ Tensor transpose_output(const Tensor& X, std::size_t num_heads) {
 }
 
 MultiHeadAttention::MultiHeadAttention(std::size_t key_size, std::size_t query_size, std::size_t value_size,
-                                       std::size_t num_hiddens, std::size_t num_heads, double dropout, bool bias,
-                                       Generator& gen)
+                                       std::size_t num_hiddens, std::size_t num_heads, double dropout,
+                                       bool bias, Generator& gen)
     : Module("MultiHeadAttention"),
       m_key_size(key_size),
       m_query_size(query_size),
@@ -72,13 +72,14 @@ Tensor MultiHeadAttention::forward(const Tensor& queries, const Tensor& keys, co
         per_head = AttentionMask::attend_where(repeat_interleave(mask.tensor(), m_num_heads, 0));
 
     const Tensor out = m_attention->forward(q, k, v, per_head);  // (batch·H, Tq, num_hiddens/H)
-    return m_W_o->forward(transpose_output(out, m_num_heads));  // (batch, Tq, num_hiddens)
+    return m_W_o->forward(transpose_output(out, m_num_heads));   // (batch, Tq, num_hiddens)
 }
 
 Tensor MultiHeadAttention::attention_weights() const {
     const Tensor& w = m_attention->attention_weights();  // (batch·H, Tq, Tk)
     if (!w.defined()) return w;
-    return reshape(w, {-1, static_cast<long>(m_num_heads), static_cast<long>(w.size(1)), static_cast<long>(w.size(2))});
+    return reshape(
+        w, {-1, static_cast<long>(m_num_heads), static_cast<long>(w.size(1)), static_cast<long>(w.size(2))});
 }
 
 }  // namespace xgrad::nn

@@ -38,7 +38,8 @@ public:
                    const Tensor& valid_lens = Tensor());
     /// mask: AttentionMask() (every key), ::valid_lens(lens), ::attend_where(bool (batch, Tq, Tk)
     /// or (Tq, Tk), true = attend) or ::causal().
-    Tensor forward(const Tensor& queries, const Tensor& keys, const Tensor& values, const AttentionMask& mask);
+    Tensor forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
+                   const AttentionMask& mask);
 
     /// Per-head weights of the last forward, before dropout: (batch, num_heads, Tq, Tk);
     /// undefined before the first forward.

@@ -12,11 +12,11 @@ namespace {
 void check_positions(const char* who, const Tensor& X, std::size_t num_hiddens, std::size_t offset,
                      std::size_t max_len) {
     if (X.dim() != 3 || X.size(2) != num_hiddens)
-        throw Error(fmt::format("{}: X must have shape (batch, steps, num_hiddens = {}), got {}", who, num_hiddens,
-                                shape_str(X.shape())));
+        throw Error(fmt::format("{}: X must have shape (batch, steps, num_hiddens = {}), got {}", who,
+                                num_hiddens, shape_str(X.shape())));
     if (offset + X.size(1) > max_len)
-        throw Error(fmt::format("{}: positions {}..{} exceed max_len = {} (X has shape {}, offset {})", who, offset,
-                                offset + X.size(1) - 1, max_len, shape_str(X.shape()), offset));
+        throw Error(fmt::format("{}: positions {}..{} exceed max_len = {} (X has shape {}, offset {})", who,
+                                offset, offset + X.size(1) - 1, max_len, shape_str(X.shape()), offset));
 }
 
 }  // namespace

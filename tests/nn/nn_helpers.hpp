@@ -21,7 +21,8 @@ inline GradcheckResult module_gradcheck(nn::Module& module, std::vector<Tensor> 
     const std::size_t n_inputs = inputs.size();
     for (const auto& [pname, p] : original) inputs.push_back(p.detach().requires_grad_(true));
     auto f = [&](const std::vector<Tensor>& x) {
-        for (std::size_t k = 0; k < original.size(); ++k) module.set_parameter(original[k].first, x[n_inputs + k]);
+        for (std::size_t k = 0; k < original.size(); ++k)
+            module.set_parameter(original[k].first, x[n_inputs + k]);
         return forward(std::vector<Tensor>(x.begin(), x.begin() + static_cast<long>(n_inputs)));
     };
     GradcheckOptions opts;
@@ -33,11 +34,11 @@ inline GradcheckResult module_gradcheck(nn::Module& module, std::vector<Tensor> 
 
 /// REQUIRE_MODULE_GRADCHECK(module, {inputs...}, forward, "name"): requires module_gradcheck
 /// to pass, printing its report otherwise. Variadic because braces and lambdas carry commas.
-#define REQUIRE_MODULE_GRADCHECK(...)                                   \
-    do {                                                                \
-        auto result_ = ::xgrad::test::module_gradcheck(__VA_ARGS__);    \
-        INFO(result_.report);                                           \
-        REQUIRE(result_.passed);                                        \
+#define REQUIRE_MODULE_GRADCHECK(...)                                \
+    do {                                                             \
+        auto result_ = ::xgrad::test::module_gradcheck(__VA_ARGS__); \
+        INFO(result_.report);                                        \
+        REQUIRE(result_.passed);                                     \
     } while (0)
 
 /// int64 lengths: lens({2, 3}) has shape (2,); lens2({1, 3, 2, 4}, 2) has shape (2, 2).

@@ -37,7 +37,8 @@ std::shared_ptr<MultiHeadAttention> reference_mha() {
     m->to(kFloat64);
     NamedTensors state;
     double phase = 0;
-    for (const auto& [name, p] : m->named_parameters()) state.emplace_back(name, det(p.shape(), phase++, 0.5));
+    for (const auto& [name, p] : m->named_parameters())
+        state.emplace_back(name, det(p.shape(), phase++, 0.5));
     m->load_state_dict(state);
     m->eval();
     return m;
@@ -81,10 +82,12 @@ TEST_CASE("masked_softmax sends no gradient to masked positions", "[masked_softm
 TEST_CASE("masked_softmax passes gradcheck for none, 1-D and 2-D valid_lens", "[masked_softmax][gradcheck]") {
     const Tensor X = param({2, 3, 4}, -2, 2);
     REQUIRE_GRADCHECK([](auto& x) { return masked_softmax(x[0], Tensor()); }, {X}, "masked_softmax none");
-    for (const Tensor& l : {lens({2, 4}), lens({0, 3}), lens2({1, 4, 0, 4, 2, 3}, 2), lens2({4, 4, 4, 1, 1, 1}, 2)})
+    for (const Tensor& l :
+         {lens({2, 4}), lens({0, 3}), lens2({1, 4, 0, 4, 2, 3}, 2), lens2({4, 4, 4, 1, 1, 1}, 2)})
         REQUIRE_GRADCHECK([&](auto& x) { return masked_softmax(x[0], l); }, {X}, "masked_softmax");
     const Tensor one = param({1, 1, 5}, -2, 2, 3);
-    REQUIRE_GRADCHECK([](auto& x) { return masked_softmax(x[0], lens({3})); }, {one}, "masked_softmax batch 1");
+    REQUIRE_GRADCHECK([](auto& x) { return masked_softmax(x[0], lens({3})); }, {one},
+                      "masked_softmax batch 1");
 }
 
 TEST_CASE("sequence_mask replaces entries past each length", "[masked_softmax]") {
@@ -108,10 +111,10 @@ TEST_CASE("bmm computes d2l's attention pooling example", "[bmm]") {
 }
 
 TEST_CASE("bmm passes gradcheck", "[bmm][gradcheck]") {
-    REQUIRE_GRADCHECK([](auto& x) { return bmm(x[0], x[1]); }, (std::vector<Tensor>{param({2, 3, 4}), param({2, 4, 5}, -1, 1, 2)}),
-                      "bmm");
-    REQUIRE_GRADCHECK([](auto& x) { return bmm(x[0], x[1]); }, (std::vector<Tensor>{param({1, 1, 3}), param({1, 3, 2}, -1, 1, 2)}),
-                      "bmm batch 1");
+    REQUIRE_GRADCHECK([](auto& x) { return bmm(x[0], x[1]); },
+                      (std::vector<Tensor>{param({2, 3, 4}), param({2, 4, 5}, -1, 1, 2)}), "bmm");
+    REQUIRE_GRADCHECK([](auto& x) { return bmm(x[0], x[1]); },
+                      (std::vector<Tensor>{param({1, 1, 3}), param({1, 3, 2}, -1, 1, 2)}), "bmm batch 1");
 }
 
 // --- DotProductAttention and AdditiveAttention ----------------------------------------------
@@ -125,7 +128,8 @@ TEST_CASE("AdditiveAttention reproduces d2l's example", "[attention]") {
     CHECK_THAT(vals(out), approx({2, 3, 4, 5, 10, 11, 12, 13}, 1e-5));
     const auto w = vals(attention.attention_weights());
     CHECK(attention.attention_weights().shape() == Shape{2, 1, 10});
-    CHECK_THAT(std::vector<double>(w.begin(), w.begin() + 10), approx({.5, .5, 0, 0, 0, 0, 0, 0, 0, 0}, 1e-6));
+    CHECK_THAT(std::vector<double>(w.begin(), w.begin() + 10),
+               approx({.5, .5, 0, 0, 0, 0, 0, 0, 0, 0}, 1e-6));
     CHECK(to_string(attention) == R"(AdditiveAttention(
   (W_k): Linear(in_features=2, out_features=8, bias=False)
   (W_q): Linear(in_features=20, out_features=8, bias=False)
@@ -154,28 +158,33 @@ TEST_CASE("DotProductAttention keeps the weights from before dropout", "[attenti
 }
 
 TEST_CASE("DotProductAttention passes gradcheck", "[attention][gradcheck]") {
-    auto [batch, tq, tk, d, dv] = GENERATE(table<std::size_t, std::size_t, std::size_t, std::size_t, std::size_t>({
-        {2, 3, 4, 5, 2},
-        {1, 1, 3, 2, 3},
-        {3, 2, 2, 4, 1},
-    }));
+    auto [batch, tq, tk, d, dv] =
+        GENERATE(table<std::size_t, std::size_t, std::size_t, std::size_t, std::size_t>({
+            {2, 3, 4, 5, 2},
+            {1, 1, 3, 2, 3},
+            {3, 2, 2, 4, 1},
+        }));
     DotProductAttention attention(0.0);
-    const std::vector<Tensor> qkv = {param({batch, tq, d}), param({batch, tk, d}, -1, 1, 2), param({batch, tk, dv}, -1, 1, 3)};
+    const std::vector<Tensor> qkv = {param({batch, tq, d}), param({batch, tk, d}, -1, 1, 2),
+                                     param({batch, tk, dv}, -1, 1, 3)};
     std::vector<Tensor> masks = {Tensor(), full({batch}, 2.0, kFloat64)};
     std::vector<std::int64_t> per_query;
     for (std::size_t k = 0; k < batch * tq; ++k) per_query.push_back(static_cast<std::int64_t>(k % (tk + 1)));
     masks.push_back(lens2(per_query, batch));
     for (const Tensor& l : masks)
-        REQUIRE_GRADCHECK([&](auto& x) { return attention.forward(x[0], x[1], x[2], l); }, qkv, "DotProductAttention");
+        REQUIRE_GRADCHECK([&](auto& x) { return attention.forward(x[0], x[1], x[2], l); }, qkv,
+                          "DotProductAttention");
 }
 
 TEST_CASE("AdditiveAttention passes gradcheck for inputs and parameters", "[attention][gradcheck]") {
     AdditiveAttention attention(3, 2, 4, 0.0);
     attention.to(kFloat64);
-    const std::vector<Tensor> qkv = {param({2, 3, 2}), param({2, 4, 3}, -1, 1, 2), param({2, 4, 5}, -1, 1, 3)};
+    const std::vector<Tensor> qkv = {param({2, 3, 2}), param({2, 4, 3}, -1, 1, 2),
+                                     param({2, 4, 5}, -1, 1, 3)};
     for (const Tensor& l : {Tensor(), lens({1, 3}), lens2({1, 4, 0, 2, 3, 4}, 2)})
-        REQUIRE_MODULE_GRADCHECK(attention, qkv, [&](auto& x) { return attention.forward(x[0], x[1], x[2], l); },
-                                 "AdditiveAttention");
+        REQUIRE_MODULE_GRADCHECK(
+            attention, qkv, [&](auto& x) { return attention.forward(x[0], x[1], x[2], l); },
+            "AdditiveAttention");
 }
 
 // --- MultiHeadAttention ---------------------------------------------------------------------
@@ -199,12 +208,12 @@ TEST_CASE("MultiHeadAttention matches the d2l code run in PyTorch", "[mha]") {
     // The d2l MultiHeadAttention of the seeds, in float64, parameters and inputs from det();
     // m(q, k, v, torch.tensor([[1, 3, 5], [2, 2, 4]])).flatten()
     CHECK_THAT(vals(m->forward(q, k, v, lens2({1, 3, 5, 2, 2, 4}, 2))),
-               approx({0.5162233044700713, 0.22999553471007778, 0.7372297731157265, -0.16040877795653005,
-                       0.5121876693741075, 0.21418467276577496, 0.7710601029099904, -0.20834930106091512,
-                       0.5000206997511896, 0.21230064300646706, 0.7867774223923176, -0.23608369040495789,
+               approx({0.5162233044700713, 0.22999553471007778,  0.7372297731157265, -0.16040877795653005,
+                       0.5121876693741075, 0.21418467276577496,  0.7710601029099904, -0.20834930106091512,
+                       0.5000206997511896, 0.21230064300646706,  0.7867774223923176, -0.23608369040495789,
                        0.6667723409562674, 0.017314198990477703, 0.9874669485460477, -0.419285556549471,
-                       0.5733880471723017, 0.13836514210802625, 0.8527374364012829, -0.28644618708664626,
-                       0.5349338880729884, 0.17308737505788746, 0.8257594682940748, -0.2703299315235915}));
+                       0.5733880471723017, 0.13836514210802625,  0.8527374364012829, -0.28644618708664626,
+                       0.5349338880729884, 0.17308737505788746,  0.8257594682940748, -0.2703299315235915}));
     // m.attention.attention_weights.reshape(2, 2, 3, 5)[0, 1, 2]: batch 0, head 1, query 2
     const auto w = vals(m->attention_weights());
     CHECK_THAT(std::vector<double>(w.begin() + 25, w.begin() + 30),
@@ -212,12 +221,12 @@ TEST_CASE("MultiHeadAttention matches the d2l code run in PyTorch", "[mha]") {
                        0.18832620315620685}));
     // m(q, k, v, torch.tensor([2, 4])).flatten()
     CHECK_THAT(vals(m->forward(q, k, v, lens({2, 4}))),
-               approx({0.6114780547513006, 0.09329059515329191, 0.8995879190948219, -0.32965878306183805,
-                       0.5975597570404336, 0.10544651500398072, 0.8905990582962957, -0.3248756919894624,
+               approx({0.6114780547513006, 0.09329059515329191,   0.8995879190948219, -0.32965878306183805,
+                       0.5975597570404336, 0.10544651500398072,   0.8905990582962957, -0.3248756919894624,
                        0.6945455713977924, -0.013582096779514607, 1.0179160783413093, -0.4457689614735091,
-                       0.6134187897917145, 0.08824722503914134, 0.9071511360420349, -0.33886787689766285,
-                       0.5785372189141849, 0.1288318225582507, 0.8655532779804632, -0.3010636120376189,
-                       0.5349338880729884, 0.17308737505788746, 0.8257594682940748, -0.2703299315235915}));
+                       0.6134187897917145, 0.08824722503914134,   0.9071511360420349, -0.33886787689766285,
+                       0.5785372189141849, 0.1288318225582507,    0.8655532779804632, -0.3010636120376189,
+                       0.5349338880729884, 0.17308737505788746,   0.8257594682940748, -0.2703299315235915}));
 }
 
 TEST_CASE("MultiHeadAttention: a bool mask (true = attend) and causal agree with valid_lens", "[mha]") {
@@ -246,7 +255,8 @@ TEST_CASE("MultiHeadAttention: a bool mask (true = attend) and causal agree with
                approx(vals(m->forward(q, kq, vq, lens2({1, 2, 3, 1, 2, 3}, 2))), 1e-12));
     CHECK_THAT(vals(m->forward(q, k, v, AttentionMask())), approx(vals(m->forward(q, k, v)), 1e-12));
     // A length beyond the 5 keys means every key, as in d2l.
-    CHECK_THAT(vals(m->forward(q, k, v, lens({2, 9}))), approx(vals(m->forward(q, k, v, lens({2, 5}))), 1e-12));
+    CHECK_THAT(vals(m->forward(q, k, v, lens({2, 9}))),
+               approx(vals(m->forward(q, k, v, lens({2, 5}))), 1e-12));
 }
 
 TEST_CASE("MultiHeadAttention exposes per-head weights as (batch, heads, queries, keys)", "[mha]") {
@@ -267,36 +277,42 @@ TEST_CASE("MultiHeadAttention passes gradcheck, bias on and off, sizes all diffe
     const bool bias = GENERATE(false, true);
     MultiHeadAttention m(3, 2, 5, 4, 2, 0.0, bias);  // key_size 3, query_size 2, value_size 5
     m.to(kFloat64);
-    const std::vector<Tensor> qkv = {param({2, 3, 2}), param({2, 4, 3}, -1, 1, 2), param({2, 4, 5}, -1, 1, 3)};
+    const std::vector<Tensor> qkv = {param({2, 3, 2}), param({2, 4, 3}, -1, 1, 2),
+                                     param({2, 4, 5}, -1, 1, 3)};
     for (const Tensor& l : {Tensor(), lens({1, 3}), lens2({1, 4, 0, 2, 3, 4}, 2)})
-        REQUIRE_MODULE_GRADCHECK(m, qkv, [&](auto& x) { return m.forward(x[0], x[1], x[2], l); }, "MultiHeadAttention");
+        REQUIRE_MODULE_GRADCHECK(
+            m, qkv, [&](auto& x) { return m.forward(x[0], x[1], x[2], l); }, "MultiHeadAttention");
     MultiHeadAttention one(3, 3, 3, 6, 3, 0.0, bias);
     one.to(kFloat64);
     const Tensor x = param({1, 2, 3});
-    REQUIRE_MODULE_GRADCHECK(one, {x}, [&](auto& in) { return one.forward(in[0], in[0], in[0], AttentionMask::causal()); },
-                             "MultiHeadAttention batch 1, causal self-attention");
+    REQUIRE_MODULE_GRADCHECK(
+        one, {x}, [&](auto& in) { return one.forward(in[0], in[0], in[0], AttentionMask::causal()); },
+        "MultiHeadAttention batch 1, causal self-attention");
 }
 
 // --- bad input: one test for each kind ------------------------------------------------------
 
 TEST_CASE("bad input: num_hiddens not divisible by num_heads", "[mha][bad]") {
-    CHECK_THROWS_WITH(MultiHeadAttention(10, 10, 10, 10, 3, 0.0),
-                      Catch::Contains("MultiHeadAttention") && Catch::Contains("num_hiddens (10)") &&
-                          Catch::Contains("num_heads (3)"));
+    CHECK_THROWS_WITH(MultiHeadAttention(10, 10, 10, 10, 3, 0.0), Catch::Contains("MultiHeadAttention") &&
+                                                                      Catch::Contains("num_hiddens (10)") &&
+                                                                      Catch::Contains("num_heads (3)"));
     CHECK_THROWS_WITH(MultiHeadAttention(10, 10, 10, 10, 0, 0.0),
                       Catch::Contains("MultiHeadAttention") && Catch::Contains("num_heads must be positive"));
 }
 
 TEST_CASE("bad input: queries whose last axis is not query_size", "[mha][bad]") {
     MultiHeadAttention m(3, 2, 5, 4, 2, 0.0);
-    CHECK_THROWS_WITH(m.forward(ones({2, 3, 3}), ones({2, 4, 3}), ones({2, 4, 5})),
-                      Catch::Contains("MultiHeadAttention: queries must have last axis query_size = 2, got shape (2, 3, 3)"));
+    CHECK_THROWS_WITH(
+        m.forward(ones({2, 3, 3}), ones({2, 4, 3}), ones({2, 4, 5})),
+        Catch::Contains(
+            "MultiHeadAttention: queries must have last axis query_size = 2, got shape (2, 3, 3)"));
 }
 
 TEST_CASE("bad input: keys whose last axis is not key_size", "[mha][bad]") {
     MultiHeadAttention m(3, 2, 5, 4, 2, 0.0);
-    CHECK_THROWS_WITH(m.forward(ones({2, 3, 2}), ones({2, 4, 5}), ones({2, 4, 5})),
-                      Catch::Contains("MultiHeadAttention: keys must have last axis key_size = 3, got shape (2, 4, 5)"));
+    CHECK_THROWS_WITH(
+        m.forward(ones({2, 3, 2}), ones({2, 4, 5}), ones({2, 4, 5})),
+        Catch::Contains("MultiHeadAttention: keys must have last axis key_size = 3, got shape (2, 4, 5)"));
     AdditiveAttention a(3, 2, 4, 0.0);
     CHECK_THROWS_WITH(a.forward(ones({2, 3, 2}), ones({2, 4, 4}), ones({2, 4, 5})),
                       Catch::Contains("AdditiveAttention: keys must have last axis key_size = 3"));
@@ -308,8 +324,10 @@ TEST_CASE("bad input: keys whose last axis is not key_size", "[mha][bad]") {
 
 TEST_CASE("bad input: values whose last axis is not value_size", "[mha][bad]") {
     MultiHeadAttention m(3, 2, 5, 4, 2, 0.0);
-    CHECK_THROWS_WITH(m.forward(ones({2, 3, 2}), ones({2, 4, 3}), ones({2, 4, 6})),
-                      Catch::Contains("MultiHeadAttention: values must have last axis value_size = 5, got shape (2, 4, 6)"));
+    CHECK_THROWS_WITH(
+        m.forward(ones({2, 3, 2}), ones({2, 4, 3}), ones({2, 4, 6})),
+        Catch::Contains(
+            "MultiHeadAttention: values must have last axis value_size = 5, got shape (2, 4, 6)"));
 }
 
 TEST_CASE("bad input: keys and values of different lengths", "[mha][bad]") {
@@ -326,22 +344,26 @@ TEST_CASE("bad input: queries, keys and values of different batch sizes or ranks
     MultiHeadAttention m(4, 4, 4, 4, 2, 0.0);
     CHECK_THROWS_WITH(m.forward(ones({2, 3, 4}), ones({3, 4, 4}), ones({3, 4, 4})),
                       Catch::Contains("MultiHeadAttention") && Catch::Contains("batch size"));
-    CHECK_THROWS_WITH(m.forward(ones({3, 4}), ones({2, 3, 4}), ones({2, 3, 4})),
-                      Catch::Contains("MultiHeadAttention: queries must be 3-D") && Catch::Contains("(3, 4)"));
+    CHECK_THROWS_WITH(
+        m.forward(ones({3, 4}), ones({2, 3, 4}), ones({2, 3, 4})),
+        Catch::Contains("MultiHeadAttention: queries must be 3-D") && Catch::Contains("(3, 4)"));
 }
 
 TEST_CASE("bad input: valid_lens of the wrong batch size", "[mha][bad]") {
     MultiHeadAttention m(4, 4, 4, 4, 2, 0.0);
-    CHECK_THROWS_WITH(m.forward(ones({2, 4, 4}), ones({2, 6, 4}), ones({2, 6, 4}), lens({3, 2, 1})),
-                      Catch::Contains("MultiHeadAttention: valid_lens must have shape (2,) or (2, 4), got (3,)"));
-    CHECK_THROWS_WITH(m.forward(ones({2, 4, 4}), ones({2, 6, 4}), ones({2, 6, 4}), lens2({1, 2, 3, 4, 5, 6}, 2)),
-                      Catch::Contains("MultiHeadAttention: valid_lens must have shape (2,) or (2, 4), got (2, 3)"));
+    CHECK_THROWS_WITH(
+        m.forward(ones({2, 4, 4}), ones({2, 6, 4}), ones({2, 6, 4}), lens({3, 2, 1})),
+        Catch::Contains("MultiHeadAttention: valid_lens must have shape (2,) or (2, 4), got (3,)"));
+    CHECK_THROWS_WITH(
+        m.forward(ones({2, 4, 4}), ones({2, 6, 4}), ones({2, 6, 4}), lens2({1, 2, 3, 4, 5, 6}, 2)),
+        Catch::Contains("MultiHeadAttention: valid_lens must have shape (2,) or (2, 4), got (2, 3)"));
 }
 
 TEST_CASE("bad input: valid_lens of the wrong rank", "[mha][bad]") {
     MultiHeadAttention m(4, 4, 4, 4, 2, 0.0);
-    CHECK_THROWS_WITH(m.forward(ones({2, 4, 4}), ones({2, 6, 4}), ones({2, 6, 4}), zeros({2, 4, 1})),
-                      Catch::Contains("MultiHeadAttention: valid_lens must have shape (2,) or (2, 4), got (2, 4, 1)"));
+    CHECK_THROWS_WITH(
+        m.forward(ones({2, 4, 4}), ones({2, 6, 4}), ones({2, 6, 4}), zeros({2, 4, 1})),
+        Catch::Contains("MultiHeadAttention: valid_lens must have shape (2,) or (2, 4), got (2, 4, 1)"));
     CHECK_THROWS_WITH(masked_softmax(zeros({2, 2, 4}), tensor(2.0)),
                       Catch::Contains("masked_softmax: valid_lens must have shape (2,) or (2, 2), got ()"));
 }
@@ -354,23 +376,28 @@ TEST_CASE("bad input: negative valid_lens", "[mha][bad]") {
 
 TEST_CASE("bad input: valid_lens that are not whole numbers", "[mha][bad]") {
     MultiHeadAttention m(4, 4, 4, 4, 2, 0.0);
-    CHECK_THROWS_WITH(m.forward(ones({2, 4, 4}), ones({2, 6, 4}), ones({2, 6, 4}), tensor({3.0, 1.5})),
-                      Catch::Contains("MultiHeadAttention: valid_lens must be whole numbers, got 1.5 at [1]"));
-    CHECK_THROWS_WITH(m.forward(ones({2, 4, 4}), ones({2, 6, 4}), ones({2, 6, 4}), gt(tensor({3.0, 1.5}), 2.0)),
-                      Catch::Contains("MultiHeadAttention: valid_lens") && Catch::Contains("bool"));
+    CHECK_THROWS_WITH(
+        m.forward(ones({2, 4, 4}), ones({2, 6, 4}), ones({2, 6, 4}), tensor({3.0, 1.5})),
+        Catch::Contains("MultiHeadAttention: valid_lens must be whole numbers, got 1.5 at [1]"));
+    CHECK_THROWS_WITH(
+        m.forward(ones({2, 4, 4}), ones({2, 6, 4}), ones({2, 6, 4}), gt(tensor({3.0, 1.5}), 2.0)),
+        Catch::Contains("MultiHeadAttention: valid_lens") && Catch::Contains("bool"));
 }
 
 TEST_CASE("bad input: a mask of the wrong shape", "[mha][bad]") {
     MultiHeadAttention m(4, 4, 4, 4, 2, 0.0);
     const Tensor wrong = gt(ones({2, 6, 4}), 0.0);
-    CHECK_THROWS_WITH(m.forward(ones({2, 4, 4}), ones({2, 6, 4}), ones({2, 6, 4}), AttentionMask::attend_where(wrong)),
-                      Catch::Contains("MultiHeadAttention: mask must have shape (2, 4, 6) or (4, 6), got (2, 6, 4)"));
+    CHECK_THROWS_WITH(
+        m.forward(ones({2, 4, 4}), ones({2, 6, 4}), ones({2, 6, 4}), AttentionMask::attend_where(wrong)),
+        Catch::Contains("MultiHeadAttention: mask must have shape (2, 4, 6) or (4, 6), got (2, 6, 4)"));
 }
 
 TEST_CASE("bad input: a mask that is not bool", "[mha][bad]") {
     MultiHeadAttention m(4, 4, 4, 4, 2, 0.0);
-    CHECK_THROWS_WITH(m.forward(ones({2, 4, 4}), ones({2, 6, 4}), ones({2, 6, 4}), AttentionMask::attend_where(ones({2, 4, 6}))),
-                      Catch::Contains("MultiHeadAttention: mask must be a bool tensor (true = attend), got float32"));
+    CHECK_THROWS_WITH(
+        m.forward(ones({2, 4, 4}), ones({2, 6, 4}), ones({2, 6, 4}),
+                  AttentionMask::attend_where(ones({2, 4, 6}))),
+        Catch::Contains("MultiHeadAttention: mask must be a bool tensor (true = attend), got float32"));
 }
 
 TEST_CASE("bad input: a causal mask with fewer keys than queries", "[mha][bad]") {

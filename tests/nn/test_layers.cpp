@@ -57,12 +57,14 @@ TEST_CASE("Linear passes gradcheck for inputs, weight and bias", "[linear][gradc
     const Shape shape = GENERATE(Shape{3}, Shape{4, 3}, Shape{2, 5, 3}, Shape{1, 1, 3});
     Linear lin(3, 2, bias);
     lin.to(kFloat64);
-    REQUIRE_MODULE_GRADCHECK(lin, {param(shape)}, [&](auto& x) { return lin.forward(x[0]); }, "Linear");
+    REQUIRE_MODULE_GRADCHECK(
+        lin, {param(shape)}, [&](auto& x) { return lin.forward(x[0]); }, "Linear");
 }
 
 TEST_CASE("Linear rejects an input whose last axis is not in_features", "[linear][bad]") {
     Linear lin(100, 100, false);
-    CHECK_THROWS_WITH(lin.forward(ones({2, 4, 99})), Catch::Contains("Linear") && Catch::Contains("in_features = 100") &&
+    CHECK_THROWS_WITH(lin.forward(ones({2, 4, 99})), Catch::Contains("Linear") &&
+                                                         Catch::Contains("in_features = 100") &&
                                                          Catch::Contains("(2, 4, 99)"));
     CHECK_THROWS_WITH(Linear(0, 3), Catch::Contains("Linear") && Catch::Contains("positive"));
 }
@@ -149,9 +151,11 @@ TEST_CASE("Embedding passes gradcheck, repeated ids included", "[embedding][grad
     Embedding emb(4, 3);
     emb.to(kFloat64);
     const Tensor ids = from_vector(std::vector<std::int64_t>{1, 3, 1, 1, 0}, {5});
-    REQUIRE_MODULE_GRADCHECK(emb, {}, [&](auto&) { return emb.forward(ids); }, "Embedding");
+    REQUIRE_MODULE_GRADCHECK(
+        emb, {}, [&](auto&) { return emb.forward(ids); }, "Embedding");
     const Tensor ids2 = from_vector(std::vector<std::int64_t>{2, 2, 0, 3}, {2, 2});
-    REQUIRE_MODULE_GRADCHECK(emb, {}, [&](auto&) { return emb.forward(ids2); }, "Embedding 2-D ids");
+    REQUIRE_MODULE_GRADCHECK(
+        emb, {}, [&](auto&) { return emb.forward(ids2); }, "Embedding 2-D ids");
 }
 
 TEST_CASE("Embedding rejects ids out of range or not int64", "[embedding][bad]") {
@@ -171,8 +175,9 @@ TEST_CASE("LayerNorm normalises over the last axes as torch does", "[layernorm]"
     ln.to(kFloat64);
     const Tensor x = tensor({{1., 2., 3., 4.}, {2., 0., -1., 5.}}, kFloat64);
     // torch.nn.LayerNorm(4)(x), float64
-    CHECK_THAT(vals(ln(x)), approx({-1.341635419968927, -0.4472118066563091, 0.4472118066563089, 1.3416354199689269,
-                                    0.21821768240972717, -0.6546530472291814, -1.0910884120486357, 1.52752377686809}));
+    CHECK_THAT(vals(ln(x)),
+               approx({-1.341635419968927, -0.4472118066563091, 0.4472118066563089, 1.3416354199689269,
+                       0.21821768240972717, -0.6546530472291814, -1.0910884120486357, 1.52752377686809}));
 
     LayerNorm ln2({2, 2}, 1e-3);
     ln2.to(kFloat64);
@@ -195,7 +200,8 @@ TEST_CASE("LayerNorm passes gradcheck for input, weight and bias", "[layernorm][
     ln.to(kFloat64);
     // Non-trivial affine parameters, so their gradients are not all alike.
     for (const auto& [name, p] : ln.named_parameters()) ln.set_parameter(name, param(p.shape(), 0.5, 1.5, 9));
-    REQUIRE_MODULE_GRADCHECK(ln, {param(shape, -2, 2)}, [&](auto& x) { return ln(x[0]); }, "LayerNorm");
+    REQUIRE_MODULE_GRADCHECK(
+        ln, {param(shape, -2, 2)}, [&](auto& x) { return ln(x[0]); }, "LayerNorm");
 }
 
 TEST_CASE("LayerNorm rejects an input that does not end with normalized_shape", "[layernorm][bad]") {
@@ -218,9 +224,15 @@ TEST_CASE("PositionalEncoding has d2l's sin/cos table (d = 32)", "[positional]")
     for (int j = 0; j < 16; ++j) zero_row.insert(zero_row.end(), {0.0, 1.0});
     CHECK(row(0, 0, 32) == zero_row);
     // d2l's table in float32 (pe.P[0, i, 6:10], the columns d2l plots)
-    CHECK_THAT(row(1, 6, 10), approx({0.17689219117164612, 0.9842302203178406, 0.0998334214091301, 0.9950041770935059}, 1e-6));
-    CHECK_THAT(row(7, 6, 10), approx({0.9473307728767395, 0.32025688886642456, 0.6442176699638367, 0.7648422122001648}, 1e-6));
-    CHECK_THAT(row(59, 6, 10), approx({-0.8757904767990112, -0.4826914966106415, -0.37387657165527344, 0.9274784922599792}, 1e-5));
+    CHECK_THAT(
+        row(1, 6, 10),
+        approx({0.17689219117164612, 0.9842302203178406, 0.0998334214091301, 0.9950041770935059}, 1e-6));
+    CHECK_THAT(
+        row(7, 6, 10),
+        approx({0.9473307728767395, 0.32025688886642456, 0.6442176699638367, 0.7648422122001648}, 1e-6));
+    CHECK_THAT(
+        row(59, 6, 10),
+        approx({-0.8757904767990112, -0.4826914966106415, -0.37387657165527344, 0.9274784922599792}, 1e-5));
     // The formula itself at a far position: P[i, 2j] = sin(i / 10000^(2j/d)).
     CHECK(v[999 * 32 + 10] == Approx(std::sin(999 / std::pow(10000.0, 10.0 / 32))).margin(1e-6));
     CHECK(v[999 * 32 + 11] == Approx(std::cos(999 / std::pow(10000.0, 10.0 / 32))).margin(1e-6));
@@ -245,9 +257,11 @@ TEST_CASE("PositionalEncoding adds the rows from the offset on", "[positional]")
 
 TEST_CASE("PositionalEncoding rejects a wrong width or too many positions", "[positional][bad]") {
     PositionalEncoding pe(32, 0.0, 10);
-    CHECK_THROWS_WITH(pe(ones({2, 3, 31})), Catch::Contains("PositionalEncoding") && Catch::Contains("num_hiddens = 32") &&
+    CHECK_THROWS_WITH(pe(ones({2, 3, 31})), Catch::Contains("PositionalEncoding") &&
+                                                Catch::Contains("num_hiddens = 32") &&
                                                 Catch::Contains("(2, 3, 31)"));
-    CHECK_THROWS_WITH(pe(ones({2, 11, 32})), Catch::Contains("PositionalEncoding") && Catch::Contains("max_len = 10"));
+    CHECK_THROWS_WITH(pe(ones({2, 11, 32})),
+                      Catch::Contains("PositionalEncoding") && Catch::Contains("max_len = 10"));
     CHECK_THROWS_WITH(pe.forward(ones({2, 3, 32}), 8), Catch::Contains("max_len = 10"));
 }
 
@@ -259,8 +273,8 @@ TEST_CASE("LearnedPositionalEmbedding adds learned rows from the offset on", "[p
     for (std::size_t b = 0; b < 2; ++b)
         for (std::size_t k = 0; k < 12; ++k) CHECK(y[b * 12 + k] == E[2 * 4 + k]);
     pos.to(kFloat64);
-    REQUIRE_MODULE_GRADCHECK(pos, {param({2, 3, 4})}, [&](auto& x) { return pos.forward(x[0], 1); },
-                             "LearnedPositionalEmbedding");
-    CHECK_THROWS_WITH(pos(ones({1, 21, 4}, kFloat64)), Catch::Contains("LearnedPositionalEmbedding") &&
-                                                           Catch::Contains("max_len = 20"));
+    REQUIRE_MODULE_GRADCHECK(
+        pos, {param({2, 3, 4})}, [&](auto& x) { return pos.forward(x[0], 1); }, "LearnedPositionalEmbedding");
+    CHECK_THROWS_WITH(pos(ones({1, 21, 4}, kFloat64)),
+                      Catch::Contains("LearnedPositionalEmbedding") && Catch::Contains("max_len = 20"));
 }

@@ -33,7 +33,9 @@ public:
         drop = register_module("drop", std::make_shared<Dropout>(0.25));
         second = register_module("second", std::make_shared<Linear>(3, 1, false));
     }
-    Tensor forward(const Tensor& x) { return second->forward(drop->forward(first->forward(x) * parameter("scale"))); }
+    Tensor forward(const Tensor& x) {
+        return second->forward(drop->forward(first->forward(x) * parameter("scale")));
+    }
     std::shared_ptr<Linear> first;
     std::shared_ptr<Dropout> drop;
     std::shared_ptr<Linear> second;
@@ -78,7 +80,8 @@ TEST_CASE("register_parameter and register_module reject bad names and non-leave
     CHECK(m.parameter("w").requires_grad());
     CHECK_THROWS_WITH(m.add("w", ones({2})), Catch::Contains("Bad") && Catch::Contains("already registered"));
     CHECK_THROWS_WITH(m.add("a.b", ones({2})), Catch::Contains("without '.'"));
-    CHECK_THROWS_WITH(m.add("sum", m.parameter("w") * 2.0), Catch::Contains("leaf") && Catch::Contains("mul"));
+    CHECK_THROWS_WITH(m.add("sum", m.parameter("w") * 2.0),
+                      Catch::Contains("leaf") && Catch::Contains("mul"));
     m.add_child("act");
     CHECK_THROWS_WITH(m.add_child("act"), Catch::Contains("already registered"));
     CHECK_THROWS_WITH(m.parameter("nothing"), Catch::Contains("Bad: no parameter named 'nothing'"));
@@ -127,8 +130,9 @@ TEST_CASE("set_parameter swaps a handle by dotted name, checking shape and dtype
     const Tensor replacement = zeros({3, 2});
     m.set_parameter("first.weight", replacement);
     CHECK(m.first->weight().is_same(replacement));
-    CHECK_THROWS_WITH(m.set_parameter("first.weight", zeros({2, 3})),
-                      Catch::Contains("first.weight") && Catch::Contains("(3, 2)") && Catch::Contains("(2, 3)"));
+    CHECK_THROWS_WITH(m.set_parameter("first.weight", zeros({2, 3})), Catch::Contains("first.weight") &&
+                                                                          Catch::Contains("(3, 2)") &&
+                                                                          Catch::Contains("(2, 3)"));
     CHECK_THROWS_WITH(m.set_parameter("first.nothing", zeros({3})), Catch::Contains("first.nothing"));
     CHECK_THROWS_WITH(m.set_parameter("third.weight", zeros({3})), Catch::Contains("third"));
 }
@@ -231,11 +235,11 @@ TEST_CASE("a mismatched load reports everything at once and changes nothing", "[
     MultiHeadAttention m(3, 2, 4, 4, 2, 0.0, true);
     const auto before = m.state_dict();
     NamedTensors state = m.state_dict();
-    state.erase(state.begin());                                                // W_q.weight missing
-    state[0].second = zeros({5});                                              // W_q.bias: shape
-    state[1].second = zeros({4, 3}, kFloat64);                                 // W_k.weight: dtype
-    state.emplace_back("W_x.weight", zeros({4, 4}));                           // unexpected
-    state[5].second = ones({4, 4});                                            // W_o.weight: fine
+    state.erase(state.begin());                       // W_q.weight missing
+    state[0].second = zeros({5});                     // W_q.bias: shape
+    state[1].second = zeros({4, 3}, kFloat64);        // W_k.weight: dtype
+    state.emplace_back("W_x.weight", zeros({4, 4}));  // unexpected
+    state[5].second = ones({4, 4});                   // W_o.weight: fine
     CHECK_THROWS_WITH(m.load_state_dict(state),
                       Catch::Contains("MultiHeadAttention") && Catch::Contains("missing: W_q.weight") &&
                           Catch::Contains("unexpected: W_x.weight") &&
@@ -255,8 +259,9 @@ TEST_CASE("loading a file that does not match names the file and the module", "[
     const std::string path = temp_path("mismatch.npz");
     save(small, path);
     const std::vector<double> before = vals(other.weight());
-    CHECK_THROWS_WITH(load(other, path), Catch::Contains(path) && Catch::Contains("Linear") &&
-                                             Catch::Contains("weight: expected float32 (4, 2), got float32 (3, 2)"));
+    CHECK_THROWS_WITH(load(other, path),
+                      Catch::Contains(path) && Catch::Contains("Linear") &&
+                          Catch::Contains("weight: expected float32 (4, 2), got float32 (3, 2)"));
     std::remove(path.c_str());
     CHECK(vals(other.weight()) == before);
 }

@@ -25,8 +25,9 @@ TEST_CASE("AddNorm is layer norm of the residual sum", "[transformer]") {
     AddNorm add_norm({4}, 0.0);
     const Tensor X = tensor({{1., 0., 2., 0.}}), Y = tensor({{0., 2., 1., 4.}});
     // ln([1, 2, 3, 4]) with weight 1, bias 0: torch.nn.LayerNorm(4)
-    CHECK_THAT(vals(add_norm.forward(X, Y)), approx({-1.341635419968927, -0.4472118066563091, 0.4472118066563089,
-                                                     1.3416354199689269}, 1e-5));
+    CHECK_THAT(
+        vals(add_norm.forward(X, Y)),
+        approx({-1.341635419968927, -0.4472118066563091, 0.4472118066563089, 1.3416354199689269}, 1e-5));
     CHECK_THROWS_WITH(add_norm.forward(ones({2, 4}), ones({1, 4})),
                       Catch::Contains("AddNorm") && Catch::Contains("(2, 4)") && Catch::Contains("(1, 4)"));
 }
@@ -40,14 +41,15 @@ TEST_CASE("TransformerEncoderBlock keeps the shape of its input (d2l's check)", 
     CHECK(block.attention()->attention_weights().shape() == Shape{2, 8, 100, 100});
 }
 
-TEST_CASE("TransformerEncoderBlock passes gradcheck for input and every parameter", "[transformer][gradcheck]") {
+TEST_CASE("TransformerEncoderBlock passes gradcheck for input and every parameter",
+          "[transformer][gradcheck]") {
     const bool bias = GENERATE(false, true);
     TransformerEncoderBlock block(4, 4, 4, 4, {4}, 6, 2, 0.0, bias);
     block.to(kFloat64);
     const Tensor X = param({2, 3, 4}, -1, 1, 4);
     for (const Tensor& l : {Tensor(), lens({2, 3}), lens2({1, 2, 3, 3, 1, 2}, 2)})
-        REQUIRE_MODULE_GRADCHECK(block, {X}, [&](auto& x) { return block.forward(x[0], l); },
-                                 "TransformerEncoderBlock");
+        REQUIRE_MODULE_GRADCHECK(
+            block, {X}, [&](auto& x) { return block.forward(x[0], l); }, "TransformerEncoderBlock");
 }
 
 TEST_CASE("TransformerDecoderBlock keeps the shape of its input (d2l's check)", "[transformer]") {
@@ -74,7 +76,8 @@ TEST_CASE("TransformerDecoderBlock self-attention is causal in train and eval mo
     const Tensor X2 = concat({slice(X, 1, 0, 3), param({2, 1, 8}, -1, 1, 7).detach()}, 1);
     const auto changed = vals(block.forward(X2, enc, lens({5, 3})));
     for (std::size_t b = 0; b < 2; ++b)
-        for (std::size_t k = 0; k < 3 * 8; ++k) CHECK(changed[b * 32 + k] == Approx(full_train[b * 32 + k]).epsilon(1e-12));
+        for (std::size_t k = 0; k < 3 * 8; ++k)
+            CHECK(changed[b * 32 + k] == Approx(full_train[b * 32 + k]).epsilon(1e-12));
     block.forward(X, enc, lens({5, 3}));
     const Tensor w = block.self_attention()->attention_weights();
     REQUIRE(w.shape() == Shape{2, 2, 4, 4});
@@ -105,13 +108,17 @@ TEST_CASE("TransformerDecoderBlock decoding step by step with a cache equals the
     CHECK_THAT(vals(concat({first, rest}, 1)), approx(whole, 1e-12));
 }
 
-TEST_CASE("TransformerDecoderBlock passes gradcheck for its inputs and parameters", "[transformer][gradcheck]") {
+TEST_CASE("TransformerDecoderBlock passes gradcheck for its inputs and parameters",
+          "[transformer][gradcheck]") {
     TransformerDecoderBlock block(4, 4, 4, 4, {4}, 6, 2, 0.0, true);
     block.to(kFloat64);
     const Tensor X = param({2, 3, 4}, -1, 1, 4), enc = param({2, 2, 4}, -1, 1, 5);
-    REQUIRE_MODULE_GRADCHECK(block, (std::vector<Tensor>{X, enc}),
-                             [&](auto& x) { return block.forward(x[0], x[1], lens({2, 1})); },
-                             "TransformerDecoderBlock");
+    REQUIRE_MODULE_GRADCHECK(
+        block, (std::vector<Tensor>{X, enc}),
+        [&](auto& x) {
+            return block.forward(x[0], x[1], lens({2, 1}));
+        },
+        "TransformerDecoderBlock");
 }
 
 TEST_CASE("bad input: transformer blocks whose sizes do not fit together", "[transformer][bad]") {
@@ -123,6 +130,7 @@ TEST_CASE("bad input: transformer blocks whose sizes do not fit together", "[tra
     Tensor cache = zeros({3, 2, 8});
     CHECK_THROWS_WITH(block.forward(ones({2, 1, 8}), ones({2, 5, 8}), Tensor(), cache),
                       Catch::Contains("TransformerDecoderBlock: cache") && Catch::Contains("(3, 2, 8)"));
-    CHECK_THROWS_WITH(block.forward(ones({2, 1, 8}), ones({2, 5, 8}), lens({1, 2, 3})),
-                      Catch::Contains("MultiHeadAttention: valid_lens must have shape (2,) or (2, 1), got (3,)"));
+    CHECK_THROWS_WITH(
+        block.forward(ones({2, 1, 8}), ones({2, 5, 8}), lens({1, 2, 3})),
+        Catch::Contains("MultiHeadAttention: valid_lens must have shape (2,) or (2, 1), got (3,)"));
 }
