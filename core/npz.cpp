@@ -8,6 +8,7 @@
 #include <set>
 
 #include "atomic_file.hpp"
+#include "inflate.hpp"
 #include "node.hpp"
 
 namespace xgrad {
@@ -564,11 +565,10 @@ NamedTensors parse_npz(std::string_view b, const std::string& what) {
         if (flags & kFlagEncrypted) fail(where + " is encrypted; encrypted archives are not supported");
         if (csize == 0xffffffff || usize == 0xffffffff || local == 0xffffffff)
             fail(where + " uses zip64 fields; zip64 archives are not supported");
-        if (method == 8)
-            fail(where + " is deflate-compressed (np.savez_compressed); only uncompressed archives "
-                         "(np.savez) are supported");
-        if (method != 0) fail(fmt::format("{} uses compression method {}; only stored members are supported", where, method));
-        if (csize != usize)
+        if (method != 0 && method != 8)
+            fail(fmt::format("{} uses compression method {}; only stored (np.savez) and deflate "
+                             "(np.savez_compressed) members are supported", where, method));
+        if (method == 0 && csize != usize)
             fail(fmt::format("corrupt: {} is stored but its sizes differ ({} and {})", where, csize, usize));
         if (member.size() <= 4 || member.compare(member.size() - 4, 4, ".npy") != 0)
             fail(where + " is not an .npy array (an .npz holds only NAME.npy members)");
@@ -591,7 +591,9 @@ NamedTensors parse_npz(std::string_view b, const std::string& what) {
             if (lcrc != crc || (lcs != csize && lcs != 0xffffffff) || (lus != usize && lus != 0xffffffff))
                 fail(fmt::format("corrupt: the local header of {} disagrees with the central directory", where));
         }
-        const std::string_view data = b.substr(data_at, csize);
+        std::string inflated;
+        if (method == 8) inflated = inflate(b.substr(data_at, csize), usize, fmt::format("{}: {}", what, where));
+        const std::string_view data = method == 8 ? std::string_view(inflated) : b.substr(data_at, csize);
         const std::uint32_t actual = crc32_update(0, data);
         if (actual != crc)
             fail(fmt::format("corrupt: CRC-32 mismatch in {} (stored {:08x}, computed {:08x})", where, crc, actual));

@@ -10,9 +10,10 @@
 ///
 /// The readers treat the bytes as untrusted: every length, offset and count is checked against
 /// the bytes present before use, CRC-32s are verified, and nothing is allocated from a length
-/// field before that check. Anything else is refused with a message: other dtypes, big-endian
-/// data, Fortran order (rank >= 2), compressed members (np.savez_compressed), encrypted or
-/// zip64 archives, members that are not .npy files.
+/// field before that check; deflated members are inflated into a buffer that grows with the
+/// output and stops at the size the archive declares. Anything else is refused with a
+/// message: other dtypes, big-endian data, Fortran order (rank >= 2), other compression
+/// methods, encrypted or zip64 archives, members that are not .npy files.
 ///
 /// Every failure, bad bytes and I/O alike, throws xgrad::Error naming the file (or the `what`
 /// given to the in-memory forms) and what was wrong.
@@ -37,8 +38,8 @@ Tensor load_npy(const std::string& path);
 /// to a temporary file in the same folder, flushed (fsync), then renamed over `path`.
 /// Names must be non-empty and distinct.
 void save_npz(const std::string& path, const NamedTensors& arrays);
-/// Reads every member of an .npz written by np.savez (or save_npz), in archive order, with
-/// the ".npy" suffix removed from the names.
+/// Reads every member of an .npz written by np.savez, np.savez_compressed or save_npz, in
+/// archive order, with the ".npy" suffix removed from the names.
 NamedTensors load_npz(const std::string& path);
 
 /// In-memory forms, for tests and fuzzing. `what` names the source in error messages.
