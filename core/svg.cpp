@@ -251,36 +251,48 @@ std::string line_plot(const std::vector<Series>& series, const LinePlotOptions& 
     // Points that can be drawn: finite, and positive on a log axis; others split the line.
     std::vector<std::vector<std::pair<double, double>>> pts(series.size());
     std::vector<std::vector<bool>> ok(series.size());
-    std::vector<double> xs, ys;
+    std::vector<double> xs, ys, ys2;
+    bool has_y2 = false;
     for (std::size_t s = 0; s < series.size(); ++s) {
         const Series& se = series[s];
         if (!se.x.empty() && se.x.size() != se.y.size())
             throw Error(fmt::format("line_plot: series {} ('{}') has {} x values but {} y values", s, se.label,
                                     se.x.size(), se.y.size()));
+        has_y2 = has_y2 || se.right_axis;
+        const bool log_y = se.right_axis ? opts.log_y2 : opts.log_y;
         for (std::size_t i = 0; i < se.y.size(); ++i) {
             const double x = se.x.empty() ? static_cast<double>(i) : se.x[i], y = se.y[i];
-            const bool good = std::isfinite(x) && std::isfinite(y) && (!opts.log_x || x > 0) && (!opts.log_y || y > 0);
+            const bool good = std::isfinite(x) && std::isfinite(y) && (!opts.log_x || x > 0) && (!log_y || y > 0);
             pts[s].emplace_back(x, y);
             ok[s].push_back(good);
             if (good) {
                 xs.push_back(x);
-                ys.push_back(y);
+                (se.right_axis ? ys2 : ys).push_back(y);
             }
         }
     }
     const Axis ax = make_axis("x", xs, opts.log_x, opts.xlim);
     const Axis ay = make_axis("y", ys, opts.log_y, opts.ylim);
+    const Axis ay2 = has_y2 ? make_axis("y2", ys2, opts.log_y2, opts.y2lim) : Axis{};
 
     double ylabel_w = 0;
     for (const auto& l : ay.labels) ylabel_w = std::max(ylabel_w, text_width(l, kTickFont));
     const double left = 12 + (opts.ylabel.empty() ? 0 : kLabelFont + 10) + ylabel_w + 10;
-    const double right = 24;
+    double y2label_w = 0;
+    for (const auto& l : ay2.labels) y2label_w = std::max(y2label_w, text_width(l, kTickFont));
+    const double right = has_y2 ? 10 + y2label_w + (opts.y2label.empty() ? 0 : kLabelFont + 10) + 12 : 24;
     const double top = opts.title.empty() ? 18 : 18 + kTitleFont + 12;
     const double bottom = 8 + kTickFont + 8 + (opts.xlabel.empty() ? 0 : kLabelFont + 10) + 8;
     const double W = std::max(opts.width, left + right + 60), H = std::max(opts.height, top + bottom + 40);
     const double x0 = left, x1 = W - right, y0 = top, y1 = H - bottom;
     auto px = [&](double x) { return x0 + ax.frac(x) * (x1 - x0); };
     auto py = [&](double y) { return y1 - ay.frac(y) * (y1 - y0); };
+    auto py2 = [&](double y) { return y1 - ay2.frac(y) * (y1 - y0); };
+    // Point i of series s in pixels.
+    auto at = [&](std::size_t s, std::size_t i) {
+        const auto [x, y] = pts[s][i];
+        return std::make_pair(px(x), series[s].right_axis ? py2(y) : py(y));
+    };
 
     std::string out = svg_open(W, H);
     out += fmt::format("<defs><clipPath id=\"plot-area\"><rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"/>"
@@ -307,10 +319,11 @@ std::string line_plot(const std::vector<Series>& series, const LinePlotOptions& 
             if (!ok[s][i]) continue;
             const bool starts = i == 0 || !ok[s][i - 1];
             const bool alone = starts && (i + 1 == p.size() || !ok[s][i + 1]);
-            d += fmt::format("{}{},{}", starts ? (d.empty() ? "M" : " M") : " L", f2(px(p[i].first)), f2(py(p[i].second)));
+            const auto [cx, cy] = at(s, i);
+            d += fmt::format("{}{},{}", starts ? (d.empty() ? "M" : " M") : " L", f2(cx), f2(cy));
             if (opts.markers || alone)
-                dots += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"{}\" fill=\"{}\"/>\n", f2(px(p[i].first)),
-                                    f2(py(p[i].second)), opts.markers ? 2.5 : 2, escape(colours[s]));
+                dots += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"{}\" fill=\"{}\"/>\n", f2(cx), f2(cy),
+                                    opts.markers ? 2.5 : 2, escape(colours[s]));
         }
         if (d.empty()) continue;
         out += fmt::format("<path d=\"{}\" stroke=\"{}\"{}/>\n", d, escape(colours[s]),
@@ -325,19 +338,25 @@ std::string line_plot(const std::vector<Series>& series, const LinePlotOptions& 
     out += fmt::format("<g class=\"ticks\" stroke=\"{}\">\n", kInk);
     for (double t : ax.ticks) out += line(px(t), y1, px(t), y1 + 5);
     for (double t : ay.ticks) out += line(x0 - 5, py(t), x0, py(t));
+    for (double t : ay2.ticks) out += line(x1, py2(t), x1 + 5, py2(t));
     out += "</g>\n<g class=\"tick-labels\">\n";
     for (std::size_t i = 0; i < ax.ticks.size(); ++i)
         out += text(px(ax.ticks[i]), y1 + 8 + kTickFont, ax.labels[i], "middle", kTickFont);
     for (std::size_t i = 0; i < ay.ticks.size(); ++i)
         out += text(x0 - 8, py(ay.ticks[i]) + kTickFont * 0.35, ay.labels[i], "end", kTickFont);
+    for (std::size_t i = 0; i < ay2.ticks.size(); ++i)
+        out += text(x1 + 8, py2(ay2.ticks[i]) + kTickFont * 0.35, ay2.labels[i], "start", kTickFont);
     out += "</g>\n";
     if (!opts.xlabel.empty()) out += text((x0 + x1) / 2, H - 12, opts.xlabel, "middle", kLabelFont);
     if (!opts.ylabel.empty())
         out += text(0, 0, opts.ylabel, "middle", kLabelFont,
                     fmt::format(" transform=\"translate({},{}) rotate(-90)\"", f2(12 + kLabelFont), f2((y0 + y1) / 2)));
+    if (has_y2 && !opts.y2label.empty())
+        out += text(0, 0, opts.y2label, "middle", kLabelFont,
+                    fmt::format(" transform=\"translate({},{}) rotate(-90)\"", f2(W - 12), f2((y0 + y1) / 2)));
     if (!opts.title.empty()) out += text((x0 + x1) / 2, 18 + kTitleFont, opts.title, "middle", kTitleFont);
 
-    // Legend, in the inner corner that covers the fewest points of the lines.
+    // Legend, where it covers the fewest points of the lines.
     std::vector<std::size_t> shown;
     for (std::size_t s = 0; s < series.size(); ++s)
         if (!series[s].label.empty()) shown.push_back(s);
@@ -349,18 +368,19 @@ std::string line_plot(const std::vector<Series>& series, const LinePlotOptions& 
         for (std::size_t s = 0; s < series.size(); ++s)
             for (std::size_t i = 0; i < pts[s].size(); ++i) {
                 if (!ok[s][i]) continue;
-                const double ax0 = px(pts[s][i].first), ay0 = py(pts[s][i].second);
+                const auto [ax0, ay0] = at(s, i);
                 where.emplace_back(ax0, ay0);
                 if (i + 1 < pts[s].size() && ok[s][i + 1]) {
-                    const double bx = px(pts[s][i + 1].first), by = py(pts[s][i + 1].second);
+                    const auto [bx, by] = at(s, i + 1);
                     for (int k = 1; k < 8; ++k) where.emplace_back(ax0 + (bx - ax0) * k / 8, ay0 + (by - ay0) * k / 8);
                 }
             }
         const double pad = 10;
-        const std::array<std::pair<double, double>, 4> corners = {{{x1 - pad - lw, y0 + pad},   // upper right
-                                                                   {x0 + pad, y0 + pad},        // upper left
-                                                                   {x0 + pad, y1 - pad - lh},   // lower left
-                                                                   {x1 - pad - lw, y1 - pad - lh}}};
+        // matplotlib's candidates for loc="best", in its order of preference.
+        const double xl = x0 + pad, xc = (x0 + x1 - lw) / 2, xr = x1 - pad - lw;
+        const double yt = y0 + pad, yc = (y0 + y1 - lh) / 2, yb = y1 - pad - lh;
+        const std::array<std::pair<double, double>, 9> corners = {
+            {{xr, yt}, {xl, yt}, {xl, yb}, {xr, yb}, {xl, yc}, {xr, yc}, {xc, yb}, {xc, yt}, {xc, yc}}};
         std::size_t best = 0, best_count = std::numeric_limits<std::size_t>::max();
         for (std::size_t c = 0; c < corners.size(); ++c) {
             const auto [lx, ly] = corners[c];

@@ -22,6 +22,7 @@ struct Series {
     std::string color{};       ///< any SVG colour; empty: the next of matplotlib's tab10 colours
     std::string dash{};        ///< SVG stroke-dasharray ("6,3"), "none" for solid; empty: d2l's
                                ///< cycle of solid, dashed, dash-dot, dotted
+    bool right_axis = false;   ///< plot against the second y axis, on the right
 };
 
 struct LinePlotOptions {
@@ -29,13 +30,18 @@ struct LinePlotOptions {
     bool log_x = false, log_y = false;
     /// Axis limits; unset means from the data, widened to round tick values.
     std::optional<std::pair<double, double>> xlim, ylim;
-    bool legend = true;   ///< placed in the corner that hides the fewest points
+    /// The second y axis, drawn when a series has right_axis (e.g. accuracy beside a loss).
+    std::string y2label;
+    bool log_y2 = false;
+    std::optional<std::pair<double, double>> y2lim;
+    bool legend = true;   ///< placed where it hides the fewest points (matplotlib's "best")
     bool grid = true;
     bool markers = false; ///< a dot on every point (isolated points always get one)
     double width = 640, height = 400;
 };
 
-/// A line plot with axes, round-number ticks, grid, axis labels, title and legend.
+/// A line plot with axes, round-number ticks, grid, axis labels, title and legend; a second
+/// y axis on the right when any series asks for it.
 std::string line_plot(const std::vector<Series>& series, const LinePlotOptions& opts = {});
 
 struct HeatmapOptions {

@@ -104,6 +104,22 @@ TEST_CASE("line_plot draws labelled axes, round ticks and a legend", "[svg]") {
     CHECK(s.find("stroke-dasharray") != std::string::npos);  // the second line is dashed, as in d2l
 }
 
+TEST_CASE("line_plot puts right_axis series on a second y axis", "[svg]") {
+    svg::Series loss{"loss", {}, {120, 80, 40, 20}};
+    svg::Series acc{"acc", {}, {0.2, 0.5, 0.7, 0.8}};
+    acc.right_axis = true;
+    svg::LinePlotOptions o;
+    o.ylabel = "loss";
+    o.y2label = "accuracy";
+    const std::string s = svg::line_plot({loss, acc}, o);
+    CHECK(xml_problem(s).empty());
+    CHECK(s.find(">accuracy<") != std::string::npos);
+    // Each axis has its own round ticks: 0..120 for the loss, 0.2..0.8 for the accuracy.
+    for (const char* label : {">120<", ">40<", ">0.2<", ">0.8<"}) CHECK(s.find(label) != std::string::npos);
+    // Without a right_axis series there is no second axis.
+    CHECK(svg::line_plot({loss}, o).find(">accuracy<") == std::string::npos);
+}
+
 TEST_CASE("line_plot escapes text", "[svg]") {
     svg::LinePlotOptions o;
     o.title = "a<b & \"c\"";
