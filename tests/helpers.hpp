@@ -8,14 +8,21 @@
 
 namespace xgrad::test {
 
-/// REQUIREs that `f` passes gradcheck at `inputs`, printing gradcheck's report otherwise.
-#define REQUIRE_GRADCHECK(f, inputs, name)                                                  \
-    do {                                                                                    \
-        ::xgrad::GradcheckOptions opts_;                                                    \
-        opts_.name = name;                                                                  \
-        auto result_ = ::xgrad::gradcheck(f, inputs, opts_);                                \
-        INFO(result_.report);                                                               \
-        REQUIRE(result_.passed);                                                            \
+/// Runs gradcheck with the project's tolerances under a name for the report.
+inline GradcheckResult run_gradcheck(const GradcheckFn& f, const std::vector<Tensor>& inputs,
+                                     const std::string& name) {
+    GradcheckOptions options;
+    options.name = name;
+    return gradcheck(f, inputs, options);
+}
+
+/// REQUIRE_GRADCHECK(f, {inputs...}, "name"): requires that f passes gradcheck, printing
+/// gradcheck's report otherwise. Variadic because braces and lambdas carry commas.
+#define REQUIRE_GRADCHECK(...)                                         \
+    do {                                                               \
+        auto result_ = ::xgrad::test::run_gradcheck(__VA_ARGS__);      \
+        INFO(result_.report);                                          \
+        REQUIRE(result_.passed);                                       \
     } while (0)
 
 /// A float64 leaf with uniform values in [lo, hi) that requires grad.
@@ -28,8 +35,7 @@ inline Tensor param(const Shape& shape, double lo = -1.0, double hi = 1.0, std::
 inline std::vector<double> vals(const Tensor& t) { return t.to_vector<double>(); }
 
 /// Matches a tensor's values against expected ones within 1e-6 relative / 1e-9 absolute.
-inline Catch::Matchers::Vector::ApproxMatcher<double> approx(std::vector<double> expected,
-                                                             double margin = 1e-6) {
+inline auto approx(std::vector<double> expected, double margin = 1e-6) {
     return Catch::Matchers::Approx(std::move(expected)).margin(margin).epsilon(1e-6);
 }
 
