@@ -5,8 +5,9 @@
 /// .npy: format 1.0 written (1.0, 2.0 and 3.0 read); little-endian C-order data of dtype
 /// '<f4' (float32), '<f8' (float64), '<i8' (int64) or '|b1' (bool), loaded as that dtype.
 /// Written headers are byte-for-byte what numpy 1.24's np.save writes.
-/// .npz: an uncompressed zip archive (as np.savez) with one member NAME.npy per array; names
-/// may hold dots ("W_q.weight"), and numpy.load(path)["W_q.weight"] reads them back.
+/// .npz: a zip archive with one member NAME.npy per array, written uncompressed (as np.savez),
+/// read uncompressed or deflated (np.savez_compressed). Names may hold dots ("W_q.weight"),
+/// and numpy.load(path)["W_q.weight"] reads them back.
 ///
 /// The readers treat the bytes as untrusted: every length, offset and count is checked against
 /// the bytes present before use, CRC-32s are verified, and nothing is allocated from a length
