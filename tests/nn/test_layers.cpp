@@ -116,7 +116,7 @@ TEST_CASE("Dropout masks repeat with the seed", "[dropout]") {
     CHECK(vals(Dropout(0.5)(x)) != first);  // the stream moves on
 }
 
-TEST_CASE("Dropout rejects p outside [0, 1)", "[dropout][bad]") {
+TEST_CASE("Dropout rejects p outside 0 <= p < 1", "[dropout][bad]") {
     for (double p : {-0.1, 1.0, 1.5, std::nan("")})
         CHECK_THROWS_WITH(Dropout(p), Catch::Contains("Dropout") && Catch::Contains("p must be in [0, 1)"));
 }
