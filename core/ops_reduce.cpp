@@ -43,7 +43,11 @@ std::pair<Shape, Shape> reduced_shapes(const Shape& in, const std::vector<std::s
 Tensor reduce_sum(const char* op, const Tensor& a, const std::vector<std::size_t>& axes, bool keepdims,
                   bool mean) {
     const Shape& in = a.shape();
-    auto [kept, out_shape] = reduced_shapes(in, axes, keepdims);
+    // Named variables, not a structured binding: C++17 does not let lambdas capture those
+    // (clang refuses; gcc allows it as an extension).
+    const auto shapes = reduced_shapes(in, axes, keepdims);
+    const Shape& kept = shapes.first;
+    const Shape& out_shape = shapes.second;
     std::size_t count = 1;
     for (std::size_t ax : axes) count *= in[ax];
 
