@@ -383,7 +383,8 @@ std::string line_plot(const std::vector<Series>& series, const LinePlotOptions& 
             {{xr, yt}, {xl, yt}, {xl, yb}, {xr, yb}, {xl, yc}, {xr, yc}, {xc, yb}, {xc, yt}, {xc, yc}}};
         std::size_t best = 0, best_count = std::numeric_limits<std::size_t>::max();
         for (std::size_t c = 0; c < corners.size(); ++c) {
-            const auto [lx, ly] = corners[c];
+            // Plain variables: a C++17 lambda cannot capture a structured binding (clang refuses).
+            const double lx = corners[c].first, ly = corners[c].second;
             const auto n = static_cast<std::size_t>(std::count_if(where.begin(), where.end(), [&](const auto& p) {
                 return p.first >= lx - 4 && p.first <= lx + lw + 4 && p.second >= ly - 4 && p.second <= ly + lh + 4;
             }));
