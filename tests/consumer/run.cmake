@@ -1,5 +1,6 @@
 # ctest driver: install the built xgrad into a scratch prefix, then configure, build and run
-# the consumer against it. Arguments: -DBUILD_DIR= -DSOURCE_DIR= -DWORK_DIR=
+# the consumer against it. Arguments: -DBUILD_DIR= -DSOURCE_DIR= -DWORK_DIR=, and
+# -DCXX_FLAGS= (the library's own CMAKE_CXX_FLAGS: a sanitizer build needs them at link time).
 file(REMOVE_RECURSE ${WORK_DIR})
 macro(run)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc)
@@ -9,6 +10,6 @@ macro(run)
 endmacro()
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix)
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/build
-    -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_BUILD_TYPE=Release)
+    -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}")
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 run(${WORK_DIR}/build/consumer)
