@@ -2,6 +2,7 @@
 #include "tensor.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <ostream>
 #include <unordered_set>
 
@@ -10,6 +11,24 @@
 #include "ops.hpp"
 
 namespace xgrad {
+
+namespace {
+thread_local bool t_grad_enabled = true;
+thread_local bool t_detect_anomaly = false;
+
+// Flat index of the first NaN or Inf, or npos. Only called with anomaly detection on.
+template <class T> std::size_t first_non_finite(const xt::xarray<T>& a) {
+    const T* p = a.data();
+    for (std::size_t i = 0, n = a.size(); i < n; ++i)
+        if (!std::isfinite(p[i])) return i;
+    return static_cast<std::size_t>(-1);
+}
+
+template <class T> std::string anomaly_value(const xt::xarray<T>& a, std::size_t i) {
+    const T v = a.data()[i];
+    return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+}
+}  // namespace
 
 // --- Node ---------------------------------------------------------------------------------
 
@@ -43,6 +62,13 @@ Tensor make_leaf(Storage value, bool requires_grad) {
 template <class T>
 Tensor make_result(xt::xarray<T>&& value, std::vector<Tensor> inputs, const char* op,
                    BackwardFn backward) {
+    if (t_detect_anomaly) {
+        const std::size_t i = first_non_finite(value);
+        if (i != static_cast<std::size_t>(-1))
+            throw Error(fmt::format("{}: produced {} in its forward result of shape {} (first at flat "
+                                    "index {}; anomaly detection is on)",
+                                    op, anomaly_value(value, i), shape_str(shape_of(value)), i));
+    }
     auto node = std::make_shared<Node>(Storage(std::move(value)));
     node->op = op;
     const bool track = grad_enabled() && std::any_of(inputs.begin(), inputs.end(), [](const Tensor& t) {
@@ -63,6 +89,13 @@ template <class T> void accumulate(const char* op, const Tensor& input, xt::xarr
     if (!std::equal(g.shape().begin(), g.shape().end(), n.shape.begin(), n.shape.end()))
         throw Error(fmt::format("{} backward: gradient of shape {} does not match its input of shape {}",
                                 op, shape_str(shape_of(g)), shape_str(n.shape)));
+    if (t_detect_anomaly) {
+        const std::size_t i = first_non_finite(g);
+        if (i != static_cast<std::size_t>(-1))
+            throw Error(fmt::format("{} backward: produced {} in the gradient for an input of shape {} "
+                                    "(first at flat index {}; anomaly detection is on)",
+                                    op, anomaly_value(g, i), shape_str(n.shape), i));
+    }
     if (!n.flow)
         n.flow = Storage(std::move(g));
     else
@@ -105,13 +138,14 @@ XGRAD_INSTANTIATE(bool)
 
 // --- grad mode ----------------------------------------------------------------------------
 
-namespace {
-thread_local bool t_grad_enabled = true;
-}
-
 bool grad_enabled() { return t_grad_enabled; }
 NoGradGuard::NoGradGuard() : m_previous(t_grad_enabled) { t_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { t_grad_enabled = m_previous; }
+
+void set_detect_anomaly(bool on) { t_detect_anomaly = on; }
+bool detect_anomaly_enabled() { return t_detect_anomaly; }
+DetectAnomalyGuard::DetectAnomalyGuard(bool on) : m_previous(t_detect_anomaly) { t_detect_anomaly = on; }
+DetectAnomalyGuard::~DetectAnomalyGuard() { t_detect_anomaly = m_previous; }
 
 // --- Tensor -------------------------------------------------------------------------------
 
@@ -288,22 +322,29 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
                                     n->op));
     root.flow = std::move(seed);
     NoGradGuard no_grad;  // backward computations are not themselves recorded
-    for (auto it = order.rbegin(); it != order.rend(); ++it) {
-        Node& n = **it;
-        if (!n.flow) continue;  // no path carried a gradient here
-        Storage g = std::move(*n.flow);
-        n.flow.reset();
-        if (n.is_leaf) {
-            add_into(n.grad, std::move(g));
-            continue;
+    try {
+        for (auto it = order.rbegin(); it != order.rend(); ++it) {
+            Node& n = **it;
+            if (!n.flow) continue;  // no path carried a gradient here
+            Storage g = std::move(*n.flow);
+            n.flow.reset();
+            if (n.is_leaf) {
+                add_into(n.grad, std::move(g));
+                continue;
+            }
+            if (n.retains_grad) add_into(n.grad, Storage(g));
+            n.backward(n, g);
+            if (!retain_graph) {
+                n.backward = nullptr;
+                n.parents.clear();
+                n.graph_freed = true;
+            }
         }
-        if (n.retains_grad) add_into(n.grad, Storage(g));
-        n.backward(n, g);
-        if (!retain_graph) {
-            n.backward = nullptr;
-            n.parents.clear();
-            n.graph_freed = true;
-        }
+    } catch (...) {
+        // A backward that throws (anomaly detection, a bad op) leaves half-delivered gradients
+        // in the nodes still waiting; drop them so a later backward starts clean.
+        for (const auto& n : order) n->flow.reset();
+        throw;
     }
 }
 

@@ -145,6 +145,27 @@ private:
     bool m_previous;
 };
 
+/// Anomaly detection (as torch.autograd.set_detect_anomaly), off by default, per thread.
+/// While on, the first NaN or Inf an op produces throws xgrad::Error naming the op: in
+/// forward, when the op's result is made; in backward, when an op's backward hands a
+/// gradient to one of its inputs ("log backward: produced nan in the gradient for an input
+/// of shape (2, 3)"). It scans every result, so it is for debugging, not for training runs;
+/// when off it costs one thread-local flag test per op.
+void set_detect_anomaly(bool on);
+bool detect_anomaly_enabled();
+
+/// Turns anomaly detection on (or off) for its lifetime, then restores the previous mode.
+class DetectAnomalyGuard {
+public:
+    explicit DetectAnomalyGuard(bool on = true);
+    ~DetectAnomalyGuard();
+    DetectAnomalyGuard(const DetectAnomalyGuard&) = delete;
+    DetectAnomalyGuard& operator=(const DetectAnomalyGuard&) = delete;
+
+private:
+    bool m_previous;
+};
+
 // --- printing ---------------------------------------------------------------------------
 
 /// PyTorch-style text: values (summarised past 1000 elements), shape, dtype, and the op
