@@ -77,6 +77,31 @@ TEST_CASE("incompatible shapes and dtypes are rejected with the op's name", "[el
     CHECK_THROWS_WITH(exp(ones({2}, kInt64)), Catch::Contains("exp") && Catch::Contains("int64"));
 }
 
+TEST_CASE("every binary op names itself and both shapes on a mismatch", "[elementwise][errors]") {
+    const Tensor a = ones({2, 3});
+    const Tensor b = ones({4});
+    // A macro, not a lambda returning the matcher: `m1 && m2` keeps references to m1 and m2,
+    // which a returned matcher would outlive (AddressSanitizer's stack-use-after-return).
+#define NAMES_BOTH(op) Catch::StartsWith(op ":") && Catch::Contains("(2, 3)") && Catch::Contains("(4,)")
+    CHECK_THROWS_WITH(add(a, b), NAMES_BOTH("add"));
+    CHECK_THROWS_WITH(sub(a, b), NAMES_BOTH("sub"));
+    CHECK_THROWS_WITH(mul(a, b), NAMES_BOTH("mul"));
+    CHECK_THROWS_WITH(div(a, b), NAMES_BOTH("div"));
+    CHECK_THROWS_WITH(eq(a, b), NAMES_BOTH("eq"));
+    CHECK_THROWS_WITH(ne(a, b), NAMES_BOTH("ne"));
+    CHECK_THROWS_WITH(lt(a, b), NAMES_BOTH("lt"));
+    CHECK_THROWS_WITH(le(a, b), NAMES_BOTH("le"));
+    CHECK_THROWS_WITH(gt(a, b), NAMES_BOTH("gt"));
+    CHECK_THROWS_WITH(ge(a, b), NAMES_BOTH("ge"));
+    CHECK_THROWS_WITH(where(gt(a, 0.0), a, b), NAMES_BOTH("where"));
+    CHECK_THROWS_WITH(masked_fill(a, gt(b, 0.0), 0.0), NAMES_BOTH("masked_fill"));
+    // Broadcasting goes one way for masked_fill: the result keeps the input's shape.
+    CHECK_THROWS_WITH(masked_fill(ones({3}), gt(a, 0.0), 0.0),
+                      Catch::Contains("masked_fill") && Catch::Contains("(2, 3)") && Catch::Contains("(3,)"));
+    CHECK_THROWS_WITH(where(a, a, a), Catch::Contains("where") && Catch::Contains("bool"));
+#undef NAMES_BOTH
+}
+
 TEST_CASE("comparisons give bool tensors", "[elementwise]") {
     Tensor a = tensor({1, 2, 3});
     Tensor m = gt(a, 1.5);

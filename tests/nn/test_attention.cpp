@@ -410,3 +410,21 @@ TEST_CASE("bad input: masked_softmax of scores that are not 3-D", "[masked_softm
     CHECK_THROWS_WITH(masked_softmax(zeros({2, 4}), lens({1, 2})),
                       Catch::Contains("masked_softmax: X must be 3-D") && Catch::Contains("(2, 4)"));
 }
+
+TEST_CASE("bad input: additive and dot-product attention inputs that do not fit", "[attention][bad]") {
+    AdditiveAttention add(2, 20, 8, 0.0);  // key_size 2, query_size 20
+    CHECK_THROWS_WITH(add.forward(ones({2, 1, 19}), ones({2, 10, 2}), ones({2, 10, 4}), lens({2, 6})),
+                      Catch::Contains("AdditiveAttention: queries must have last axis query_size = 20") &&
+                          Catch::Contains("(2, 1, 19)"));
+    CHECK_THROWS_WITH(add.forward(ones({2, 1, 20}), ones({2, 10, 3}), ones({2, 10, 4}), lens({2, 6})),
+                      Catch::Contains("AdditiveAttention: keys must have last axis key_size = 2") &&
+                          Catch::Contains("(2, 10, 3)"));
+    CHECK_THROWS_WITH(add.forward(ones({2, 1, 20}), ones({2, 10, 2}), ones({2, 10, 4}), lens({2, 6, 1})),
+                      Catch::Contains("AdditiveAttention: valid_lens") && Catch::Contains("(3,)"));
+    DotProductAttention dot(0.0);
+    CHECK_THROWS_WITH(dot.forward(ones({2, 1, 3}), ones({2, 10, 2}), ones({2, 10, 4})),
+                      Catch::Contains("DotProductAttention: queries and keys must have the same last axis") &&
+                          Catch::Contains("(2, 1, 3)") && Catch::Contains("(2, 10, 2)"));
+    CHECK_THROWS_WITH(DotProductAttention(1.0), Catch::Contains("Dropout: p must be in [0, 1), got 1"));
+    CHECK_THROWS_WITH(AdditiveAttention(2, 2, 0, 0.0), Catch::Contains("Linear") && Catch::Contains("positive"));
+}

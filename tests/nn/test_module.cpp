@@ -1,5 +1,7 @@
 // Module: registration, names, modes, dtype conversion, printing and state_dict save/load.
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 
@@ -264,4 +266,52 @@ TEST_CASE("loading a file that does not match names the file and the module", "[
                           Catch::Contains("weight: expected float32 (4, 2), got float32 (3, 2)"));
     std::remove(path.c_str());
     CHECK(vals(other.weight()) == before);
+}
+
+TEST_CASE("a missing, empty, truncated, corrupted or foreign checkpoint names the file, loads nothing",
+          "[module][state]") {
+    Linear model(3, 2);
+    const std::vector<double> weight = vals(model.weight()), bias = vals(model.bias());
+    auto unchanged = [&] { return vals(model.weight()) == weight && vals(model.bias()) == bias; };
+
+    Linear other(3, 2);
+    const std::string good = temp_path("good.npz");
+    save(other, good);
+    std::string bytes;
+    {
+        std::ifstream in(good, std::ios::binary);
+        bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    auto write = [](const std::string& path, const std::string& content) {
+        std::ofstream(path, std::ios::binary) << content;
+        return path;
+    };
+
+    CHECK_THROWS_WITH(load(model, temp_path("absent.npz")),
+                      Catch::Contains("absent.npz") && Catch::Contains("No such file"));
+    CHECK(unchanged());
+    CHECK_THROWS_WITH(load(model, write(temp_path("empty.npz"), "")), Catch::Contains("empty.npz"));
+    CHECK(unchanged());
+    CHECK_THROWS_WITH(load(model, write(temp_path("cut.npz"), bytes.substr(0, bytes.size() / 2))),
+                      Catch::Contains("cut.npz"));
+    CHECK(unchanged());
+    std::string flipped = bytes;
+    // A byte of the weight's values (after the member name and the 128-byte .npy header): only
+    // the CRC-32 check can catch it.
+    const std::size_t at = bytes.find("weight.npy") + 10 + 128 + 4;
+    flipped[at] = static_cast<char>(flipped[at] ^ 0x5a);
+    CHECK_THROWS_WITH(load(model, write(temp_path("flipped.npz"), flipped)), Catch::Contains("flipped.npz"));
+    CHECK(unchanged());
+    save_npy(temp_path("foreign.npy"), ones({2, 3}));  // a .npy, not an archive
+    CHECK_THROWS_WITH(load(model, temp_path("foreign.npy")), Catch::Contains("foreign.npy"));
+    CHECK(unchanged());
+    CHECK_THROWS_WITH(load(model, write(temp_path("text.npz"), "weight,bias\n1,2\n")), Catch::Contains("text.npz"));
+    CHECK(unchanged());
+    // Right names and shapes, wrong dtype for one entry: nothing at all is taken.
+    save_npz(temp_path("f64.npz"), {{"weight", zeros({2, 3})}, {"bias", zeros({2}, kFloat64)}});
+    CHECK_THROWS_WITH(load(model, temp_path("f64.npz")),
+                      Catch::Contains("f64.npz") && Catch::Contains("bias: expected float32 (2,), got float64 (2,)"));
+    CHECK(unchanged());
+    for (const char* f : {"good.npz", "empty.npz", "cut.npz", "flipped.npz", "foreign.npy", "text.npz", "f64.npz"})
+        std::remove(temp_path(f).c_str());
 }
