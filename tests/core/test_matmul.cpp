@@ -1,0 +1,85 @@
+// matmul and bmm: values by hand, every operand layout through gradcheck, clear shape errors.
+#include "helpers.hpp"
+
+using namespace xgrad;
+using namespace xgrad::test;
+
+TEST_CASE("matmul of 2-D matrices", "[matmul]") {
+    Tensor a = tensor({{1, 2, 3}, {4, 5, 6}});
+    Tensor b = tensor({{1, 0}, {0, 1}, {1, 1}});
+    Tensor c = matmul(a, b);
+    CHECK(c.shape() == Shape{2, 2});
+    CHECK_THAT(vals(c), approx({4, 5, 10, 11}));
+    CHECK_THAT(vals(a.matmul(b)), approx({4, 5, 10, 11}));
+}
+
+TEST_CASE("matmul treats 1-D operands as numpy does", "[matmul]") {
+    Tensor v = tensor({1, 2, 3});
+    Tensor m = tensor({{1, 0}, {0, 1}, {1, 1}});
+    CHECK(matmul(v, v).shape() == Shape{});
+    CHECK(matmul(v, v).item<float>() == 14);
+    CHECK(matmul(v, m).shape() == Shape{2});
+    CHECK_THAT(vals(matmul(v, m)), approx({4, 5}));
+    Tensor mt = tensor({{1, 0, 1}, {0, 1, 1}});
+    CHECK(matmul(mt, v).shape() == Shape{2});
+    CHECK_THAT(vals(matmul(mt, v)), approx({4, 5}));
+}
+
+TEST_CASE("matmul broadcasts batch axes", "[matmul]") {
+    Tensor a = ones({2, 1, 3, 4});
+    Tensor b = ones({5, 4, 2});
+    CHECK(matmul(a, b).shape() == Shape{2, 5, 3, 2});
+    CHECK(vals(matmul(a, b))[0] == 4);
+    CHECK(matmul(ones({3, 4}), ones({6, 4, 2})).shape() == Shape{6, 3, 2});
+}
+
+TEST_CASE("the d2l bmm pooling example", "[matmul]") {
+    // weights (2, 1, 10) of 0.1 times values arange(20) reshaped (2, 10, 1): 4.5 and 14.5.
+    Tensor w = full({2, 1, 10}, 0.1);
+    Tensor v = arange(20.0).reshape({2, 10, 1});
+    Tensor r = bmm(w, v);
+    CHECK(r.shape() == Shape{2, 1, 1});
+    CHECK_THAT(vals(r), approx({4.5, 14.5}, 1e-5));
+    CHECK(bmm(ones({2, 1, 4}), ones({2, 4, 6})).shape() == Shape{2, 1, 6});
+}
+
+TEST_CASE("matmul and bmm pass gradcheck", "[matmul][gradcheck]") {
+    auto [sa, sb] = GENERATE(table<Shape, Shape>({
+        {{2, 3}, {3, 4}},
+        {{1, 5}, {5, 1}},
+        {{3}, {3, 2}},
+        {{2, 3}, {3}},
+        {{4}, {4}},
+        {{2, 2, 3}, {2, 3, 4}},
+        {{2, 1, 2, 3}, {3, 3, 2}},   // both sides broadcast
+        {{3, 2}, {4, 2, 5}},         // a broadcast over b's batch
+    }));
+    Tensor a = param(sa, -1, 1, 1);
+    Tensor b = param(sb, -1, 1, 2);
+    REQUIRE_GRADCHECK([](auto& x) { return matmul(x[0], x[1]); }, {a, b}, "matmul");
+    if (sa.size() == 3 && sb.size() == 3 && sa[0] == sb[0])
+        REQUIRE_GRADCHECK([](auto& x) { return bmm(x[0], x[1]); }, {a, b}, "bmm");
+}
+
+TEST_CASE("a product used twice accumulates", "[matmul][gradcheck]") {
+    Tensor a = param({3, 3});
+    REQUIRE_GRADCHECK([](auto& x) { return matmul(x[0], x[0]) + matmul(x[0], x[0].transpose(0, 1)); }, {a},
+                      "a·a + a·aᵀ");
+}
+
+TEST_CASE("matmul and bmm reject mismatched shapes with the shapes in the message", "[matmul][errors]") {
+    CHECK_THROWS_WITH(matmul(ones({2, 3}), ones({4, 5})),
+                      Catch::Contains("matmul: shapes (2, 3) and (4, 5) cannot be multiplied"));
+    CHECK_THROWS_WITH(matmul(ones({2, 2, 3}), ones({3, 3, 4})), Catch::Contains("broadcast"));
+    CHECK_THROWS_WITH(matmul(tensor(1.0), ones({2})), Catch::Contains("at least one axis"));
+    CHECK_THROWS_WITH(bmm(ones({2, 3}), ones({2, 3, 4})), Catch::Contains("bmm") && Catch::Contains("3-D"));
+    CHECK_THROWS_WITH(bmm(ones({2, 3, 4}), ones({3, 4, 5})), Catch::Contains("batch sizes differ"));
+    CHECK_THROWS_WITH(bmm(ones({2, 3, 4}), ones({2, 5, 5})), Catch::Contains("(2, 3, 4) and (2, 5, 5)"));
+    CHECK_THROWS_WITH(matmul(ones({2, 2}), ones({2, 2}, kFloat64)), Catch::Contains("dtypes differ"));
+}
+
+TEST_CASE("empty products are zeros, not BLAS errors", "[matmul]") {
+    CHECK(matmul(ones({2, 0}), ones({0, 3})).shape() == Shape{2, 3});
+    CHECK_THAT(vals(matmul(ones({2, 0}), ones({0, 3}))), approx({0, 0, 0, 0, 0, 0}));
+    CHECK(matmul(ones({0, 2}), ones({2, 3})).shape() == Shape{0, 3});
+}
