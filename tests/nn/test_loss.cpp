@@ -106,8 +106,9 @@ TEST_CASE("cross_entropy rejects bad targets, naming them", "[loss][errors]") {
     CHECK_THROWS_WITH(cross_entropy(logits, targets({0, 1, 2}, {3})),
                       Catch::Contains("targets of shape (3,) do not fit logits of shape (2, 3)") &&
                           Catch::Contains("expected targets of shape (2,)"));
-    CHECK_THROWS_WITH(cross_entropy(zeros({2, 4, 3}), targets({0, 1, 0, 1, 0, 1, 0, 1}, {2, 4})),
-                      Catch::Contains("expected targets of shape (2, 4)") && Catch::Contains("last"));
+    // torch's (B, V, T) layout: the message points at the class axis.
+    CHECK_THROWS_WITH(cross_entropy(zeros({2, 3, 4}), targets({0, 1, 0, 1, 0, 1, 0, 1}, {2, 4})),
+                      Catch::Contains("expected targets of shape (2, 3)") && Catch::Contains("last"));
     CHECK_THROWS_WITH(cross_entropy(tensor(1.0), targets({0}, {})), Catch::Contains("class axis"));
     CHECK_THROWS_WITH(cross_entropy(zeros({2, 3}, kInt64), targets({0, 1}, {2})),
                       Catch::Contains("cross_entropy") && Catch::Contains("int64"));
