@@ -7,6 +7,7 @@
 /// A schedule counts its step() calls in last_epoch (0 after construction) and sets
 /// lr = lr_at(last_epoch), a closed form of last_epoch and the base lr (the optimizer's lr when
 /// the schedule was made), so a restored state gives the same lrs as an uninterrupted run.
+/// The optimizer must outlive its schedule (it is held by reference, as in torch).
 #include <cstdint>
 #include <string>
 #include <utility>
