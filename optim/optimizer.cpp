@@ -60,8 +60,9 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::state_dict() const {
     std::vector<std::pair<std::string, Tensor>> out;
     out.emplace_back(kind + ".num_params", int64_scalar(static_cast<std::int64_t>(m_params.size())));
     out.emplace_back(kind + ".lr", tensor(m_lr, kFloat64));
-    for (const auto& [name, value] : hyper_parameters()) out.emplace_back(kind + "." + name, tensor(value, kFloat64));
-    const auto names = buffer_names(hyper_parameters());
+    const HyperParameters hyper = hyper_parameters();
+    for (const auto& [name, value] : hyper) out.emplace_back(kind + "." + name, tensor(value, kFloat64));
+    const auto names = buffer_names(hyper);
     for (std::size_t i = 0; i < m_params.size(); ++i) {
         const auto buffers = get_state(i);
         for (std::size_t j = 0; j < buffers.size(); ++j) out.emplace_back(state_key(i, names[j]), buffers[j].detach());
