@@ -157,9 +157,10 @@ Tensor gelu(const Tensor& a) {
         },
         [](const auto& x, const auto&, const auto& g) {
             using T = value_t<decltype(x)>;
+            // Locals would be held by reference in the returned lazy expression: move them in.
             auto cdf = static_cast<T>(0.5) * (static_cast<T>(1) + xt::erf(x * static_cast<T>(M_SQRT1_2)));
             auto pdf = xt::exp(static_cast<T>(-0.5) * x * x) * static_cast<T>(0.5 * M_2_SQRTPI * M_SQRT1_2);
-            return g * (cdf + x * pdf);
+            return g * (std::move(cdf) + x * std::move(pdf));
         });
 }
 
@@ -231,6 +232,8 @@ template <class Cmp> Tensor compare(const char* op, const Tensor& a, const Tenso
     });
 }
 
+// `cmp` must return a materialised array here: a lazy expression would refer to its by-value
+// scalar parameter after it has gone.
 template <class Cmp> Tensor compare(const char* op, const Tensor& a, double s, Cmp cmp) {
     if (a.dtype() == kBool) throw Error(fmt::format("{}: cannot compare a bool tensor with a number", op));
     return dispatch_all(a.dtype(), [&](auto tag) {
@@ -261,13 +264,13 @@ Tensor ge(const Tensor& a, const Tensor& b) {
     return compare("ge", a, b, [](const auto& x, const auto& y) { return xt::greater_equal(x, y); });
 }
 Tensor lt(const Tensor& a, double s) {
-    return compare("lt", a, s, [](const auto& x, auto y) { return xt::less(x, y); });
+    return compare("lt", a, s, [](const auto& x, auto y) { return xt::xarray<bool>(xt::less(x, y)); });
 }
 Tensor gt(const Tensor& a, double s) {
-    return compare("gt", a, s, [](const auto& x, auto y) { return xt::greater(x, y); });
+    return compare("gt", a, s, [](const auto& x, auto y) { return xt::xarray<bool>(xt::greater(x, y)); });
 }
 Tensor eq(const Tensor& a, double s) {
-    return compare("eq", a, s, [](const auto& x, auto y) { return xt::equal(x, y); });
+    return compare("eq", a, s, [](const auto& x, auto y) { return xt::xarray<bool>(xt::equal(x, y)); });
 }
 
 Tensor logical_not(const Tensor& mask) {

@@ -1,6 +1,5 @@
 // A first look at xgrad: build a small graph, run backward, print values and gradients.
-#include "core/creation.hpp"
-#include "core/ops.hpp"
+#include <xgrad/xgrad.hpp>
 
 using namespace xgrad;
 

@@ -8,22 +8,21 @@
 
 namespace xgrad::test {
 
-/// gradcheck(f, inputs) under the name `name` (what REQUIRE_GRADCHECK runs).
-inline GradcheckResult named_gradcheck(const GradcheckFn& f, const std::vector<Tensor>& inputs,
-                                       const std::string& name) {
+/// Runs gradcheck with the project's tolerances under a name for the report.
+inline GradcheckResult run_gradcheck(const GradcheckFn& f, const std::vector<Tensor>& inputs,
+                                     const std::string& name) {
     GradcheckOptions options;
     options.name = name;
     return gradcheck(f, inputs, options);
 }
 
-/// REQUIRE_GRADCHECK(f, inputs, name): REQUIREs that `f` passes gradcheck at `inputs`, printing
-/// gradcheck's report otherwise. Variadic because `{a, b}` and lambdas carry top-level commas
-/// that would otherwise split the macro's arguments.
-#define REQUIRE_GRADCHECK(...)                                                              \
-    do {                                                                                    \
-        auto result_ = ::xgrad::test::named_gradcheck(__VA_ARGS__);                         \
-        INFO(result_.report);                                                               \
-        REQUIRE(result_.passed);                                                            \
+/// REQUIRE_GRADCHECK(f, {inputs...}, "name"): requires that f passes gradcheck, printing
+/// gradcheck's report otherwise. Variadic because braces and lambdas carry commas.
+#define REQUIRE_GRADCHECK(...)                                         \
+    do {                                                               \
+        auto result_ = ::xgrad::test::run_gradcheck(__VA_ARGS__);      \
+        INFO(result_.report);                                          \
+        REQUIRE(result_.passed);                                       \
     } while (0)
 
 /// A float64 leaf with uniform values in [lo, hi) that requires grad.
@@ -36,8 +35,7 @@ inline Tensor param(const Shape& shape, double lo = -1.0, double hi = 1.0, std::
 inline std::vector<double> vals(const Tensor& t) { return t.to_vector<double>(); }
 
 /// Matches a tensor's values against expected ones within 1e-6 relative / 1e-9 absolute.
-inline Catch::Matchers::Vector::ApproxMatcher<double, std::allocator<double>, std::allocator<double>>
-approx(std::vector<double> expected, double margin = 1e-6) {
+inline auto approx(std::vector<double> expected, double margin = 1e-6) {
     return Catch::Matchers::Approx(std::move(expected)).margin(margin).epsilon(1e-6);
 }
 

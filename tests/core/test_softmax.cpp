@@ -21,7 +21,7 @@ TEST_CASE("softmax is stable for large inputs", "[softmax]") {
     CHECK_THAT(vals(softmax(x, 0)), approx({1 / (1 + std::exp(1.0)), 1 / (1 + std::exp(-1.0)), 0}, 1e-6));
     auto l = vals(log_softmax(x, 0));
     CHECK(std::isfinite(l[0]));
-    CHECK(l[1] == Approx(-std::log1p(std::exp(-1.0))).epsilon(1e-5));
+    CHECK(l[1] == Approx(-std::log1p(std::exp(-1.0))).margin(1e-4));  // float32 ulp at 1000 is 6e-5
 }
 
 TEST_CASE("softmax and log_softmax pass gradcheck along any axis", "[softmax][gradcheck]") {

@@ -28,7 +28,7 @@ TEST_CASE("creation functions", "[tensor]") {
     CHECK(tensor(3.0).shape() == Shape{});
     CHECK(tensor(3.0).item<float>() == 3.0f);
     CHECK_THROWS_WITH(tensor({{1, 2}, {3}}), Catch::Contains("ragged"));
-    CHECK_THROWS_WITH(from_vector({1, 2, 3}, {2, 2}), Catch::Contains("(2, 2)") && Catch::Contains("3 values"));
+    CHECK_THROWS_WITH(from_vector(std::vector<double>{1, 2, 3}, {2, 2}), Catch::Contains("(2, 2)") && Catch::Contains("3 values"));
     CHECK_THROWS_WITH(arange(0, 1, 0), Catch::Contains("arange"));
 }
 

@@ -1,0 +1,9 @@
+#pragma once
+/// The umbrella header: everything a training program needs. Installed as <xgrad/xgrad.hpp>.
+/// (Its includes are spelled from the include root, so they resolve both in the source tree
+/// and in an installed include/xgrad/.)
+#include "core/creation.hpp"
+#include "core/gradcheck.hpp"
+#include "core/ops.hpp"
+#include "core/random.hpp"
+#include "core/tensor.hpp"

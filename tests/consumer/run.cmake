@@ -1,0 +1,14 @@
+# ctest driver: install the built xgrad into a scratch prefix, then configure, build and run
+# the consumer against it. Arguments: -DBUILD_DIR= -DSOURCE_DIR= -DWORK_DIR=
+file(REMOVE_RECURSE ${WORK_DIR})
+macro(run)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "consumer test: '${ARGN}' failed with ${rc}")
+  endif()
+endmacro()
+run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix)
+run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/build
+    -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_BUILD_TYPE=Release)
+run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
+run(${WORK_DIR}/build/consumer)
