@@ -53,36 +53,50 @@ Tensor eq(const Tensor& a, double s);
 Tensor logical_not(const Tensor& mask);
 
 // --- selection (ops_select.cpp) ----------------------------------------------------------
-/// cond ? a : b elementwise, with cond a bool tensor; all three broadcast together.
+/// cond ? a : b elementwise, with cond a bool tensor; all three broadcast together. a and b
+/// share any one dtype. Backward: a gets g where cond, b gets g elsewhere, each summed back
+/// to its own shape (saves nothing; reads cond).
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
-/// Copy of a with `value` wherever mask (bool, broadcastable to a) is true. No gradient flows
+/// Copy of a (any dtype) with `value` wherever mask is true. The mask is bool and must
+/// broadcast to a's shape (not the other way: the result keeps a's shape). No gradient flows
 /// to the filled positions.
 Tensor masked_fill(const Tensor& a, const Tensor& mask, double value);
 
 // --- reductions (ops_reduce.cpp) ---------------------------------------------------------
 /// Sum of all elements (0-d result) or over `axes`; keepdims keeps them as length 1.
+/// An empty `axes` list sums over every axis, as torch.sum(x, dim=[]) (numpy would sum none).
+/// Axes must be distinct and in range. Backward broadcasts the gradient back over the summed
+/// axes (nothing saved). int64 and bool inputs sum to int64, without gradient (as torch).
 Tensor sum(const Tensor& a);
 Tensor sum(const Tensor& a, const std::vector<long>& axes, bool keepdims = false);
+/// sum / (number of elements summed); same axes rules as sum; float32/float64 only.
 Tensor mean(const Tensor& a);
 Tensor mean(const Tensor& a, const std::vector<long>& axes, bool keepdims = false);
-/// Maximum along one axis. The gradient goes to the first maximal element (as torch.max).
+/// Maximum along one axis (any dtype; the axis must not be empty; NaN propagates). The
+/// gradient goes to the first maximal element only (as torch.max(x, dim)); saves the argmax.
 Tensor max(const Tensor& a, long axis, bool keepdims = false);
 /// Index of the maximum along one axis (int64; first on ties; not differentiable).
 Tensor argmax(const Tensor& a, long axis, bool keepdims = false);
 
-// --- shape (ops_shape.cpp): any dtype -----------------------------------------------------
+// --- shape (ops_shape.cpp): any dtype; gradients for float inputs ------------------------
+// Every result is a contiguous row-major copy; backward undoes the move (nothing saved).
+
 /// New shape with the same element count; one entry may be -1 (inferred).
 Tensor reshape(const Tensor& a, const std::vector<long>& shape);
 /// Reorders axes: result axis i is input axis axes[i]. `axes` is a permutation of 0..rank-1.
+/// Backward applies the inverse permutation.
 Tensor permute(const Tensor& a, const std::vector<long>& axes);
+/// Swaps two axes (a permute).
 Tensor transpose(const Tensor& a, long axis0, long axis1);
+/// Inserts a length-1 axis at `axis`, which lies in [-rank-1, rank].
 Tensor unsqueeze(const Tensor& a, long axis);
 /// Removes `axis`, which must have length 1.
 Tensor squeeze(const Tensor& a, long axis);
-/// Joins tensors of equal shape except along `axis`.
+/// Joins tensors of one dtype and rank, of equal shape except along `axis`. Backward hands
+/// each input its slice of the gradient.
 Tensor concat(const std::vector<Tensor>& tensors, long axis);
 /// Elements start, start+step, ... < end along `axis` (numpy a[start:end:step]; end clamps;
-/// negative start/end count from the end; step ≥ 1).
+/// negative start/end count from the end; step ≥ 1). Backward scatters into zeros.
 Tensor slice(const Tensor& a, long axis, long start, long end, long step = 1);
 /// Broadcasts a to `shape` (numpy broadcast_to); backward sums back.
 Tensor expand(const Tensor& a, const Shape& shape);
@@ -100,13 +114,17 @@ Tensor softmax(const Tensor& a, long axis);
 Tensor log_softmax(const Tensor& a, long axis);
 
 // --- indexing (ops_index.cpp) -----------------------------------------------------------
-/// Each element repeated `repeats` times along axis (torch.repeat_interleave; any dtype).
+/// Each element repeated `repeats` times along axis (torch.repeat_interleave; any dtype):
+/// [3, 2] with repeats 2 → [3, 3, 2, 2]. Backward sums each group of repeats.
 Tensor repeat_interleave(const Tensor& a, std::size_t repeats, long axis);
 /// Rows of a along axis picked by an int64 index tensor of any shape; the result's `axis` is
-/// replaced by the index's shape (embedding lookup: index_select(weight, 0, ids)).
-/// Backward scatters-adds (repeated indices sum).
+/// replaced by the index's shape, as numpy.take (embedding lookup: index_select(weight (V, D),
+/// 0, ids (B, T)) → (B, T, D)). Indices must lie in [0, size); negative ones throw.
+/// Backward scatter-adds (repeated indices sum); reads the index, saves nothing.
 Tensor index_select(const Tensor& a, long axis, const Tensor& index);
-/// torch.gather: out[i][j] = a[i][index[i][j]] along axis; index has a's rank.
+/// torch.gather: out[i][j] = a[i][index[i][j]] along axis 1. index is int64 with a's rank,
+/// no larger than a on the other axes; the result has index's shape. Indices must lie in
+/// [0, a.size(axis)). Backward scatter-adds; saves the flat source offsets.
 Tensor gather(const Tensor& a, long axis, const Tensor& index);
 
 }  // namespace xgrad

@@ -1,0 +1,288 @@
+// Shape ops on any dtype; the gradient flows only for float inputs. Results are contiguous
+// row-major copies (nodes own their arrays), so later ops never see strided views.
+#include <algorithm>
+
+#include "broadcast.hpp"
+#include "ops.hpp"
+#include "ops_util.hpp"
+
+namespace xgrad {
+
+namespace {
+
+std::string dims_str(const std::vector<long>& dims) {
+    if (dims.size() == 1) return fmt::format("({},)", dims[0]);
+    return fmt::format("({})", fmt::join(dims, ", "));
+}
+
+std::size_t numel_of(const Shape& s) {
+    std::size_t n = 1;
+    for (auto d : s) n *= d;
+    return n;
+}
+
+// The same values under another shape (reshape, squeeze, unsqueeze).
+Tensor reshaped(const char* op, const Tensor& a, const Shape& shape) {
+    return dispatch_all(a.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        xt::xarray<T> y = values<T>(a);
+        y.reshape(shape);
+        return make_any_result<T>(std::move(y), {a}, op,
+                                  floating_backward(op, [op](auto gtag, Node& self, const Storage& gs) {
+                                      using G = typename decltype(gtag)::type;
+                                      const Tensor& x = self.parents[0];
+                                      xt::xarray<G> g = grad_as<G>(gs);
+                                      g.reshape(x.shape());
+                                      accumulate<G>(op, x, std::move(g));
+                                  }));
+    });
+}
+
+// Contiguous copy with output axis d taken from input axis perm[d]. One odometer over the
+// outer output axes, a strided (often unit-stride) run along the last one.
+template <class T> xt::xarray<T> permuted(const xt::xarray<T>& x, const std::vector<std::size_t>& perm) {
+    const std::size_t rank = perm.size();
+    const Shape in_shape = shape_of(x);
+    const auto in_strides = row_major_strides(in_shape);
+    Shape out_shape(rank);
+    std::vector<std::size_t> src_stride(rank);
+    for (std::size_t d = 0; d < rank; ++d) {
+        out_shape[d] = in_shape[perm[d]];
+        src_stride[d] = in_strides[perm[d]];
+    }
+    if (std::is_sorted(perm.begin(), perm.end())) {
+        xt::xarray<T> y = x;
+        return y;
+    }
+    xt::xarray<T> y = xt::xarray<T>::from_shape(out_shape);
+    if (y.size() == 0) return y;
+    const T* src = x.data();
+    T* dst = y.data();
+    const std::size_t last = rank - 1;
+    const std::size_t run = out_shape[last];
+    const std::size_t step = src_stride[last];
+    std::vector<std::size_t> idx(rank, 0);
+    std::size_t offset = 0;
+    for (std::size_t r = 0, rows = y.size() / run; r < rows; ++r) {
+        const T* s = src + offset;
+        if (step == 1) std::copy(s, s + run, dst);
+        else
+            for (std::size_t j = 0; j < run; ++j) dst[j] = s[j * step];
+        dst += run;
+        for (std::size_t d = last; d-- > 0;) {
+            offset += src_stride[d];
+            if (++idx[d] < out_shape[d]) break;
+            offset -= src_stride[d] * out_shape[d];
+            idx[d] = 0;
+        }
+    }
+    return y;
+}
+
+Tensor permute_impl(const char* op, const Tensor& a, std::vector<std::size_t> perm) {
+    return dispatch_all(a.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        xt::xarray<T> y = permuted(values<T>(a), perm);
+        std::vector<std::size_t> inverse(perm.size());
+        for (std::size_t d = 0; d < perm.size(); ++d) inverse[perm[d]] = d;
+        return make_any_result<T>(
+            std::move(y), {a}, op,
+            floating_backward(op, [op, inverse = std::move(inverse)](auto gtag, Node& self, const Storage& gs) {
+                using G = typename decltype(gtag)::type;
+                accumulate<G>(op, self.parents[0], permuted(grad_as<G>(gs), inverse));
+            }));
+    });
+}
+
+}  // namespace
+
+Tensor reshape(const Tensor& a, const std::vector<long>& shape) {
+    const Shape& in = a.shape();
+    const std::size_t total = numel_of(in);
+    long inferred = -1;
+    std::size_t known = 1;
+    for (std::size_t i = 0; i < shape.size(); ++i) {
+        if (shape[i] == -1) {
+            if (inferred >= 0)
+                throw Error(fmt::format("reshape: only one size may be -1, got {}", dims_str(shape)));
+            inferred = static_cast<long>(i);
+        } else if (shape[i] < 0) {
+            throw Error(fmt::format("reshape: invalid size {} in {} (sizes are ≥ 0, or -1 for one inferred size)",
+                                    shape[i], dims_str(shape)));
+        } else {
+            known *= static_cast<std::size_t>(shape[i]);
+        }
+    }
+    Shape out(shape.size());
+    for (std::size_t i = 0; i < shape.size(); ++i) out[i] = shape[i] < 0 ? 0 : static_cast<std::size_t>(shape[i]);
+    if (inferred >= 0) {
+        if (known == 0 || total % known != 0)
+            throw Error(fmt::format("reshape: cannot reshape {} ({} elements) into {}", shape_str(in), total,
+                                    dims_str(shape)));
+        out[static_cast<std::size_t>(inferred)] = total / known;
+    }
+    if (numel_of(out) != total)
+        throw Error(fmt::format("reshape: cannot reshape {} ({} elements) into {} ({} elements)", shape_str(in),
+                                total, shape_str(out), numel_of(out)));
+    return reshaped("reshape", a, out);
+}
+
+Tensor permute(const Tensor& a, const std::vector<long>& axes) {
+    const Shape& in = a.shape();
+    if (axes.size() != in.size())
+        throw Error(fmt::format("permute: got {} axes {} for a tensor of rank {} (shape {})", axes.size(),
+                                dims_str(axes), in.size(), shape_str(in)));
+    std::vector<std::size_t> perm;
+    std::vector<bool> seen(in.size(), false);
+    for (long axis : axes) {
+        const std::size_t d = normalize_axis("permute", axis, in);
+        if (seen[d])
+            throw Error(fmt::format("permute: axes {} are not a permutation of 0..{} (axis {} repeats; shape {})",
+                                    dims_str(axes), in.size() - 1, d, shape_str(in)));
+        seen[d] = true;
+        perm.push_back(d);
+    }
+    return permute_impl("permute", a, std::move(perm));
+}
+
+Tensor transpose(const Tensor& a, long axis0, long axis1) {
+    const Shape& in = a.shape();
+    const std::size_t i = normalize_axis("transpose", axis0, in);
+    const std::size_t j = normalize_axis("transpose", axis1, in);
+    std::vector<std::size_t> perm(in.size());
+    for (std::size_t d = 0; d < perm.size(); ++d) perm[d] = d;
+    std::swap(perm[i], perm[j]);
+    return permute_impl("transpose", a, std::move(perm));
+}
+
+Tensor unsqueeze(const Tensor& a, long axis) {
+    const Shape& in = a.shape();
+    const long rank = static_cast<long>(in.size());
+    if (axis < -rank - 1 || axis > rank)
+        throw Error(fmt::format("unsqueeze: axis {} is out of range [{}, {}] for a tensor of rank {} (shape {})",
+                                axis, -rank - 1, rank, rank, shape_str(in)));
+    const long pos = axis < 0 ? axis + rank + 1 : axis;
+    Shape out = in;
+    out.insert(out.begin() + pos, 1);
+    return reshaped("unsqueeze", a, out);
+}
+
+Tensor squeeze(const Tensor& a, long axis) {
+    const Shape& in = a.shape();
+    const std::size_t d = normalize_axis("squeeze", axis, in);
+    if (in[d] != 1)
+        throw Error(fmt::format("squeeze: axis {} has length {}, expected 1 (shape {})", axis, in[d], shape_str(in)));
+    Shape out = in;
+    out.erase(out.begin() + static_cast<long>(d));
+    return reshaped("squeeze", a, out);
+}
+
+Tensor concat(const std::vector<Tensor>& tensors, long axis) {
+    if (tensors.empty()) throw Error("concat: expected at least one tensor, got none");
+    const Shape& first = tensors[0].shape();
+    const std::size_t ax = normalize_axis("concat", axis, first);
+    Shape out_shape = first;
+    out_shape[ax] = 0;
+    for (std::size_t t = 0; t < tensors.size(); ++t) {
+        const Shape& s = tensors[t].shape();
+        check_same_dtype("concat", tensors[0], tensors[t]);
+        bool match = s.size() == first.size();
+        for (std::size_t d = 0; match && d < s.size(); ++d) match = d == ax || s[d] == first[d];
+        if (!match)
+            throw Error(fmt::format("concat: tensor {} has shape {} but tensor 0 has shape {}; they must "
+                                    "match except along axis {}",
+                                    t, shape_str(s), shape_str(first), axis));
+        out_shape[ax] += s[ax];
+    }
+    // Per input, its length along the axis and its start within the result's axis.
+    std::vector<std::size_t> lengths, starts;
+    for (const Tensor& t : tensors) {
+        starts.push_back(lengths.empty() ? 0 : starts.back() + lengths.back());
+        lengths.push_back(t.shape()[ax]);
+    }
+    const axis_split s = split_at(out_shape, ax);
+    return dispatch_all(tensors[0].dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        xt::xarray<T> y = xt::xarray<T>::from_shape(out_shape);
+        for (std::size_t t = 0; t < tensors.size(); ++t) {
+            const T* src = values<T>(tensors[t]).data();
+            const std::size_t block = lengths[t] * s.inner;
+            for (std::size_t o = 0; o < s.outer; ++o)
+                std::copy(src + o * block, src + (o + 1) * block, y.data() + (o * s.n + starts[t]) * s.inner);
+        }
+        return make_any_result<T>(
+            std::move(y), tensors, "concat",
+            floating_backward("concat", [s, lengths, starts](auto gtag, Node& self, const Storage& gs) {
+                using G = typename decltype(gtag)::type;
+                const G* g = grad_as<G>(gs).data();
+                for (std::size_t t = 0; t < lengths.size(); ++t) {
+                    if (!needs_grad(self, t)) continue;
+                    xt::xarray<G> gt = xt::xarray<G>::from_shape(self.parents[t].shape());
+                    const std::size_t block = lengths[t] * s.inner;
+                    for (std::size_t o = 0; o < s.outer; ++o) {
+                        const G* from = g + (o * s.n + starts[t]) * s.inner;
+                        std::copy(from, from + block, gt.data() + o * block);
+                    }
+                    accumulate<G>("concat", self.parents[t], std::move(gt));
+                }
+            }));
+    });
+}
+
+Tensor slice(const Tensor& a, long axis, long start, long end, long step) {
+    const Shape& in = a.shape();
+    const std::size_t ax = normalize_axis("slice", axis, in);
+    if (step < 1) throw Error(fmt::format("slice: step must be at least 1, got {}", step));
+    const long n = static_cast<long>(in[ax]);
+    // numpy: negative bounds count from the end, then both clamp to [0, n].
+    auto clamp = [n](long v) { return std::clamp(v < 0 ? v + n : v, 0L, n); };
+    const long first = clamp(start);
+    const long stop = clamp(end);
+    const std::size_t count = stop > first ? static_cast<std::size_t>((stop - first + step - 1) / step) : 0;
+    Shape out_shape = in;
+    out_shape[ax] = count;
+    const axis_split s = split_at(in, ax);
+    const std::size_t from = static_cast<std::size_t>(first), stride = static_cast<std::size_t>(step);
+    return dispatch_all(a.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        xt::xarray<T> y = xt::xarray<T>::from_shape(out_shape);
+        const T* src = values<T>(a).data();
+        T* dst = y.data();
+        for (std::size_t o = 0; o < s.outer; ++o)
+            for (std::size_t j = 0; j < count; ++j, dst += s.inner) {
+                const T* row = src + (o * s.n + from + j * stride) * s.inner;
+                std::copy(row, row + s.inner, dst);
+            }
+        return make_any_result<T>(
+            std::move(y), {a}, "slice",
+            floating_backward("slice", [s, count, from, stride](auto gtag, Node& self, const Storage& gs) {
+                using G = typename decltype(gtag)::type;
+                const Tensor& x = self.parents[0];
+                xt::xarray<G> gx = xt::zeros<G>(x.shape());
+                const G* g = grad_as<G>(gs).data();
+                for (std::size_t o = 0; o < s.outer; ++o)
+                    for (std::size_t j = 0; j < count; ++j, g += s.inner)
+                        std::copy(g, g + s.inner, gx.data() + (o * s.n + from + j * stride) * s.inner);
+                accumulate<G>("slice", x, std::move(gx));
+            }));
+    });
+}
+
+Tensor expand(const Tensor& a, const Shape& shape) {
+    if (!broadcastable_to(a.shape(), shape))
+        throw Error(fmt::format("expand: cannot broadcast shape {} to {} (each axis must match or be 1, "
+                                "aligned from the right)",
+                                shape_str(a.shape()), shape_str(shape)));
+    return dispatch_all(a.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        xt::xarray<T> y = xt::broadcast(values<T>(a), shape);
+        return make_any_result<T>(std::move(y), {a}, "expand",
+                                  floating_backward("expand", [](auto gtag, Node& self, const Storage& gs) {
+                                      using G = typename decltype(gtag)::type;
+                                      const Tensor& x = self.parents[0];
+                                      accumulate<G>("expand", x, sum_to<G>(xt::xarray<G>(grad_as<G>(gs)), x.shape()));
+                                  }));
+    });
+}
+
+}  // namespace xgrad

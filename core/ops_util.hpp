@@ -1,0 +1,63 @@
+#pragma once
+/// Helpers shared by the op families that run on every dtype (shape, select, index, reduce).
+/// Internal to core/: includes xtensor through node.hpp.
+#include <type_traits>
+
+#include "node.hpp"
+
+namespace xgrad {
+
+/// An op result of any dtype: make_result for float32/float64 values, a plain leaf for
+/// int64 and bool values (they never carry a gradient, as in torch).
+template <class T>
+Tensor make_any_result(xt::xarray<T>&& value, std::vector<Tensor> inputs, const char* op,
+                       BackwardFn backward) {
+    if constexpr (std::is_floating_point_v<T>)
+        return make_result<T>(std::move(value), std::move(inputs), op, std::move(backward));
+    else
+        return make_leaf(Storage(std::move(value)));
+}
+
+/// A backward for an op whose forward runs on any dtype: it only ever runs for float
+/// outputs, so `f(type_tag<T>{}, self, grad_out)` is instantiated for float and double only.
+template <class F> BackwardFn floating_backward(const char* op, F f) {
+    return [op, f](Node& self, const Storage& grad_out) {
+        dispatch_floating(op, self.dtype(), [&](auto tag) { f(tag, self, grad_out); });
+    };
+}
+
+/// A row-major shape seen as (outer, n, inner) around one axis: element (o, k, i) sits at
+/// flat offset (o·n + k)·inner + i.
+struct axis_split {
+    std::size_t outer = 1, n = 1, inner = 1;
+};
+
+inline axis_split split_at(const Shape& shape, std::size_t axis) {
+    axis_split s;
+    for (std::size_t d = 0; d < axis; ++d) s.outer *= shape[d];
+    s.n = shape[axis];
+    for (std::size_t d = axis + 1; d < shape.size(); ++d) s.inner *= shape[d];
+    return s;
+}
+
+/// Row-major strides of a contiguous array of this shape, in elements.
+inline std::vector<std::size_t> row_major_strides(const Shape& shape) {
+    std::vector<std::size_t> strides(shape.size());
+    std::size_t s = 1;
+    for (std::size_t d = shape.size(); d-- > 0;) {
+        strides[d] = s;
+        s *= shape[d];
+    }
+    return strides;
+}
+
+/// Whether numpy broadcasting can stretch `from` to exactly `to` (broadcast_to's rule).
+inline bool broadcastable_to(const Shape& from, const Shape& to) {
+    if (from.size() > to.size()) return false;
+    const std::size_t lead = to.size() - from.size();
+    for (std::size_t i = 0; i < from.size(); ++i)
+        if (from[i] != 1 && from[i] != to[lead + i]) return false;
+    return true;
+}
+
+}  // namespace xgrad
