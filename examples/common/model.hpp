@@ -1,0 +1,57 @@
+#pragma once
+/// The examples' sequence model: a Transformer encoder with a per-position classifier.
+///
+///   H = embedding(X) · scale + positions;  H = block_l(H, valid_lens) for l = 1..L;
+///   logits = head(H)
+///
+/// positions: learned (an Embedding of positions, scale 1) or d2l's sinusoidal table
+/// (scale √hidden, as d2l's TransformerEncoder). Shapes: X int64 (batch, T ≤ max_len),
+/// valid_lens int64 (batch,) → logits (batch, T, vocab). Keys past a sequence's valid length
+/// are masked in every block.
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/random.hpp"
+#include "nn/nn.hpp"
+
+namespace xgrad::examples {
+
+enum class PosEncoding { learned, sinusoidal };
+/// "learned" / "sinusoidal" ↔ PosEncoding; parse_pos throws xgrad::Error for anything else.
+PosEncoding parse_pos(const std::string& name);
+std::string pos_name(PosEncoding pos);
+
+struct ModelSpec {
+    std::size_t vocab_size = 11;
+    std::size_t max_len = 8;
+    std::size_t hidden = 64;
+    std::size_t heads = 4;
+    std::size_t layers = 2;
+    std::size_t ffn_hidden = 128;
+    double dropout = 0.0;
+    PosEncoding pos = PosEncoding::learned;
+};
+
+class SeqEncoder : public nn::Module {
+public:
+    /// Parameters drawn from `gen`. Throws if hidden is not a multiple of heads.
+    SeqEncoder(const ModelSpec& spec, Generator& gen);
+    Tensor forward(const Tensor& X, const Tensor& valid_lens);
+    Tensor operator()(const Tensor& X, const Tensor& valid_lens) { return forward(X, valid_lens); }
+    /// Per-layer attention weights of the last forward, each (batch, heads, T, T).
+    std::vector<Tensor> attention_weights() const;
+    const ModelSpec& spec() const { return m_spec; }
+    std::string extra_repr() const override;
+
+private:
+    ModelSpec m_spec;
+    std::shared_ptr<nn::Embedding> m_embedding;
+    std::shared_ptr<nn::LearnedPositionalEmbedding> m_learned;
+    std::shared_ptr<nn::PositionalEncoding> m_sinusoidal;
+    std::vector<std::shared_ptr<nn::TransformerEncoderBlock>> m_blocks;
+    std::shared_ptr<nn::Linear> m_head;
+};
+
+}  // namespace xgrad::examples
