@@ -99,7 +99,7 @@ int run(int argc, const char* const* argv) {
     std::string task = "reverse", pos = pos_name(c.model.pos), out = "seq_train_out";
     std::size_t seed = 0;
     std::size_t held_out = 1000;
-    std::int64_t eval_every = 50, log_every = 50, checkpoint_every = 0, stop_after = 0;
+    std::int64_t eval_every = 25, log_every = 50, checkpoint_every = 0, stop_after = 0;
     bool resume = false;
 
     Flags flags("seq_train",
@@ -118,7 +118,9 @@ int run(int argc, const char* const* argv) {
     flags.add("ffn", c.model.ffn_hidden, "hidden width of the position-wise FFN");
     flags.add("max-len", c.task.max_len, "longest sequence (lengths are uniform in 1..max-len)");
     flags.add("symbols", c.task.num_symbols, "number of distinct symbols");
-    flags.add("pos", pos, "positional encoding: learned or sinusoidal (d2l's, embeddings scaled by sqrt(d))");
+    flags.add("pos", pos, "positional encoding: learned or sinusoidal (d2l's fixed table)");
+    flags.add("scale-embeddings", c.model.scale_embeddings,
+              "multiply the token embeddings by sqrt(hidden) as d2l does (stalls near 40% here)");
     flags.add("dropout", c.model.dropout, "dropout probability");
     flags.add("warmup", c.warmup, "linear warm-up steps before the cosine decay");
     flags.add("momentum", c.momentum, "momentum for sgd");
@@ -138,6 +140,7 @@ int run(int argc, const char* const* argv) {
     c.seed = seed;
     if (held_out == 0) throw Error("--held-out must be at least 1");
 
+    default_blas_threads(1);
     std::filesystem::create_directories(out);
     const std::string ckpt = out + "/checkpoint.npz";
     Trainer trainer(c);
@@ -151,6 +154,7 @@ int run(int argc, const char* const* argv) {
                trainer.config().lr > 0 ? trainer.config().lr : default_lr(c.optimizer), c.batch, c.steps);
     std::fflush(stdout);
 
+    if (trainer.step() == 0 && eval_every > 0) trainer.evaluate_held_out(held);  // the curve starts at 0
     std::signal(SIGINT, on_sigint);
     Progress progress(c.steps, log_every);
     double train_seconds = 0;
@@ -188,6 +192,7 @@ int run(int argc, const char* const* argv) {
                {{"task", task},
                 {"optimizer", c.optimizer},
                 {"pos", pos},
+                {"scale_embeddings", std::int64_t{c.model.scale_embeddings}},
                 {"steps", trainer.step()},
                 {"steps_this_run", run_steps},
                 {"final_loss", h.loss.empty() ? NAN : h.loss.back()},
@@ -200,8 +205,8 @@ int run(int argc, const char* const* argv) {
                 {"tokens_per_second", tps},
                 {"parameters", static_cast<std::int64_t>(trainer.model().num_parameters())}});
     write_loss_plot(out + "/loss.svg", h,
-                    fmt::format("{} task, {} ({} pos), d {}, {} heads, {} layers", task, c.optimizer, pos,
-                                c.model.hidden, c.model.heads, c.model.layers));
+                    fmt::format("{} task, {} ({} pos{}), d {}, {} heads, {} layers", task, c.optimizer, pos,
+                                c.model.scale_embeddings ? ", scaled" : "", c.model.hidden, c.model.heads, c.model.layers));
     const std::string example = write_attention_plot(out + "/attention.svg", trainer.model(), held);
 
     fmt::print("held-out ({} sequences): token accuracy {:.2f}%, sequence accuracy {:.2f}%, loss {:.4f}\n",

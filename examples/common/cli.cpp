@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -10,7 +11,13 @@
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
 
+extern "C" void openblas_set_num_threads(int);
+
 namespace xgrad::examples {
+
+void default_blas_threads(int threads) {
+    if (!std::getenv("OPENBLAS_NUM_THREADS")) openblas_set_num_threads(threads);
+}
 
 Flags::Flags(std::string program, std::string description)
     : m_program(std::move(program)), m_description(std::move(description)) {}
@@ -106,11 +113,11 @@ std::string Flags::help() const {
     for (const auto& f : m_flags) {
         const bool is_bool = std::holds_alternative<bool*>(f.target);
         const std::string left = is_bool ? "--" + f.name : fmt::format("--{} {}", f.name, "V");
-        out += fmt::format("  {:<18} {}", left, f.help);
+        out += fmt::format("  {:<20} {}", left, f.help);
         if (!is_bool && !f.default_text.empty()) out += fmt::format(" (default: {})", f.default_text);
         out += "\n";
     }
-    out += fmt::format("  {:<18} {}\n", "--help", "print this help and exit");
+    out += fmt::format("  {:<20} {}\n", "--help", "print this help and exit");
     return out;
 }
 

@@ -75,6 +75,11 @@ private:
     bool m_open_line = false;
 };
 
+/// Sets OpenBLAS to `threads` threads unless OPENBLAS_NUM_THREADS is set in the environment.
+/// The examples' matrices are tiny (64 × 64 and the like): a second BLAS thread costs more in
+/// hand-off than it saves, and on a loaded machine its spin-waiting can triple a run's time.
+void default_blas_threads(int threads = 1);
+
 /// A flat JSON object of numbers and strings, written atomically. Non-finite numbers become null.
 using JsonValue = std::variant<double, std::int64_t, std::string>;
 void write_json(const std::string& path, const std::vector<std::pair<std::string, JsonValue>>& fields);

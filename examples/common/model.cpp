@@ -37,12 +37,8 @@ SeqEncoder::SeqEncoder(const ModelSpec& spec, Generator& gen) : Module("SeqEncod
 
 Tensor SeqEncoder::forward(const Tensor& X, const Tensor& valid_lens) {
     Tensor H = m_embedding->forward(X);  // (batch, T, hidden)
-    if (m_learned) {
-        H = m_learned->forward(H);
-    } else {
-        // d2l scales the N(0, 1) embeddings by √d before adding the sinusoids in [-1, 1].
-        H = m_sinusoidal->forward(H * std::sqrt(static_cast<double>(m_spec.hidden)));
-    }
+    if (m_spec.scale_embeddings) H = H * std::sqrt(static_cast<double>(m_spec.hidden));
+    H = m_learned ? m_learned->forward(H) : m_sinusoidal->forward(H);
     for (auto& block : m_blocks) H = block->forward(H, valid_lens);
     return m_head->forward(H);  // (batch, T, vocab)
 }
@@ -54,8 +50,9 @@ std::vector<Tensor> SeqEncoder::attention_weights() const {
 }
 
 std::string SeqEncoder::extra_repr() const {
-    return fmt::format("vocab={}, max_len={}, hidden={}, heads={}, layers={}, pos={}", m_spec.vocab_size,
-                       m_spec.max_len, m_spec.hidden, m_spec.heads, m_spec.layers, pos_name(m_spec.pos));
+    return fmt::format("vocab={}, max_len={}, hidden={}, heads={}, layers={}, pos={}, scale_embeddings={}",
+                       m_spec.vocab_size, m_spec.max_len, m_spec.hidden, m_spec.heads, m_spec.layers,
+                       pos_name(m_spec.pos), nn::python_bool(m_spec.scale_embeddings));
 }
 
 }  // namespace xgrad::examples

@@ -73,6 +73,7 @@ std::vector<std::pair<std::string, double>> config_entries(const TrainConfig& c)
             {"ffn", static_cast<double>(c.model.ffn_hidden)},
             {"dropout", c.model.dropout},
             {"pos", static_cast<double>(c.model.pos)},
+            {"scale_embeddings", c.model.scale_embeddings ? 1.0 : 0.0},
             {"optimizer", optimizer_code(c.optimizer)},
             {"steps", static_cast<double>(c.steps)},
             {"lr", c.lr > 0 ? c.lr : default_lr(c.optimizer)},

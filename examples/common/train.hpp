@@ -21,7 +21,7 @@ struct TrainConfig {
     TaskSpec task;
     ModelSpec model;      ///< vocab_size and max_len are taken from `task`
     std::string optimizer = "adam";  ///< adam, adamw or sgd
-    std::int64_t steps = 600;
+    std::int64_t steps = 300;
     double lr = 0;        ///< 0: the optimizer's default (default_lr)
     std::size_t batch = 64;
     std::int64_t warmup = 30;

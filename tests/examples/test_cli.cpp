@@ -1,4 +1,6 @@
 // Flags, durations and metrics.json of examples/common/cli.
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 
 #include "common/cli.hpp"
@@ -66,4 +68,24 @@ TEST_CASE("format_duration and write_json") {
     CHECK(read_file(path, "test") ==
           "{\n  \"task\": \"re\\\"verse\",\n  \"steps\": 600,\n  \"acc\": 0.5,\n  \"bad\": null\n}\n");
     std::filesystem::remove(path);
+}
+
+TEST_CASE("Progress: plain lines every N steps and at the end when the output is not a terminal") {
+    std::FILE* f = std::tmpfile();
+    REQUIRE(f);
+    Progress p(12, 5, f);
+    for (int s = 1; s <= 12; ++s) p.update(s, 0.5, 0.25, 100);
+    p.message("note");
+    p.finish();
+    std::rewind(f);
+    std::string text;
+    char buf[256];
+    while (std::fgets(buf, sizeof buf, f)) text += buf;
+    std::fclose(f);
+    CHECK(text.find('\r') == std::string::npos);
+    CHECK_THAT(text, Catch::Contains("step  5/12  loss 0.5000  acc  25.0%") && Catch::Contains("step 10/12") &&
+                         Catch::Contains("step 12/12") && Catch::Contains("tok/s") && Catch::Contains("elapsed") &&
+                         Catch::Contains("ETA 0:00") && Catch::Contains("note\n"));
+    CHECK(std::count(text.begin(), text.end(), '\n') == 4);
+    CHECK(p.tokens_per_second() > 0);
 }

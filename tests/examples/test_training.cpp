@@ -37,7 +37,8 @@ std::string temp_dir(const std::string& name) {
 }  // namespace
 
 TEST_CASE("SeqEncoder: logits shape, per-layer attention weights, bad sizes") {
-    for (PosEncoding pos : {PosEncoding::learned, PosEncoding::sinusoidal}) {
+    for (PosEncoding pos : {PosEncoding::learned, PosEncoding::sinusoidal})
+    for (bool scale : {false, true}) {
         ModelSpec spec;
         spec.vocab_size = 7;
         spec.max_len = 5;
@@ -46,6 +47,7 @@ TEST_CASE("SeqEncoder: logits shape, per-layer attention weights, bad sizes") {
         spec.layers = 3;
         spec.ffn_hidden = 8;
         spec.pos = pos;
+        spec.scale_embeddings = scale;
         Generator gen(1);
         SeqEncoder model(spec, gen);
         Generator data(2);
