@@ -4,6 +4,9 @@
 /// and in an installed include/xgrad/.)
 #include "core/creation.hpp"
 #include "core/gradcheck.hpp"
+#include "core/npz.hpp"
 #include "core/ops.hpp"
 #include "core/random.hpp"
+#include "core/svg.hpp"
 #include "core/tensor.hpp"
+#include "nn/nn.hpp"

@@ -95,7 +95,7 @@ TEST_CASE("concat joins along an axis", "[shape]") {
     CHECK(concat({i, i}, 0).to_vector<std::int64_t>() == std::vector<std::int64_t>{1, 2, 1, 2});
 }
 
-TEST_CASE("slice follows numpy's a[start:end:step]", "[shape]") {
+TEST_CASE("slice follows numpy's a(start:end:step) slicing", "[shape]") {
     Tensor a = arange(10, kFloat64);
     CHECK_THAT(vals(slice(a, 0, 2, 8, 3)), approx({2, 5}));
     CHECK_THAT(vals(slice(a, 0, 2, 9, 3)), approx({2, 5, 8}));

@@ -1,0 +1,611 @@
+// .npy and .npz. Byte layouts: numpy's NEP 1 (doc/neps/nep-0001-npy-format.rst) and PKWARE's
+// APPNOTE.TXT sections 4.3.7 (local header), 4.3.12 (central directory), 4.3.16 (end record).
+#include "npz.hpp"
+
+#include <array>
+#include <cstring>
+#include <limits>
+#include <set>
+
+#include "atomic_file.hpp"
+#include "inflate.hpp"
+#include "node.hpp"
+
+namespace xgrad {
+
+static_assert(sizeof(bool) == 1, "bool arrays are written as one byte per element");
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "npz.cpp writes host memory as little-endian data; add byte swapping for this platform"
+#endif
+
+namespace {
+
+constexpr std::string_view kNpyMagic("\x93NUMPY", 6);
+constexpr std::size_t kArrayAlign = 64;      // numpy's ARRAY_ALIGN
+constexpr std::size_t kGrowthDigits = 21;    // numpy's GROWTH_AXIS_MAX_DIGITS
+
+constexpr std::uint32_t kLocalSig = 0x04034b50;
+constexpr std::uint32_t kCentralSig = 0x02014b50;
+constexpr std::uint32_t kEndSig = 0x06054b50;
+constexpr std::uint32_t kZip64LocatorSig = 0x07064b50;
+constexpr std::size_t kLocalSize = 30, kCentralSize = 46, kEndSize = 22;
+constexpr std::uint16_t kFlagEncrypted = 1u << 0, kFlagDescriptor = 1u << 3, kFlagUtf8 = 1u << 11;
+constexpr std::uint16_t kDosDate1980 = (0 << 9) | (1 << 5) | 1;  // 1980-01-01, as np.savez
+
+const char* descr_of(Dtype d) {
+    switch (d) {
+        case Dtype::Float32: return "<f4";
+        case Dtype::Float64: return "<f8";
+        case Dtype::Int64: return "<i8";
+        case Dtype::Bool: return "|b1";
+    }
+    return "?";
+}
+
+std::size_t item_size(Dtype d) {
+    switch (d) {
+        case Dtype::Float32: return 4;
+        case Dtype::Float64: return 8;
+        case Dtype::Int64: return 8;
+        case Dtype::Bool: return 1;
+    }
+    return 0;
+}
+
+// --- CRC-32 (IEEE 802.3, reflected polynomial 0xEDB88320), as zip uses -----------------------
+
+const std::array<std::uint32_t, 256>& crc_table() {
+    static const auto table = [] {
+        std::array<std::uint32_t, 256> t{};
+        for (std::uint32_t i = 0; i < 256; ++i) {
+            std::uint32_t c = i;
+            for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+            t[i] = c;
+        }
+        return t;
+    }();
+    return table;
+}
+
+// Running CRC: start from 0, feed pieces in order.
+std::uint32_t crc32_update(std::uint32_t crc, std::string_view bytes) {
+    const auto& t = crc_table();
+    crc = ~crc;
+    for (unsigned char b : bytes) crc = t[(crc ^ b) & 0xffu] ^ (crc >> 8);
+    return ~crc;
+}
+
+// --- little-endian fields -------------------------------------------------------------------
+
+void put16(std::string& s, std::uint16_t v) {
+    s += static_cast<char>(v & 0xff);
+    s += static_cast<char>(v >> 8);
+}
+void put32(std::string& s, std::uint32_t v) {
+    for (int i = 0; i < 4; ++i) s += static_cast<char>((v >> (8 * i)) & 0xff);
+}
+// Callers have checked that [at, at+2) / [at, at+4) lies inside `b`.
+std::uint16_t get16(std::string_view b, std::size_t at) {
+    return static_cast<std::uint16_t>(static_cast<unsigned char>(b[at]) |
+                                      static_cast<unsigned char>(b[at + 1]) << 8);
+}
+std::uint32_t get32(std::string_view b, std::size_t at) {
+    std::uint32_t v = 0;
+    for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(b[at + static_cast<std::size_t>(i)]);
+    return v;
+}
+// Whether [offset, offset+length) lies inside a buffer of `size` bytes, without overflow.
+bool fits(std::size_t offset, std::size_t length, std::size_t size) {
+    return offset <= size && length <= size - offset;
+}
+
+// Up to 8 bytes as a C-style escaped string, for "found ..." in messages.
+std::string show_bytes(std::string_view b) {
+    std::string out;
+    for (unsigned char c : b.substr(0, 8)) {
+        if (c >= 0x20 && c < 0x7f && c != '\\' && c != '"') out += static_cast<char>(c);
+        else out += fmt::format("\\x{:02x}", c);
+    }
+    return '"' + out + '"';
+}
+
+// --- .npy writing ---------------------------------------------------------------------------
+
+// The raw row-major bytes of a tensor's values (no copy).
+std::string_view raw_data(const Tensor& t) {
+    return dispatch_all(t.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const auto& a = array<T>(t);
+        return std::string_view(reinterpret_cast<const char*>(a.data()), a.size() * sizeof(T));
+    });
+}
+
+// Magic, version 1.0, header length and the header dict, laid out as numpy 1.24's
+// _write_array_header: sorted keys, room for the first axis to grow to 21 digits, spaces to
+// a 64-byte boundary, and a final newline.
+std::string npy_header(const Tensor& t) {
+    const Shape& shape = t.shape();
+    std::string shape_repr = shape.size() == 1 ? fmt::format("({},)", shape[0])
+                                               : fmt::format("({})", fmt::join(shape, ", "));
+    std::string dict = fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': {}, }}",
+                                   descr_of(t.dtype()), shape_repr);
+    if (!shape.empty()) dict.append(kGrowthDigits - fmt::formatted_size("{}", shape[0]), ' ');
+    const std::size_t prefix = kNpyMagic.size() + 2 + 2;  // magic, version, u16 length
+    const std::size_t pad = kArrayAlign - (prefix + dict.size() + 1) % kArrayAlign;
+    const std::size_t header_len = dict.size() + pad + 1;
+    if (header_len > 0xffff)
+        throw Error(fmt::format("npy: a tensor of rank {} needs a header longer than format 1.0 allows",
+                                shape.size()));
+    std::string out(kNpyMagic);
+    out += '\x01';
+    out += '\x00';
+    put16(out, static_cast<std::uint16_t>(header_len));
+    out += dict;
+    out.append(pad, ' ');
+    out += '\n';
+    return out;
+}
+
+void check_defined(const Tensor& t, const std::string& what) {
+    if (!t.defined()) throw Error(fmt::format("{}: the tensor is undefined (default-constructed)", what));
+}
+
+// --- .npy header parsing --------------------------------------------------------------------
+
+// The header is a Python dict literal, e.g. {'descr': '<f4', 'fortran_order': False,
+// 'shape': (2, 3), }. numpy reads it with ast.literal_eval; this accepts the subset numpy
+// writes (quotes of either kind, any spacing, a trailing comma, Python 2's 'L' suffix) and
+// refuses the rest.
+class HeaderParser {
+public:
+    HeaderParser(std::string_view text, const std::string& what) : m_s(text), m_what(what) {}
+
+    struct Result {
+        std::string descr;
+        bool fortran_order = false;
+        Shape shape;
+    };
+
+    Result parse() {
+        Result r;
+        bool seen_descr = false, seen_order = false, seen_shape = false;
+        skip_space();
+        expect('{');
+        for (;;) {
+            skip_space();
+            if (peek() == '}') break;
+            const std::string key = string_literal("a key");
+            skip_space();
+            expect(':');
+            skip_space();
+            if (key == "descr") {
+                mark_seen(seen_descr, key);
+                if (peek() == '[')
+                    fail("dtype is a structured (record) dtype; only plain float32, float64, int64 and "
+                         "bool arrays are supported");
+                r.descr = string_literal("the 'descr' value");
+            } else if (key == "fortran_order") {
+                mark_seen(seen_order, key);
+                r.fortran_order = boolean();
+            } else if (key == "shape") {
+                mark_seen(seen_shape, key);
+                r.shape = tuple();
+            } else {
+                fail(fmt::format("unexpected key '{}' in the header (expected 'descr', 'fortran_order', "
+                                 "'shape')", key));
+            }
+            skip_space();
+            if (peek() == ',') {
+                ++m_pos;
+                continue;
+            }
+            if (peek() != '}') fail(fmt::format("expected ',' or '}}' in the header at byte {}", m_pos));
+        }
+        ++m_pos;  // '}'
+        skip_space();
+        if (m_pos != m_s.size())
+            fail(fmt::format("unexpected text after the header dict at byte {}", m_pos));
+        if (!seen_descr || !seen_order || !seen_shape)
+            fail(fmt::format("the header lacks the key '{}'",
+                             !seen_descr ? "descr" : !seen_order ? "fortran_order" : "shape"));
+        return r;
+    }
+
+private:
+    [[noreturn]] void fail(const std::string& msg) const { throw Error(fmt::format("{}: {}", m_what, msg)); }
+
+    char peek() const { return m_pos < m_s.size() ? m_s[m_pos] : '\0'; }
+    void skip_space() {
+        while (m_pos < m_s.size() && (m_s[m_pos] == ' ' || m_s[m_pos] == '\n' || m_s[m_pos] == '\t' ||
+                                      m_s[m_pos] == '\r'))
+            ++m_pos;
+    }
+    void expect(char c) {
+        if (peek() != c)
+            fail(fmt::format("malformed header: expected '{}' at byte {} of the header", c, m_pos));
+        ++m_pos;
+    }
+    void mark_seen(bool& seen, const std::string& key) {
+        if (seen) fail(fmt::format("the header repeats the key '{}'", key));
+        seen = true;
+    }
+    std::string string_literal(const char* role) {
+        const char q = peek();
+        if (q != '\'' && q != '"') fail(fmt::format("malformed header: expected {} in quotes at byte {}", role, m_pos));
+        const std::size_t start = ++m_pos;
+        while (m_pos < m_s.size() && m_s[m_pos] != q) {
+            if (m_s[m_pos] == '\n') break;
+            if (m_s[m_pos] == '\\')
+                fail(fmt::format("malformed header: unsupported character in a string at byte {}", m_pos));
+            ++m_pos;
+        }
+        if (m_pos == m_s.size() || m_s[m_pos] != q) fail("malformed header: unterminated string");
+        return std::string(m_s.substr(start, m_pos++ - start));
+    }
+    bool boolean() {
+        if (m_s.substr(m_pos, 4) == "True") {
+            m_pos += 4;
+            return true;
+        }
+        if (m_s.substr(m_pos, 5) == "False") {
+            m_pos += 5;
+            return false;
+        }
+        fail(fmt::format("malformed header: 'fortran_order' must be True or False (at byte {})", m_pos));
+    }
+    std::size_t integer() {
+        if (peek() < '0' || peek() > '9')
+            fail(fmt::format("malformed header: expected a non-negative integer in 'shape' at byte {}", m_pos));
+        std::uint64_t v = 0;
+        while (peek() >= '0' && peek() <= '9') {
+            const unsigned digit = static_cast<unsigned>(m_s[m_pos++] - '0');
+            if (v > (static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) - digit) / 10)
+                fail("a dimension in 'shape' does not fit in 64 bits");
+            v = v * 10 + digit;
+        }
+        if (peek() == 'L') ++m_pos;  // Python 2 long, in files written by old numpy
+        return static_cast<std::size_t>(v);
+    }
+    Shape tuple() {
+        expect('(');
+        Shape shape;
+        skip_space();
+        if (peek() == ')') {
+            ++m_pos;
+            return shape;
+        }
+        for (;;) {
+            shape.push_back(integer());
+            skip_space();
+            if (peek() == ')') {
+                // Python spells a 1-tuple (3,): without the comma it is not a tuple.
+                if (shape.size() == 1) fail("malformed header: 'shape' (n) is not a tuple; expected (n,)");
+                ++m_pos;
+                return shape;
+            }
+            expect(',');
+            skip_space();
+            if (peek() == ')') {
+                ++m_pos;
+                return shape;
+            }
+        }
+    }
+
+    std::string_view m_s;
+    std::size_t m_pos = 0;
+    const std::string& m_what;
+};
+
+Dtype dtype_from_descr(const std::string& descr, const std::string& what) {
+    if (descr == "<f4") return kFloat32;
+    if (descr == "<f8") return kFloat64;
+    if (descr == "<i8") return kInt64;
+    if (descr == "|b1") return kBool;
+    if (!descr.empty() && descr[0] == '>')
+        throw Error(fmt::format("{}: dtype '{}' is big-endian; only little-endian data is supported "
+                                "(convert with arr.astype(arr.dtype.newbyteorder('<')))",
+                                what, descr));
+    throw Error(fmt::format("{}: dtype '{}' is not supported; expected float32 '<f4', float64 '<f8', "
+                            "int64 '<i8' or bool '|b1' (convert with arr.astype(...))",
+                            what, descr));
+}
+
+template <class T> Tensor tensor_from_bytes(const Shape& shape, std::string_view data) {
+    auto a = xt::xarray<T>::from_shape(shape);
+    if constexpr (std::is_same_v<T, bool>) {
+        // Any byte other than 0 is true, as numpy's bool; never copy raw bytes into a bool.
+        bool* out = a.data();
+        for (std::size_t i = 0; i < data.size(); ++i) out[i] = data[i] != 0;
+    } else if (!data.empty()) {
+        std::memcpy(a.data(), data.data(), data.size());
+    }
+    return from_array<T>(std::move(a));
+}
+
+// --- .npz writing ---------------------------------------------------------------------------
+
+// Streams an archive through `out(std::string_view)`: member headers and npy headers are built
+// in memory, the array data goes straight from the tensors.
+template <class Out> void write_npz(const NamedTensors& arrays, const char* op, Out&& out) {
+    struct Entry {
+        std::string name;
+        std::uint32_t crc, size, offset;
+        std::uint16_t flags;
+    };
+    std::vector<Entry> entries;
+    std::set<std::string> names;
+    std::uint64_t offset = 0;
+    constexpr std::uint64_t kZipLimit = 0xfffffffe;  // 0xffffffff would mean "see zip64 fields"
+    for (const auto& [name, t] : arrays) {
+        if (name.empty()) throw Error(fmt::format("{}: array names must be non-empty", op));
+        if (name.find('\0') != std::string::npos)
+            throw Error(fmt::format("{}: the array name '{}' contains a NUL byte", op, name));
+        if (!names.insert(name).second)
+            throw Error(fmt::format("{}: the array name '{}' appears twice", op, name));
+        check_defined(t, fmt::format("{}: array '{}'", op, name));
+        Entry e;
+        e.name = name + ".npy";
+        if (e.name.size() > 0xffff) throw Error(fmt::format("{}: the array name '{}...' is too long", op, name.substr(0, 40)));
+        const std::string header = npy_header(t);
+        const std::string_view data = raw_data(t);
+        const std::uint64_t size = header.size() + static_cast<std::uint64_t>(data.size());
+        if (size > kZipLimit || offset + kLocalSize + e.name.size() + size > kZipLimit)
+            throw Error(fmt::format("{}: the archive would exceed 4 GiB at array '{}'; zip64 is not "
+                                    "supported", op, name));
+        e.crc = crc32_update(crc32_update(0, header), data);
+        e.size = static_cast<std::uint32_t>(size);
+        e.offset = static_cast<std::uint32_t>(offset);
+        e.flags = 0;
+        for (unsigned char c : e.name)
+            if (c >= 0x80) e.flags = kFlagUtf8;
+
+        std::string local;
+        put32(local, kLocalSig);
+        put16(local, 20);  // version needed: 2.0
+        put16(local, e.flags);
+        put16(local, 0);   // stored
+        put16(local, 0);   // time 00:00
+        put16(local, kDosDate1980);
+        put32(local, e.crc);
+        put32(local, e.size);  // compressed size
+        put32(local, e.size);  // uncompressed size
+        put16(local, static_cast<std::uint16_t>(e.name.size()));
+        put16(local, 0);   // extra field length
+        local += e.name;
+        out(std::string_view(local));
+        out(std::string_view(header));
+        out(data);
+        offset += local.size() + size;
+        entries.push_back(std::move(e));
+    }
+    if (entries.size() > 0xfffe) throw Error(fmt::format("{}: more than 65534 arrays need zip64, which is not supported", op));
+
+    std::string central;
+    for (const Entry& e : entries) {
+        put32(central, kCentralSig);
+        put16(central, 0x0314);  // made by: Unix, zip 2.0 (as Python's zipfile)
+        put16(central, 20);
+        put16(central, e.flags);
+        put16(central, 0);
+        put16(central, 0);
+        put16(central, kDosDate1980);
+        put32(central, e.crc);
+        put32(central, e.size);
+        put32(central, e.size);
+        put16(central, static_cast<std::uint16_t>(e.name.size()));
+        put16(central, 0);  // extra
+        put16(central, 0);  // comment
+        put16(central, 0);  // disk
+        put16(central, 0);  // internal attributes
+        put32(central, 0100644u << 16);  // external: a regular file, rw-r--r--
+        put32(central, e.offset);
+        central += e.name;
+    }
+    if (offset + central.size() > kZipLimit)
+        throw Error(fmt::format("{}: the archive would exceed 4 GiB; zip64 is not supported", op));
+    std::string end;
+    put32(end, kEndSig);
+    put16(end, 0);  // this disk
+    put16(end, 0);  // disk with the central directory
+    put16(end, static_cast<std::uint16_t>(entries.size()));
+    put16(end, static_cast<std::uint16_t>(entries.size()));
+    put32(end, static_cast<std::uint32_t>(central.size()));
+    put32(end, static_cast<std::uint32_t>(offset));
+    put16(end, 0);  // comment length
+    out(std::string_view(central));
+    out(std::string_view(end));
+}
+
+}  // namespace
+
+// --- .npy -------------------------------------------------------------------------------------
+
+std::string npy_bytes(const Tensor& t) {
+    check_defined(t, "npy_bytes");
+    std::string out = npy_header(t);
+    out += raw_data(t);
+    return out;
+}
+
+Tensor parse_npy(std::string_view b, const std::string& what) {
+    if (b.empty()) throw Error(fmt::format("{}: empty (0 bytes); not an .npy file", what));
+    if (b.substr(0, kNpyMagic.size()) != kNpyMagic.substr(0, std::min(b.size(), kNpyMagic.size())))
+        throw Error(fmt::format("{}: bad magic: not an .npy file (expected \"\\x93NUMPY\", found {})", what,
+                                show_bytes(b)));
+    if (b.size() < 10)
+        throw Error(fmt::format("{}: truncated: {} bytes, too short for an .npy header", what, b.size()));
+    const unsigned major = static_cast<unsigned char>(b[6]), minor = static_cast<unsigned char>(b[7]);
+    if (major < 1 || major > 3 || minor != 0)
+        throw Error(fmt::format("{}: unsupported .npy format version {}.{} (expected 1.0, 2.0 or 3.0)", what,
+                                major, minor));
+    const std::size_t len_size = major == 1 ? 2 : 4;
+    if (b.size() < 8 + len_size)
+        throw Error(fmt::format("{}: truncated: {} bytes, too short for an .npy header", what, b.size()));
+    const std::size_t header_len = major == 1 ? get16(b, 8) : get32(b, 8);
+    const std::size_t header_start = 8 + len_size;
+    if (!fits(header_start, header_len, b.size()))
+        throw Error(fmt::format("{}: truncated: the header claims {} bytes but only {} follow", what,
+                                header_len, b.size() - header_start));
+    const auto h = HeaderParser(b.substr(header_start, header_len), what).parse();
+    const Dtype dtype = dtype_from_descr(h.descr, what);
+    if (h.fortran_order && h.shape.size() >= 2)
+        throw Error(fmt::format("{}: the array is stored in Fortran order; save it in C order "
+                                "(np.ascontiguousarray)", what));
+
+    // numpy's own rule: the product of the non-zero dimensions times the item size must fit.
+    constexpr std::uint64_t kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+    const std::size_t itemsize = item_size(dtype);
+    std::uint64_t nonzero_bytes = itemsize;
+    bool empty = false;
+    for (std::size_t d : h.shape) {
+        if (d == 0) {
+            empty = true;
+            continue;
+        }
+        if (nonzero_bytes > kMax / d)
+            throw Error(fmt::format("{}: shape {} is too large (its byte size overflows 64 bits)", what,
+                                    shape_str(h.shape)));
+        nonzero_bytes *= d;
+    }
+    const std::uint64_t nbytes = empty ? 0 : nonzero_bytes;
+    const std::string_view data = b.substr(header_start + header_len);
+    if (data.size() != nbytes)
+        throw Error(fmt::format("{}: {}: shape {} of {} needs {} bytes of data, but {} {} present", what,
+                                data.size() < nbytes ? "truncated" : "trailing bytes", shape_str(h.shape),
+                                dtype_name(dtype), nbytes, data.size(), data.size() == 1 ? "is" : "are"));
+    return dispatch_all(dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        return tensor_from_bytes<T>(h.shape, data);
+    });
+}
+
+void save_npy(const std::string& path, const Tensor& t) {
+    check_defined(t, fmt::format("save_npy: '{}'", path));
+    const std::string header = npy_header(t);
+    AtomicFile f(path, "save_npy");
+    f.write(header);
+    f.write(raw_data(t));
+    f.commit();
+}
+
+Tensor load_npy(const std::string& path) {
+    return parse_npy(read_file(path, "load_npy"), fmt::format("load_npy: '{}'", path));
+}
+
+// --- .npz -------------------------------------------------------------------------------------
+
+std::string npz_bytes(const NamedTensors& arrays) {
+    std::string out;
+    write_npz(arrays, "npz_bytes", [&out](std::string_view piece) { out += piece; });
+    return out;
+}
+
+void save_npz(const std::string& path, const NamedTensors& arrays) {
+    const std::string op = fmt::format("save_npz: '{}'", path);
+    // A throw part-way (a bad name, a failed write) leaves the old file and no temporary.
+    AtomicFile f(path, "save_npz");
+    write_npz(arrays, op.c_str(), [&f](std::string_view piece) { f.write(piece); });
+    f.commit();
+}
+
+NamedTensors parse_npz(std::string_view b, const std::string& what) {
+    auto fail = [&what](const std::string& msg) { throw Error(fmt::format("{}: {}", what, msg)); };
+    if (b.empty()) fail("empty (0 bytes); an .npz is a zip archive");
+    if (b.substr(0, kNpyMagic.size()) == kNpyMagic)
+        fail("this is an .npy file (a single array), not an .npz archive; read it with load_npy");
+    if (b.size() < 4 || (get32(b, 0) != kLocalSig && get32(b, 0) != kEndSig))
+        fail(fmt::format("bad magic: not a zip archive (expected \"PK\\x03\\x04\", found {})", show_bytes(b)));
+    if (b.size() < kEndSize)
+        fail(fmt::format("truncated: {} bytes, too short for a zip archive", b.size()));
+
+    // The end record sits at the very end, followed only by its own comment (< 64 KiB).
+    std::size_t end = std::string_view::npos;
+    const std::size_t lowest = b.size() - kEndSize > 0xffff ? b.size() - kEndSize - 0xffff : 0;
+    for (std::size_t at = b.size() - kEndSize + 1; at-- > lowest;) {
+        if (get32(b, at) == kEndSig && at + kEndSize + get16(b, at + 20) == b.size()) {
+            end = at;
+            break;
+        }
+    }
+    if (end == std::string_view::npos)
+        fail("no zip end-of-central-directory record: the archive is truncated or corrupt");
+    if (end >= 20 && get32(b, end - 20) == kZip64LocatorSig)
+        fail("zip64 archives are not supported");
+    const std::size_t count = get16(b, end + 10);
+    const std::size_t cd_size = get32(b, end + 12), cd_offset = get32(b, end + 16);
+    if (get16(b, end + 4) != 0 || get16(b, end + 6) != 0 || get16(b, end + 8) != count)
+        fail("multi-disk (split) zip archives are not supported");
+    if (count == 0xffff || cd_size == 0xffffffff || cd_offset == 0xffffffff)
+        fail("zip64 archives are not supported");
+    if (!fits(cd_offset, cd_size, end))
+        fail(fmt::format("corrupt: the central directory (offset {}, {} bytes) lies outside the {} bytes "
+                         "before the end record", cd_offset, cd_size, end));
+
+    NamedTensors result;
+    std::set<std::string> seen;
+    const std::string_view cd = b.substr(cd_offset, cd_size);
+    std::size_t pos = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+        if (!fits(pos, kCentralSize, cd.size()) || get32(cd, pos) != kCentralSig)
+            fail(fmt::format("corrupt: central directory entry {} of {} is missing or damaged", i + 1, count));
+        const std::uint16_t flags = get16(cd, pos + 8), method = get16(cd, pos + 10);
+        const std::uint32_t crc = get32(cd, pos + 16);
+        const std::size_t csize = get32(cd, pos + 20), usize = get32(cd, pos + 24);
+        const std::size_t name_len = get16(cd, pos + 28), extra_len = get16(cd, pos + 30),
+                          comment_len = get16(cd, pos + 32);
+        const std::size_t local = get32(cd, pos + 42);
+        const std::size_t entry_len = kCentralSize + name_len + extra_len + comment_len;
+        if (!fits(pos, entry_len, cd.size()))
+            fail(fmt::format("corrupt: central directory entry {} of {} runs past the directory", i + 1, count));
+        const std::string member(cd.substr(pos + kCentralSize, name_len));
+        pos += entry_len;
+
+        const std::string where = fmt::format("member '{}'", member);
+        if (flags & kFlagEncrypted) fail(where + " is encrypted; encrypted archives are not supported");
+        if (csize == 0xffffffff || usize == 0xffffffff || local == 0xffffffff)
+            fail(where + " uses zip64 fields; zip64 archives are not supported");
+        if (method != 0 && method != 8)
+            fail(fmt::format("{} uses compression method {}; only stored (np.savez) and deflate "
+                             "(np.savez_compressed) members are supported", where, method));
+        if (method == 0 && csize != usize)
+            fail(fmt::format("corrupt: {} is stored but its sizes differ ({} and {})", where, csize, usize));
+        if (member.size() <= 4 || member.compare(member.size() - 4, 4, ".npy") != 0)
+            fail(where + " is not an .npy array (an .npz holds only NAME.npy members)");
+        std::string name = member.substr(0, member.size() - 4);
+        if (!seen.insert(name).second) fail(fmt::format("the array '{}' appears twice", name));
+
+        // The local header must repeat the name, and its data must end before the directory.
+        if (!fits(local, kLocalSize, cd_offset) || get32(b, local) != kLocalSig)
+            fail(fmt::format("corrupt: the local header of {} (offset {}) is missing or damaged", where, local));
+        const std::uint16_t local_flags = get16(b, local + 6);
+        const std::size_t local_name = get16(b, local + 26), local_extra = get16(b, local + 28);
+        const std::size_t data_at = local + kLocalSize + local_name + local_extra;
+        if (!fits(local + kLocalSize, local_name + local_extra, cd_offset) || !fits(data_at, csize, cd_offset))
+            fail(fmt::format("truncated or corrupt: {} runs past the start of the central directory", where));
+        if (b.substr(local + kLocalSize, local_name) != member || get16(b, local + 8) != method)
+            fail(fmt::format("corrupt: the local header of {} disagrees with the central directory", where));
+        if (!(local_flags & kFlagDescriptor)) {
+            const std::uint32_t lcrc = get32(b, local + 14), lcs = get32(b, local + 18), lus = get32(b, local + 22);
+            // Writers that add zip64 fields (np.savez does) may leave 0xffffffff here.
+            if (lcrc != crc || (lcs != csize && lcs != 0xffffffff) || (lus != usize && lus != 0xffffffff))
+                fail(fmt::format("corrupt: the local header of {} disagrees with the central directory", where));
+        }
+        std::string inflated;
+        if (method == 8) inflated = inflate(b.substr(data_at, csize), usize, fmt::format("{}: {}", what, where));
+        const std::string_view data = method == 8 ? std::string_view(inflated) : b.substr(data_at, csize);
+        const std::uint32_t actual = crc32_update(0, data);
+        if (actual != crc)
+            fail(fmt::format("corrupt: CRC-32 mismatch in {} (stored {:08x}, computed {:08x})", where, crc, actual));
+        result.emplace_back(std::move(name), parse_npy(data, fmt::format("{}: {}", what, where)));
+    }
+    if (pos != cd.size())
+        fail(fmt::format("corrupt: the central directory holds {} bytes after its {} entries", cd.size() - pos, count));
+    return result;
+}
+
+NamedTensors load_npz(const std::string& path) {
+    return parse_npz(read_file(path, "load_npz"), fmt::format("load_npz: '{}'", path));
+}
+
+}  // namespace xgrad

@@ -1,0 +1,52 @@
+#pragma once
+/// numpy's .npy and .npz files, so that model and optimiser state saved here opens with
+/// numpy.load, and arrays saved with np.save / np.savez load here.
+///
+/// .npy: format 1.0 written (1.0, 2.0 and 3.0 read); little-endian C-order data of dtype
+/// '<f4' (float32), '<f8' (float64), '<i8' (int64) or '|b1' (bool), loaded as that dtype.
+/// Written headers are byte-for-byte what numpy 1.24's np.save writes.
+/// .npz: a zip archive with one member NAME.npy per array, written uncompressed (as np.savez),
+/// read uncompressed or deflated (np.savez_compressed). Names may hold dots ("W_q.weight"),
+/// and numpy.load(path)["W_q.weight"] reads them back.
+///
+/// The readers treat the bytes as untrusted: every length, offset and count is checked against
+/// the bytes present before use, CRC-32s are verified, and nothing is allocated from a length
+/// field before that check; deflated members are inflated into a buffer that grows with the
+/// output and stops at the size the archive declares. Anything else is refused with a
+/// message: other dtypes, big-endian data, Fortran order (rank >= 2), other compression
+/// methods, encrypted or zip64 archives, members that are not .npy files.
+///
+/// Every failure, bad bytes and I/O alike, throws xgrad::Error naming the file (or the `what`
+/// given to the in-memory forms) and what was wrong.
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "tensor.hpp"
+
+namespace xgrad {
+
+/// Arrays with their names, in order (the order of the archive's members).
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+/// Writes one .npy (format 1.0; little-endian '<f4' '<f8' '<i8' '|b1'; C order), atomically.
+void save_npy(const std::string& path, const Tensor& t);
+/// Reads one .npy as a leaf tensor of the file's dtype.
+Tensor load_npy(const std::string& path);
+
+/// Writes an uncompressed .npz (a zip of NAME.npy members, CRC-32 computed) atomically:
+/// to a temporary file in the same folder, flushed (fsync), then renamed over `path`.
+/// Names must be non-empty and distinct.
+void save_npz(const std::string& path, const NamedTensors& arrays);
+/// Reads every member of an .npz written by np.savez, np.savez_compressed or save_npz, in
+/// archive order, with the ".npy" suffix removed from the names.
+NamedTensors load_npz(const std::string& path);
+
+/// In-memory forms, for tests and fuzzing. `what` names the source in error messages.
+std::string npy_bytes(const Tensor& t);
+Tensor parse_npy(std::string_view bytes, const std::string& what = "npy");
+std::string npz_bytes(const NamedTensors& arrays);
+NamedTensors parse_npz(std::string_view bytes, const std::string& what = "npz");
+
+}  // namespace xgrad

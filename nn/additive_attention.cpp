@@ -1,0 +1,38 @@
+#include "additive_attention.hpp"
+
+#include "core/ops.hpp"
+
+namespace xgrad::nn {
+
+AdditiveAttention::AdditiveAttention(std::size_t key_size, std::size_t query_size, std::size_t num_hiddens,
+                                     double dropout, Generator& gen)
+    : Module("AdditiveAttention"),
+      m_key_size(key_size),
+      m_query_size(query_size),
+      m_W_k(register_module("W_k", std::make_shared<Linear>(key_size, num_hiddens, false, gen))),
+      m_W_q(register_module("W_q", std::make_shared<Linear>(query_size, num_hiddens, false, gen))),
+      m_w_v(register_module("w_v", std::make_shared<Linear>(num_hiddens, 1, false, gen))),
+      m_dropout(register_module("dropout", std::make_shared<Dropout>(dropout))) {}
+
+Tensor AdditiveAttention::forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
+                                  const Tensor& valid_lens) {
+    return forward(queries, keys, values, AttentionMask::valid_lens(valid_lens));
+}
+
+Tensor AdditiveAttention::forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
+                                  const AttentionMask& mask) {
+    // queries: (batch, Tq, query_size), keys: (batch, Tk, key_size), values: (batch, Tk, v)
+    check_attention_inputs("AdditiveAttention", queries, keys, values);
+    check_last_axis("AdditiveAttention", "queries", queries, "query_size", m_query_size);
+    check_last_axis("AdditiveAttention", "keys", keys, "key_size", m_key_size);
+    check_attention_mask("AdditiveAttention", mask, queries.size(0), queries.size(1), keys.size(1));
+    const Tensor q = m_W_q->forward(queries);  // (batch, Tq, h)
+    const Tensor k = m_W_k->forward(keys);     // (batch, Tk, h)
+    // Every query against every key by broadcasting: (batch, Tq, 1, h) + (batch, 1, Tk, h).
+    const Tensor features = tanh(unsqueeze(q, 2) + unsqueeze(k, 1));  // (batch, Tq, Tk, h)
+    const Tensor scores = squeeze(m_w_v->forward(features), -1);      // (batch, Tq, Tk)
+    m_attention_weights = masked_softmax(scores, mask);
+    return bmm(m_dropout->forward(m_attention_weights), values);  // (batch, Tq, v)
+}
+
+}  // namespace xgrad::nn

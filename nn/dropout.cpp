@@ -1,0 +1,25 @@
+#include "dropout.hpp"
+
+#include <cmath>
+
+#include "core/creation.hpp"
+#include "core/ops.hpp"
+
+namespace xgrad::nn {
+
+Dropout::Dropout(double p) : Dropout(p, default_generator()) {}
+
+Dropout::Dropout(double p, Generator& gen) : Module("Dropout"), m_p(p), m_gen(&gen) {
+    if (!(p >= 0.0 && p < 1.0)) throw Error(fmt::format("Dropout: p must be in [0, 1), got {}", p));
+}
+
+Tensor Dropout::forward(const Tensor& x) {
+    if (!is_training() || m_p == 0.0) return x;
+    // keep where u >= p, so that P(keep) = 1 - p; the scaled mask is a constant of the graph.
+    const Tensor keep = ge(rand(x.shape(), x.dtype(), *m_gen), full({}, m_p, x.dtype()));
+    return x * (cast(keep, x.dtype()) * (1.0 / (1.0 - m_p)));
+}
+
+std::string Dropout::extra_repr() const { return fmt::format("p={}, inplace=False", python_float(m_p)); }
+
+}  // namespace xgrad::nn

@@ -1,0 +1,30 @@
+#pragma once
+/// Dropout: inverted dropout, as torch.nn.Dropout.
+#include "core/random.hpp"
+#include "nn/module.hpp"
+
+namespace xgrad::nn {
+
+/// In training mode each element is zeroed with probability p and the survivors are scaled
+/// by 1/(1-p), so the expected value is unchanged; in eval mode (or p = 0) it is the identity.
+/// y = x ⊙ m / (1-p), m ~ Bernoulli(1-p) drawn from `gen` in x's shape (one uniform draw per
+/// element, row-major: the same seed gives the same mask). The gradient is m / (1-p).
+/// p must be in [0, 1). Prints as `Dropout(p=0.5, inplace=False)`.
+class Dropout : public Module {
+public:
+    explicit Dropout(double p = 0.5);
+    /// Draws masks from `gen`, which must outlive the module.
+    Dropout(double p, Generator& gen);
+
+    Tensor forward(const Tensor& x);
+    Tensor operator()(const Tensor& x) { return forward(x); }
+
+    double p() const { return m_p; }
+    std::string extra_repr() const override;
+
+private:
+    double m_p;
+    Generator* m_gen;
+};
+
+}  // namespace xgrad::nn

@@ -1,0 +1,41 @@
+#include "layer_norm.hpp"
+
+#include <algorithm>
+
+#include "core/creation.hpp"
+#include "core/ops.hpp"
+
+namespace xgrad::nn {
+
+LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool elementwise_affine)
+    : Module("LayerNorm"), m_shape(std::move(normalized_shape)), m_eps(eps), m_affine(elementwise_affine) {
+    if (m_shape.empty() || std::count(m_shape.begin(), m_shape.end(), 0u) > 0)
+        throw Error(fmt::format("LayerNorm: normalized_shape must be non-empty with positive sizes, got {}",
+                                shape_str(m_shape)));
+    if (!(eps > 0)) throw Error(fmt::format("LayerNorm: eps must be positive, got {}", eps));
+    if (m_affine) {
+        register_parameter("weight", ones(m_shape));
+        register_parameter("bias", zeros(m_shape));
+    }
+}
+
+Tensor LayerNorm::forward(const Tensor& x) {
+    // x: (..., *normalized_shape); statistics over the last k axes, kept for broadcasting
+    const std::size_t k = m_shape.size();
+    if (x.dim() < k || !std::equal(m_shape.begin(), m_shape.end(), x.shape().end() - static_cast<long>(k)))
+        throw Error(fmt::format("LayerNorm: input must end with the normalized shape {}, got shape {}",
+                                shape_str(m_shape), shape_str(x.shape())));
+    std::vector<long> axes;
+    for (std::size_t i = 0; i < k; ++i) axes.push_back(-static_cast<long>(i) - 1);
+    const Tensor centred = x - mean(x, axes, true);
+    const Tensor var = mean(centred * centred, axes, true);  // biased, as torch
+    const Tensor y = centred * pow(var + m_eps, -0.5);
+    return m_affine ? y * weight() + bias() : y;
+}
+
+std::string LayerNorm::extra_repr() const {
+    return fmt::format("{}, eps={}, elementwise_affine={}", shape_str(m_shape), python_float(m_eps),
+                       python_bool(m_affine));
+}
+
+}  // namespace xgrad::nn

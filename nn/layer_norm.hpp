@@ -1,0 +1,32 @@
+#pragma once
+/// Layer normalisation, as torch.nn.LayerNorm.
+#include "nn/module.hpp"
+
+namespace xgrad::nn {
+
+/// y = (x − mean) / √(var + eps) ⊙ weight + bias, with the mean and the biased variance taken
+/// over the last len(normalized_shape) axes of x.
+/// Shapes: x (..., *normalized_shape) → same; weight and bias normalized_shape, initialised to
+/// 1 and 0 (only when elementwise_affine). Composed of core ops (mean, sub, pow, mul, add).
+/// Prints as `LayerNorm((32,), eps=1e-05, elementwise_affine=True)`.
+class LayerNorm : public Module {
+public:
+    explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
+
+    Tensor forward(const Tensor& x);
+    Tensor operator()(const Tensor& x) { return forward(x); }
+
+    const Shape& normalized_shape() const { return m_shape; }
+    double eps() const { return m_eps; }
+    /// Undefined when built without elementwise_affine.
+    Tensor weight() const { return m_affine ? parameter("weight") : Tensor(); }
+    Tensor bias() const { return m_affine ? parameter("bias") : Tensor(); }
+    std::string extra_repr() const override;
+
+private:
+    Shape m_shape;
+    double m_eps;
+    bool m_affine;
+};
+
+}  // namespace xgrad::nn

@@ -1,0 +1,40 @@
+#include "linear.hpp"
+
+#include <cmath>
+
+#include "core/creation.hpp"
+#include "core/ops.hpp"
+
+namespace xgrad::nn {
+
+Linear::Linear(std::size_t in_features, std::size_t out_features, bool bias, Generator& gen)
+    : Module("Linear"), m_in(in_features), m_out(out_features), m_has_bias(bias) {
+    if (in_features == 0 || out_features == 0)
+        throw Error(fmt::format("Linear: in_features and out_features must be positive, got {} and {}",
+                                in_features, out_features));
+    // kaiming_uniform_(a=√5) reduces to this bound, the same one PyTorch uses for the bias.
+    const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
+    register_parameter("weight", uniform({out_features, in_features}, -bound, bound, kFloat32, gen));
+    if (bias) register_parameter("bias", uniform({out_features}, -bound, bound, kFloat32, gen));
+}
+
+Tensor Linear::forward(const Tensor& x) {
+    if (x.dim() == 0 || x.size(-1) != m_in)
+        throw Error(fmt::format("Linear: input must have last axis in_features = {}, got shape {}", m_in,
+                                shape_str(x.shape())));
+    // x: (..., in) is flattened to (n, in) so that one gemm serves every leading axis.
+    const bool flat = x.dim() == 2;
+    const Tensor x2 = flat ? x : reshape(x, {-1, static_cast<long>(m_in)});
+    Tensor y = matmul(x2, transpose(weight(), 0, 1));  // (n, in)·(in, out) → (n, out)
+    if (m_has_bias) y = y + bias();
+    if (flat) return y;
+    std::vector<long> shape(x.shape().begin(), x.shape().end() - 1);
+    shape.push_back(static_cast<long>(m_out));
+    return reshape(y, shape);
+}
+
+std::string Linear::extra_repr() const {
+    return fmt::format("in_features={}, out_features={}, bias={}", m_in, m_out, python_bool(m_has_bias));
+}
+
+}  // namespace xgrad::nn

@@ -1,0 +1,66 @@
+#include "positional_encoding.hpp"
+
+#include <cmath>
+
+#include "core/creation.hpp"
+#include "core/ops.hpp"
+
+namespace xgrad::nn {
+
+namespace {
+
+void check_positions(const char* who, const Tensor& X, std::size_t num_hiddens, std::size_t offset,
+                     std::size_t max_len) {
+    if (X.dim() != 3 || X.size(2) != num_hiddens)
+        throw Error(fmt::format("{}: X must have shape (batch, steps, num_hiddens = {}), got {}", who,
+                                num_hiddens, shape_str(X.shape())));
+    if (offset + X.size(1) > max_len)
+        throw Error(fmt::format("{}: positions {}..{} exceed max_len = {} (X has shape {}, offset {})", who,
+                                offset, offset + X.size(1) - 1, max_len, shape_str(X.shape()), offset));
+}
+
+}  // namespace
+
+PositionalEncoding::PositionalEncoding(std::size_t num_hiddens, double dropout, std::size_t max_len)
+    : Module("PositionalEncoding"),
+      m_num_hiddens(num_hiddens),
+      m_max_len(max_len),
+      m_dropout(register_module("dropout", std::make_shared<Dropout>(dropout))) {
+    if (num_hiddens == 0 || max_len == 0)
+        throw Error(fmt::format("PositionalEncoding: num_hiddens and max_len must be positive, got {} and {}",
+                                num_hiddens, max_len));
+    std::vector<double> P(max_len * num_hiddens);
+    const double d = static_cast<double>(num_hiddens);
+    for (std::size_t i = 0; i < max_len; ++i)
+        for (std::size_t j = 0; 2 * j < num_hiddens; ++j) {
+            const double angle = static_cast<double>(i) / std::pow(10000.0, static_cast<double>(2 * j) / d);
+            P[i * num_hiddens + 2 * j] = std::sin(angle);
+            if (2 * j + 1 < num_hiddens) P[i * num_hiddens + 2 * j + 1] = std::cos(angle);
+        }
+    m_P = from_vector(P, {1, max_len, num_hiddens});
+}
+
+Tensor PositionalEncoding::forward(const Tensor& X, std::size_t offset) {
+    check_positions("PositionalEncoding", X, m_num_hiddens, offset, m_max_len);
+    const long start = static_cast<long>(offset);
+    const Tensor P = slice(m_P, 1, start, start + static_cast<long>(X.size(1)));  // (1, T, d)
+    return m_dropout->forward(X + cast(P, X.dtype()));
+}
+
+LearnedPositionalEmbedding::LearnedPositionalEmbedding(std::size_t max_len, std::size_t num_hiddens,
+                                                       double dropout, Generator& gen)
+    : Module("LearnedPositionalEmbedding"),
+      m_max_len(max_len),
+      m_num_hiddens(num_hiddens),
+      m_embedding(register_module("embedding", std::make_shared<Embedding>(max_len, num_hiddens, gen))),
+      m_dropout(register_module("dropout", std::make_shared<Dropout>(dropout))) {}
+
+Tensor LearnedPositionalEmbedding::forward(const Tensor& X, std::size_t offset) {
+    check_positions("LearnedPositionalEmbedding", X, m_num_hiddens, offset, m_max_len);
+    const double start = static_cast<double>(offset);
+    const Tensor positions = arange(start, start + static_cast<double>(X.size(1)), 1.0, kInt64);
+    const Tensor E = unsqueeze(m_embedding->forward(positions), 0);  // (1, T, d)
+    return m_dropout->forward(X + E);
+}
+
+}  // namespace xgrad::nn
