@@ -1,4 +1,6 @@
 // Flags, durations and metrics.json of examples/common/cli.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -62,7 +64,7 @@ TEST_CASE("format_duration and write_json") {
     CHECK(format_duration(65.4) == "1:05");
     CHECK(format_duration(3725) == "1:02:05");
     CHECK(format_duration(-1) == "--:--");
-    const auto path = (std::filesystem::temp_directory_path() / "xgrad_test_metrics.json").string();
+    const auto path = (std::filesystem::temp_directory_path() / fmt::format("xgrad_test_metrics_{}.json", ::getpid())).string();
     write_json(path, {{"task", std::string("re\"verse")}, {"steps", std::int64_t{600}}, {"acc", 0.5},
                       {"bad", std::nan("")}});
     CHECK(read_file(path, "test") ==

@@ -1,4 +1,6 @@
 // Training the examples' encoder: it learns the reverse task, and checkpoints resume exactly.
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -28,7 +30,7 @@ TrainConfig small_config(std::int64_t steps) {
 }
 
 std::string temp_dir(const std::string& name) {
-    const auto dir = std::filesystem::temp_directory_path() / ("xgrad_test_examples_" + name);
+    const auto dir = std::filesystem::temp_directory_path() / (fmt::format("xgrad_test_examples_{}_{}", name, ::getpid()));
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
     return dir.string();
