@@ -55,8 +55,8 @@ std::string format_duration(double seconds);
 class Progress {
 public:
     Progress(std::int64_t total, std::int64_t every, std::FILE* out = stdout);
-    /// Reports step `step` (1-based) of a run that started at `first_step` (a resumed run starts
-    /// later); tokens is the number of tokens this step processed.
+    /// Reports step `step` (1-based; a resumed run starts later, and the ETA counts from its
+    /// first reported step); tokens is the number of tokens this step processed.
     void update(std::int64_t step, double loss, double token_acc, std::int64_t tokens);
     /// Ends the in-place line (a newline on a terminal).
     void finish();
