@@ -253,6 +253,8 @@ int main(int argc, char** argv) {
     std::vector<double> steps_logged, losses, accs_at, accs;
     std::vector<std::string> predictions;  // of the held-out numbers, at the last evaluation
     double loss_sum = 0, tokens_right = 0, tokens_seen = 0, eval_seconds = 0;
+    double plot_loss_sum = 0;  // the loss curve averages over 20 steps, finer than the reports
+    int plot_loss_n = 0;
     const auto start = std::chrono::steady_clock::now();
     auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
     for (int step = 1; step <= c.steps; ++step) {
@@ -266,6 +268,12 @@ int main(int argc, char** argv) {
         schedule.step();
 
         loss_sum += loss.item<double>();
+        plot_loss_sum += loss.item<double>();
+        if (++plot_loss_n == 20 || step == c.steps) {
+            steps_logged.push_back(step);
+            losses.push_back(plot_loss_sum / plot_loss_n);
+            plot_loss_sum = plot_loss_n = 0;
+        }
         const auto predicted = argmax(logits, -1).to_vector<std::int64_t>();
         const auto labels = b.label.to_vector<std::int64_t>();
         for (std::size_t i = 0; i < labels.size(); ++i) {
@@ -283,8 +291,6 @@ int main(int argc, char** argv) {
             fmt::print("step {:5d}/{}  loss {:.4f}  token acc {:5.1f}%  held-out exact {:5.1f}%  {:.1f} s\n", step,
                        c.steps, loss_sum / n, 100 * tokens_right / tokens_seen, 100 * acc, t);
             std::fflush(stdout);
-            steps_logged.push_back(step);
-            losses.push_back(loss_sum / n);
             accs_at.push_back(step);
             accs.push_back(acc);
             loss_sum = tokens_right = tokens_seen = 0;
