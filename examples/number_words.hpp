@@ -96,14 +96,24 @@ inline std::int64_t sample_number(xgrad::Generator& gen, int max_digits) {
     return lo + static_cast<std::int64_t>(gen.next_double() * static_cast<double>(hi - lo));
 }
 
-/// `count` distinct numbers, the fixed held-out set (drawn from its own generator).
+/// Up to `count` distinct numbers, the fixed held-out set (drawn from its own generator). At
+/// most a fifth of the numbers of each length are taken, so that training still sees most of
+/// every length (2 of the 10 one-digit numbers, 18 of the 90 two-digit ones, ...). Never 0:
+/// it is the only number with the word "zero", which training would then never show.
 inline std::vector<std::int64_t> held_out_numbers(std::size_t count, int max_digits, std::uint64_t seed) {
     xgrad::Generator gen(seed);
     std::set<std::int64_t> seen;
     std::vector<std::int64_t> out;
+    std::vector<std::size_t> taken(7, 0);
     for (std::size_t tries = 0; out.size() < count && tries < 100 * count; ++tries) {
         const std::int64_t n = sample_number(gen, max_digits);
-        if (seen.insert(n).second) out.push_back(n);
+        const std::size_t len = std::to_string(n).size();
+        std::size_t of_length = len == 1 ? 10 : 9;
+        for (std::size_t i = 1; i < len; ++i) of_length *= 10;
+        if (n != 0 && taken[len] < of_length / 5 && seen.insert(n).second) {
+            out.push_back(n);
+            ++taken[len];
+        }
     }
     return out;
 }

@@ -228,12 +228,8 @@ int main(int argc, char** argv) {
     manual_seed(c.seed);  // dropout masks
     Generator gen(c.seed);
 
-    // A fixed held-out set, never used for training: at most a fifth of all the numbers, so
-    // that most remain to train on.
-    std::size_t all_numbers = 1;
-    for (int i = 0; i < c.digits; ++i) all_numbers *= 10;
-    const std::vector<std::int64_t> held_out =
-        number_words::held_out_numbers(std::min(c.held_out, all_numbers / 5), c.digits, 12345);
+    // A fixed held-out set, never used for training (at most a fifth of the numbers of each length).
+    const std::vector<std::int64_t> held_out = number_words::held_out_numbers(c.held_out, c.digits, 12345);
     const std::set<std::int64_t> held_out_set(held_out.begin(), held_out.end());
     auto training_batch = [&] {
         std::vector<std::int64_t> numbers;

@@ -1,6 +1,7 @@
 // The number-words task of examples/seq2seq: spelling, vocabularies and batch layout.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <set>
 
 #include "number_words.hpp"
@@ -67,4 +68,14 @@ TEST_CASE("samples cover every digit count and the held-out set is fixed", "[seq
     CHECK(std::set<std::int64_t>(a.begin(), a.end()).size() == 200);
     CHECK(a == number_words::held_out_numbers(200, 6, 7));
     CHECK(a != number_words::held_out_numbers(200, 6, 8));
+    // At most a fifth of each length: 2 one-digit and 18 two-digit numbers.
+    std::size_t one_digit = 0, two_digits = 0;
+    for (std::int64_t n : a) one_digit += n < 10, two_digits += n >= 10 && n < 100;
+    CHECK(one_digit == 2);
+    CHECK(two_digits == 18);
+    CHECK(number_words::held_out_numbers(500, 2, 7).size() == 20);
+    for (std::uint64_t seed = 0; seed < 20; ++seed) {
+        const auto small = number_words::held_out_numbers(2, 1, seed);
+        CHECK(std::find(small.begin(), small.end(), 0) == small.end());  // "zero" stays in training
+    }
 }
