@@ -143,13 +143,14 @@ Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, Generato
     if (low >= high)
         throw Error(fmt::format("randint: expected low < high, got low={}, high={}", low, high));
     xt::xarray<std::int64_t> a = xt::zeros<std::int64_t>(shape);
-    const auto range = static_cast<std::uint64_t>(high - low);
+    // In unsigned arithmetic: high - low overflows int64 (undefined) for a range wider than 2^63.
+    const std::uint64_t range = static_cast<std::uint64_t>(high) - static_cast<std::uint64_t>(low);
     // Rejection sampling keeps every value equally likely (a plain modulo would not).
     const std::uint64_t limit = UINT64_MAX - UINT64_MAX % range;
     for (auto& v : a) {
         std::uint64_t r;
         do r = gen.engine()(); while (r >= limit);
-        v = low + static_cast<std::int64_t>(r % range);
+        v = static_cast<std::int64_t>(static_cast<std::uint64_t>(low) + r % range);
     }
     return make_leaf(Storage(std::move(a)));
 }

@@ -1,4 +1,6 @@
 // The handle, the engine and printing: accumulation, diamonds, graph freeing, modes.
+#include <algorithm>
+#include <limits>
 #include <sstream>
 
 #include "helpers.hpp"
@@ -54,6 +56,19 @@ TEST_CASE("random tensors follow their seed", "[tensor]") {
     auto p = randperm(10).to_vector<std::int64_t>();
     std::sort(p.begin(), p.end());
     CHECK(p == std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+}
+
+TEST_CASE("randint covers ranges wider than 2^63 without overflow", "[tensor]") {
+    const auto lo = std::numeric_limits<std::int64_t>::min(), hi = std::numeric_limits<std::int64_t>::max();
+    Generator gen(5);
+    const auto v = randint(lo, hi, {1000}, gen).to_vector<std::int64_t>();
+    CHECK(*std::max_element(v.begin(), v.end()) < hi);
+    // Both halves of the range are drawn (a wrapped subtraction would squeeze them into one).
+    CHECK(std::count_if(v.begin(), v.end(), [](std::int64_t x) { return x < 0; }) > 400);
+    CHECK(std::count_if(v.begin(), v.end(), [](std::int64_t x) { return x > 0; }) > 400);
+    const auto w = randint(-3, 2, {1000}, gen).to_vector<std::int64_t>();
+    CHECK(*std::min_element(w.begin(), w.end()) == -3);
+    CHECK(*std::max_element(w.begin(), w.end()) == 1);
 }
 
 TEST_CASE("a tensor used twice gets the sum of both gradients", "[autograd]") {
