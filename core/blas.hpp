@@ -2,7 +2,40 @@
 /// Thin typed wrapper over cblas gemm (row-major), the one place core/ calls BLAS.
 /// C = alpha·op(A)·op(B) + beta·C, op(X) = Xᵀ when its flag is set; M×N result, K inner.
 /// Leading dimensions are those of the matrices as stored (before the transpose flag).
+///
+/// OpenBLAS is loaded with dlopen on the first product, not linked: its kernel choice is made
+/// once, when the library loads, from OPENBLAS_CORETYPE or its own CPU detection, and Debian's
+/// 0.3.21 detects some recent Intel cores as an older one (e.g. "Prescott", SSE3 kernels,
+/// about 5x slower sgemm). xgrad compares the core OpenBLAS chose with the CPU's own feature
+/// flags and, when the core is weaker than the CPU, reloads OpenBLAS with OPENBLAS_CORETYPE
+/// set to the best kernel family the CPU runs, saying so once on stderr.
+///
+/// Environment:
+///   XGRAD_BLAS_CORETYPE=auto (default) fix a mis-detected core; an OPENBLAS_CORETYPE the
+///                         user set is kept (with a note when it is weaker than the CPU).
+///   XGRAD_BLAS_CORETYPE=keep  never change the core OpenBLAS picks.
+///   XGRAD_BLAS_LIBRARY=path   the shared library to load (default libopenblas.so.0).
+///   OPENBLAS_NUM_THREADS      kept when set; otherwise xgrad sets its own default.
 #include <cstddef>
+#include <string>
+
+namespace xgrad {
+
+/// What xgrad's BLAS runs on; loads the library if it is not loaded yet.
+struct BlasInfo {
+    std::string library;     ///< what dlopen loaded, e.g. "libopenblas.so.0"
+    std::string core;        ///< openblas_get_corename() after any fix, e.g. "SkylakeX"
+    std::string cpu_level;   ///< best kernel family the CPU's flags allow: "SkylakeX", "Haswell", ...
+    std::string detected;    ///< the core OpenBLAS chose by itself (or the user's), before any fix
+    bool core_fixed = false; ///< xgrad reloaded OpenBLAS with a better OPENBLAS_CORETYPE
+    int num_threads = 0;     ///< openblas_get_num_threads()
+};
+
+/// Loads OpenBLAS (once) and reports the core and threads it runs with.
+/// Throws std::runtime_error naming the library when it or one of its symbols is missing.
+const BlasInfo& blas_info();
+
+}  // namespace xgrad
 
 namespace xgrad::blas {
 
