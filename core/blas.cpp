@@ -2,11 +2,14 @@
 
 #include <dlfcn.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <tuple>
+#include <vector>
 
 namespace xgrad {
 
@@ -166,9 +169,34 @@ template <class T> bool trivial(std::size_t m, std::size_t n, std::size_t k, T b
     return true;
 }
 
+bool counting = false;
+std::vector<BlasProduct> counted;
+
+template <class F>
+void timed(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, bool is_double, F&& run) {
+    if (!counting) return run();
+    const auto t0 = std::chrono::steady_clock::now();
+    run();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (BlasProduct& p : counted)
+        if (std::tie(p.trans_a, p.trans_b, p.m, p.n, p.k, p.is_double) == std::tie(ta, tb, m, n, k, is_double)) {
+            ++p.calls;
+            p.seconds += s;
+            return;
+        }
+    counted.push_back({ta, tb, m, n, k, is_double, 1, s});
+}
+
 }  // namespace
 
 const BlasInfo& blas_info() { return loaded().info; }
+
+void blas_count(bool on) {
+    counting = on;
+    if (on) counted.clear();
+}
+
+std::vector<BlasProduct> blas_counted() { return counted; }
 
 namespace blas {
 
@@ -176,8 +204,10 @@ template <>
 void gemm<float>(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
                  std::size_t lda, const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) {
     if (trivial(m, n, k, beta, c, ldc)) return;
-    loaded().sgemm(row_major, flag(ta), flag(tb), i(m), i(n), i(k), alpha, a, ld(lda), b, ld(ldb), beta, c,
-                        ld(ldc));
+    const auto f = loaded().sgemm;
+    timed(ta, tb, m, n, k, false, [&] {
+        f(row_major, flag(ta), flag(tb), i(m), i(n), i(k), alpha, a, ld(lda), b, ld(ldb), beta, c, ld(ldc));
+    });
 }
 
 template <>
@@ -185,8 +215,10 @@ void gemm<double>(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k,
                   const double* a, std::size_t lda, const double* b, std::size_t ldb, double beta, double* c,
                   std::size_t ldc) {
     if (trivial(m, n, k, beta, c, ldc)) return;
-    loaded().dgemm(row_major, flag(ta), flag(tb), i(m), i(n), i(k), alpha, a, ld(lda), b, ld(ldb), beta, c,
-                        ld(ldc));
+    const auto f = loaded().dgemm;
+    timed(ta, tb, m, n, k, true, [&] {
+        f(row_major, flag(ta), flag(tb), i(m), i(n), i(k), alpha, a, ld(lda), b, ld(ldb), beta, c, ld(ldc));
+    });
 }
 
 }  // namespace blas

@@ -17,7 +17,9 @@
 ///   XGRAD_BLAS_LIBRARY=path   the shared library to load (default libopenblas.so.0).
 ///   OPENBLAS_NUM_THREADS      kept when set; otherwise xgrad sets its own default.
 #include <cstddef>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace xgrad {
 
@@ -34,6 +36,22 @@ struct BlasInfo {
 /// Loads OpenBLAS (once) and reports the core and threads it runs with.
 /// Throws std::runtime_error naming the library when it or one of its symbols is missing.
 const BlasInfo& blas_info();
+
+/// One product shape run while counting was on: op(A) m×k times op(B) k×n, how often and the
+/// seconds spent inside BLAS for it (wall clock).
+struct BlasProduct {
+    bool trans_a = false, trans_b = false;
+    std::size_t m = 0, n = 0, k = 0;
+    bool is_double = false;
+    std::uint64_t calls = 0;
+    double seconds = 0;
+};
+
+/// Starts (and clears) or stops counting products, for benchmarks: each gemm then costs two
+/// clock reads. Not thread-safe: count from one thread.
+void blas_count(bool on);
+/// The products counted since blas_count(true), by shape.
+std::vector<BlasProduct> blas_counted();
 
 }  // namespace xgrad
 

@@ -49,3 +49,19 @@ TEST_CASE("blas_info reports the loaded library and its core", "[blas]") {
     CHECK(&blas_info() == &info);  // loaded once
     if (info.core_fixed) CHECK(info.core != info.detected);
 }
+
+TEST_CASE("blas_count records each product shape while on", "[blas]") {
+    blas_count(true);
+    matmul(ones({3, 4}), ones({4, 5}));
+    matmul(ones({3, 4}), ones({4, 5}));
+    blas_count(false);
+    matmul(ones({2, 2}), ones({2, 2}));  // not counted
+    const auto counted = blas_counted();
+    REQUIRE(counted.size() == 1);
+    CHECK(counted[0].m == 3);
+    CHECK(counted[0].n == 5);
+    CHECK(counted[0].k == 4);
+    CHECK(counted[0].calls == 2);
+    CHECK_FALSE(counted[0].is_double);
+    CHECK(counted[0].seconds >= 0);
+}
