@@ -1,0 +1,144 @@
+#include "adam.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/creation.hpp"
+#include "core/node.hpp"
+
+namespace xgrad::optim {
+
+Adam::Adam(std::vector<Tensor> params, const AdamOptions& options) : Adam(std::move(params), options, false, "Adam") {}
+
+Adam::Adam(std::vector<Tensor> params, const AdamOptions& o, bool decoupled, std::string name)
+    : Optimizer(std::move(params), o.lr(), std::move(name)),
+      m_beta1(o.betas().first),
+      m_beta2(o.betas().second),
+      m_eps(o.eps()),
+      m_weight_decay(o.weight_decay()),
+      m_amsgrad(o.amsgrad()),
+      m_decoupled(decoupled),
+      m_step(m_params.size(), 0),
+      m_exp_avg(m_params.size()),
+      m_exp_avg_sq(m_params.size()),
+      m_max_exp_avg_sq(m_params.size()) {
+    check(o);
+}
+
+void Adam::check(const AdamOptions& o) const {
+    require(o.lr() >= 0, "learning rate", o.lr(), "lr >= 0");
+    require(o.betas().first >= 0 && o.betas().first < 1, "beta1", o.betas().first, "0 <= beta1 < 1");
+    require(o.betas().second >= 0 && o.betas().second < 1, "beta2", o.betas().second, "0 <= beta2 < 1");
+    require(o.eps() > 0, "eps", o.eps(), "eps > 0");
+    require(o.weight_decay() >= 0, "weight_decay", o.weight_decay(), "weight_decay >= 0");
+}
+
+AdamOptions Adam::options() const {
+    return AdamOptions(m_lr).betas({m_beta1, m_beta2}).eps(m_eps).weight_decay(m_weight_decay).amsgrad(m_amsgrad);
+}
+
+void Adam::step() {
+    NoGradGuard no_grad;
+    for (std::size_t i = 0; i < m_params.size(); ++i) {
+        Node& node = m_params[i].node();
+        if (!node.grad) continue;
+        dispatch_floating("Adam.step", node.dtype(), [&](auto tag) {
+            using T = typename decltype(tag)::type;
+            xt::xarray<T>& p = values<T>(node);
+            const xt::xarray<T>& g = grad_as<T>(*node.grad);
+            if (m_step[i] == 0) {
+                m_exp_avg[i] = from_array<T>(xt::zeros<T>(p.shape()));
+                m_exp_avg_sq[i] = from_array<T>(xt::zeros<T>(p.shape()));
+                if (m_amsgrad) m_max_exp_avg_sq[i] = from_array<T>(xt::zeros<T>(p.shape()));
+            }
+            const auto t = static_cast<double>(++m_step[i]);
+            // The scalars are worked out in double, as torch does in Python, then used in T.
+            const double bias_correction1 = 1 - std::pow(m_beta1, t);
+            const double bias_correction2 = 1 - std::pow(m_beta2, t);
+            const T neg_step_size = static_cast<T>(-(m_lr / bias_correction1));
+            const T bc2_sqrt = static_cast<T>(std::sqrt(bias_correction2));
+            const T beta1 = static_cast<T>(m_beta1), keep1 = static_cast<T>(1 - m_beta1);
+            const T beta2 = static_cast<T>(m_beta2), keep2 = static_cast<T>(1 - m_beta2);
+            const T eps = static_cast<T>(m_eps);
+            const T wd = static_cast<T>(m_weight_decay);
+            const T decay = static_cast<T>(1 - m_lr * m_weight_decay);
+            const bool l2 = !m_decoupled && m_weight_decay != 0;
+            const bool decoupled = m_decoupled && m_weight_decay != 0;
+
+            T* pd = p.data();
+            const T* gd = g.data();
+            T* m = array<T>(m_exp_avg[i]).data();
+            T* v = array<T>(m_exp_avg_sq[i]).data();
+            T* vmax = m_amsgrad ? array<T>(m_max_exp_avg_sq[i]).data() : nullptr;
+            for (std::size_t j = 0, n = p.size(); j < n; ++j) {
+                const T gj = l2 ? gd[j] + wd * pd[j] : gd[j];
+                if (decoupled) pd[j] *= decay;
+                m[j] = m[j] * beta1 + keep1 * gj;
+                v[j] = v[j] * beta2 + keep2 * gj * gj;
+                T second = v[j];
+                if (vmax) second = vmax[j] = std::max(vmax[j], v[j]);
+                const T denom = std::sqrt(second) / bc2_sqrt + eps;
+                pd[j] += neg_step_size * m[j] / denom;
+            }
+        });
+    }
+}
+
+Optimizer::HyperParameters Adam::hyper_parameters() const {
+    return {{"beta1", m_beta1},
+            {"beta2", m_beta2},
+            {"eps", m_eps},
+            {"weight_decay", m_weight_decay},
+            {"amsgrad", m_amsgrad ? 1.0 : 0.0}};
+}
+
+void Adam::check_hyper_parameters(const HyperParameters& h) const {
+    const double amsgrad = h.at("amsgrad");
+    require(amsgrad == 0 || amsgrad == 1, "amsgrad flag", amsgrad, "0 or 1");
+    check(AdamOptions(m_lr).betas({h.at("beta1"), h.at("beta2")}).eps(h.at("eps")).weight_decay(h.at("weight_decay")));
+}
+
+void Adam::set_hyper_parameters(const HyperParameters& h) {
+    m_beta1 = h.at("beta1");
+    m_beta2 = h.at("beta2");
+    m_eps = h.at("eps");
+    m_weight_decay = h.at("weight_decay");
+    m_amsgrad = h.at("amsgrad") == 1;
+}
+
+std::vector<std::string> Adam::buffer_names(const HyperParameters& h) const {
+    if (h.at("amsgrad") == 1) return {"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+    return {"step", "exp_avg", "exp_avg_sq"};
+}
+
+std::vector<Tensor> Adam::get_state(std::size_t i) const {
+    if (m_step[i] == 0) return {};
+    std::vector<Tensor> state{from_vector(std::vector<std::int64_t>{m_step[i]}, Shape{}), m_exp_avg[i],
+                              m_exp_avg_sq[i]};
+    if (m_amsgrad) state.push_back(m_max_exp_avg_sq[i]);
+    return state;
+}
+
+void Adam::set_state(std::size_t i, std::vector<Tensor> state) {
+    if (state.empty()) {
+        m_step[i] = 0;
+        m_exp_avg[i] = m_exp_avg_sq[i] = m_max_exp_avg_sq[i] = Tensor();
+        return;
+    }
+    m_step[i] = state[0].item<std::int64_t>();
+    m_exp_avg[i] = std::move(state[1]);
+    m_exp_avg_sq[i] = std::move(state[2]);
+    m_max_exp_avg_sq[i] = state.size() > 3 ? std::move(state[3]) : Tensor();
+}
+
+AdamW::AdamW(std::vector<Tensor> params, const AdamWOptions& o)
+    : Adam(std::move(params),
+           AdamOptions(o.lr()).betas(o.betas()).eps(o.eps()).weight_decay(o.weight_decay()).amsgrad(o.amsgrad()),
+           true, "AdamW") {}
+
+AdamWOptions AdamW::options() const {
+    const AdamOptions o = Adam::options();
+    return AdamWOptions(o.lr()).betas(o.betas()).eps(o.eps()).weight_decay(o.weight_decay()).amsgrad(o.amsgrad());
+}
+
+}  // namespace xgrad::optim

@@ -1,0 +1,62 @@
+#include "clip_grad.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/node.hpp"
+
+namespace xgrad::optim {
+
+double clip_grad_norm(const std::vector<Tensor>& parameters, double max_norm, double norm_type) {
+    if (!(max_norm >= 0))
+        throw Error(fmt::format("clip_grad_norm: invalid max_norm {} (expected max_norm >= 0)", max_norm));
+    if (!(norm_type > 0))
+        throw Error(fmt::format("clip_grad_norm: invalid norm_type {} (expected norm_type > 0 or INFINITY)",
+                                norm_type));
+    const bool inf = std::isinf(norm_type);
+    // Per-tensor norms first, then the norm of those (torch's order), accumulated in double.
+    double total = 0;
+    bool any = false;
+    for (const Tensor& p : parameters) {
+        const Node& node = p.node();
+        if (!node.grad) continue;
+        any = true;
+        const double norm = dispatch_floating("clip_grad_norm", node.dtype(), [&](auto tag) {
+            using T = typename decltype(tag)::type;
+            const xt::xarray<T>& g = grad_as<T>(*node.grad);
+            double acc = 0;
+            for (const T x : g) {
+                const double a = std::abs(static_cast<double>(x));
+                if (inf)
+                    acc = std::max(acc, a);
+                else if (norm_type == 2)
+                    acc += a * a;
+                else
+                    acc += std::pow(a, norm_type);
+            }
+            if (inf) return acc;
+            return norm_type == 2 ? std::sqrt(acc) : std::pow(acc, 1 / norm_type);
+        });
+        if (inf)
+            total = std::max(total, norm);
+        else
+            total += norm_type == 2 ? norm * norm : std::pow(norm, norm_type);
+    }
+    if (!any) return 0;
+    if (!inf) total = norm_type == 2 ? std::sqrt(total) : std::pow(total, 1 / norm_type);
+
+    const double coef = max_norm / (total + 1e-6);
+    if (!(coef >= 1)) {  // a NaN norm spreads to the gradients, as in torch
+        for (const Tensor& p : parameters) {
+            Node& node = p.node();
+            if (!node.grad) continue;
+            dispatch_floating("clip_grad_norm", node.dtype(), [&](auto tag) {
+                using T = typename decltype(tag)::type;
+                std::get<xt::xarray<T>>(*node.grad) *= static_cast<T>(coef);
+            });
+        }
+    }
+    return total;
+}
+
+}  // namespace xgrad::optim

@@ -1,0 +1,19 @@
+#pragma once
+/// Gradient clipping by global norm, as torch.nn.utils.clip_grad_norm_ (torch 1.13).
+#include <vector>
+
+#include "core/tensor.hpp"
+
+namespace xgrad::optim {
+
+/// Scales the gradients of `parameters` in place so that their joint norm is at most max_norm,
+/// and returns the joint norm from before the scaling:
+///
+///   total = ‖(‖g₁‖, ‖g₂‖, …)‖   (p-norms, norm_type p; for p = ∞ the largest |gᵢⱼ|)
+///   gᵢ ← gᵢ · min(1, max_norm / (total + 1e-6))
+///
+/// Parameters without a gradient are skipped; with none at all the result is 0. Throws for
+/// max_norm < 0 or norm_type <= 0 (norm_type may be INFINITY).
+double clip_grad_norm(const std::vector<Tensor>& parameters, double max_norm, double norm_type = 2.0);
+
+}  // namespace xgrad::optim

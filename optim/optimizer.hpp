@@ -1,0 +1,82 @@
+#pragma once
+/// Optimizer: the base of SGD, Adam and AdamW. It holds the parameters by handle (the same
+/// nodes the modules registered: a step changes the module's weights, no copies), the learning
+/// rate, and per-parameter state kept by the subclasses in vectors aligned with the parameters.
+///
+///   opt.zero_grad(); loss.backward(); opt.step();
+///
+/// step() runs without building a graph and updates each parameter's values in place; a
+/// parameter without a gradient is skipped and its state stays as it was (as torch.optim).
+#include <cstddef>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.hpp"
+
+namespace xgrad::optim {
+
+class Optimizer {
+public:
+    virtual ~Optimizer() = default;
+    Optimizer(const Optimizer&) = delete;
+    Optimizer& operator=(const Optimizer&) = delete;
+
+    /// Applies one update to every parameter that has a gradient.
+    virtual void step() = 0;
+    /// Drops every parameter's gradient (torch's zero_grad(set_to_none=True)).
+    void zero_grad();
+
+    double lr() const { return m_lr; }
+    /// Sets the learning rate (schedulers call this); throws unless lr >= 0.
+    void set_lr(double lr);
+    const std::vector<Tensor>& parameters() const { return m_params; }
+    /// "SGD", "Adam", "AdamW": the name used in messages.
+    const std::string& name() const { return m_name; }
+
+    /// Everything a resumed run needs to continue bit for bit, as named copies:
+    ///   "<kind>.num_params"       int64 0-d: the number of parameters
+    ///   "<kind>.lr", ".momentum"… float64 0-d: the hyper-parameters (flags as 0 / 1)
+    ///   "state.<i>.<buffer>"      parameter i's buffers ("state.3.exp_avg"; "state.3.step" is
+    ///                             int64 0-d), present only once parameter i has been stepped.
+    /// <kind> is "sgd", "adam" or "adamw". Later steps do not change the returned tensors.
+    std::vector<std::pair<std::string, Tensor>> state_dict() const;
+    /// Restores a state_dict(): hyper-parameters (the learning rate included) and buffers are
+    /// copied in. Everything is checked first (names, parameter count, shapes, dtypes, values)
+    /// and on any mismatch it throws, naming the entry, with the optimizer unchanged.
+    void load_state_dict(const std::vector<std::pair<std::string, Tensor>>& state);
+
+protected:
+    /// Hyper-parameters other than lr, by name; flags as 0 / 1.
+    using HyperParameters = std::map<std::string, double>;
+
+    /// Checks the parameters (non-empty, defined, floating-point leaves, no duplicates) and lr.
+    Optimizer(std::vector<Tensor> params, double lr, std::string name);
+
+    /// Throws "<name>: invalid <what> <value> (expected <rule>)" unless ok.
+    void require(bool ok, const char* what, double value, const char* rule) const;
+
+    // Hooks for state_dict / load_state_dict, implemented by each optimizer.
+    virtual HyperParameters hyper_parameters() const = 0;
+    /// Throws, as the constructor would, if `h` (a complete set) holds a bad value.
+    virtual void check_hyper_parameters(const HyperParameters& h) const = 0;
+    virtual void set_hyper_parameters(const HyperParameters& h) = 0;
+    /// Names of one parameter's buffers under the hyper-parameters `h`, e.g. {"step", "exp_avg",
+    /// "exp_avg_sq"}. "step" is an int64 0-d count >= 1; the others have the parameter's shape
+    /// and dtype.
+    virtual std::vector<std::string> buffer_names(const HyperParameters& h) const = 0;
+    /// Parameter i's buffers in buffer_names() order, or empty before its first step.
+    virtual std::vector<Tensor> get_state(std::size_t i) const = 0;
+    /// Adopts buffers (in buffer_names() order, owned by the optimizer from now on), or resets
+    /// parameter i to "never stepped" when `state` is empty.
+    virtual void set_state(std::size_t i, std::vector<Tensor> state) = 0;
+
+    std::vector<Tensor> m_params;
+    double m_lr;
+
+private:
+    std::string m_name;
+};
+
+}  // namespace xgrad::optim

@@ -1,0 +1,108 @@
+#include "sgd.hpp"
+
+#include <cmath>
+
+#include "core/node.hpp"
+
+namespace xgrad::optim {
+
+SGD::SGD(std::vector<Tensor> params, const SGDOptions& options)
+    : Optimizer(std::move(params), options.lr(), "SGD"),
+      m_momentum(options.momentum()),
+      m_dampening(options.dampening()),
+      m_weight_decay(options.weight_decay()),
+      m_nesterov(options.nesterov()),
+      m_momentum_buffer(m_params.size()) {
+    check(options);
+}
+
+void SGD::check(const SGDOptions& o) const {
+    require(o.lr() >= 0, "learning rate", o.lr(), "lr >= 0");
+    require(o.momentum() >= 0, "momentum", o.momentum(), "momentum >= 0");
+    require(std::isfinite(o.dampening()), "dampening", o.dampening(), "a finite number");
+    require(o.weight_decay() >= 0, "weight_decay", o.weight_decay(), "weight_decay >= 0");
+    if (o.nesterov() && (o.momentum() <= 0 || o.dampening() != 0))
+        throw Error(fmt::format("SGD: nesterov momentum requires momentum > 0 and dampening = 0, got momentum {} "
+                                "and dampening {}",
+                                o.momentum(), o.dampening()));
+}
+
+SGDOptions SGD::options() const {
+    return SGDOptions(m_lr).momentum(m_momentum).dampening(m_dampening).weight_decay(m_weight_decay).nesterov(
+        m_nesterov);
+}
+
+void SGD::step() {
+    NoGradGuard no_grad;
+    for (std::size_t i = 0; i < m_params.size(); ++i) {
+        Node& node = m_params[i].node();
+        if (!node.grad) continue;
+        dispatch_floating("SGD.step", node.dtype(), [&](auto tag) {
+            using T = typename decltype(tag)::type;
+            xt::xarray<T>& p = values<T>(node);
+            const xt::xarray<T>& g = grad_as<T>(*node.grad);
+            T* pd = p.data();
+            const T* gd = g.data();
+            const std::size_t n = p.size();
+            const T lr = static_cast<T>(m_lr);
+            const T wd = static_cast<T>(m_weight_decay);
+            const bool decay = m_weight_decay != 0;
+            if (m_momentum == 0) {
+                for (std::size_t j = 0; j < n; ++j) {
+                    const T d = decay ? gd[j] + wd * pd[j] : gd[j];
+                    pd[j] += -lr * d;
+                }
+                return;
+            }
+            // torch starts the buffer as a plain copy of the (decayed) gradient: no dampening on step 1.
+            const bool first = !m_momentum_buffer[i].defined();
+            if (first) m_momentum_buffer[i] = from_array<T>(xt::zeros<T>(p.shape()));
+            T* bd = array<T>(m_momentum_buffer[i]).data();
+            const T momentum = static_cast<T>(m_momentum);
+            const T keep = static_cast<T>(1 - m_dampening);
+            for (std::size_t j = 0; j < n; ++j) {
+                const T d = decay ? gd[j] + wd * pd[j] : gd[j];
+                bd[j] = first ? d : bd[j] * momentum + keep * d;
+                const T update = m_nesterov ? d + momentum * bd[j] : bd[j];
+                pd[j] += -lr * update;
+            }
+        });
+    }
+}
+
+Optimizer::HyperParameters SGD::hyper_parameters() const {
+    return {{"momentum", m_momentum},
+            {"dampening", m_dampening},
+            {"weight_decay", m_weight_decay},
+            {"nesterov", m_nesterov ? 1.0 : 0.0}};
+}
+
+void SGD::check_hyper_parameters(const HyperParameters& h) const {
+    const double nesterov = h.at("nesterov");
+    require(nesterov == 0 || nesterov == 1, "nesterov flag", nesterov, "0 or 1");
+    check(SGDOptions(m_lr).momentum(h.at("momentum")).dampening(h.at("dampening")).weight_decay(
+        h.at("weight_decay")).nesterov(nesterov == 1));
+}
+
+void SGD::set_hyper_parameters(const HyperParameters& h) {
+    m_momentum = h.at("momentum");
+    m_dampening = h.at("dampening");
+    m_weight_decay = h.at("weight_decay");
+    m_nesterov = h.at("nesterov") == 1;
+}
+
+std::vector<std::string> SGD::buffer_names(const HyperParameters& h) const {
+    if (h.at("momentum") == 0) return {};
+    return {"momentum_buffer"};
+}
+
+std::vector<Tensor> SGD::get_state(std::size_t i) const {
+    if (!m_momentum_buffer[i].defined()) return {};
+    return {m_momentum_buffer[i]};
+}
+
+void SGD::set_state(std::size_t i, std::vector<Tensor> state) {
+    m_momentum_buffer[i] = state.empty() ? Tensor() : std::move(state[0]);
+}
+
+}  // namespace xgrad::optim
