@@ -1,7 +1,11 @@
 // bench_mha: one training step and one inference forward of d2l's MultiHeadAttention
 // self-attention block in float32, per configuration, timed as the median over ~2 s.
 //
-//   bench_mha [--config tiny|small|medium|large|all] [--seconds S] [--json PATH] [--blas-info]
+//   bench_mha [--config tiny|small|medium|large|all] [--seconds S] [--reps N] [--json PATH]
+//             [--blas-info]
+//
+// --reps N times exactly N steps of each kind instead of ~S seconds (for perf stat and
+// callgrind, whose counts compare across builds where wall time on a busy machine does not).
 //
 // Training step: forward (queries = keys = values = X, 1-D valid_lens), mse_loss against a
 // fixed target, backward, Adam step, zero_grad. Inference: the forward under NoGradGuard.
@@ -10,6 +14,8 @@
 // gemm" what it gave inside the step, "step" the step's product FLOPs over its whole time.
 // tools/bench_torch.py runs the same workloads in PyTorch; tools/bench runs both.
 #include <sys/resource.h>
+
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -52,18 +58,34 @@ std::vector<std::int64_t> valid_lens(const Config& c) {
 using clock_type = std::chrono::steady_clock;
 double since(clock_type::time_point t0) { return std::chrono::duration<double>(clock_type::now() - t0).count(); }
 
-// Runs `step` a few times to warm up, then until `seconds` have passed (at least 5 times);
-// returns each step's milliseconds.
-template <class F> std::vector<double> time_steps(F&& step, double seconds) {
+std::size_t fixed_reps = 0;  // --reps
+
+// Process CPU time (all threads): steadier than wall time on a busy machine, for comparing
+// builds with OPENBLAS_NUM_THREADS=1.
+double cpu_seconds() {
+    timespec t{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+struct Timings {
+    std::vector<double> ms, cpu_ms;
+};
+
+// Runs `step` a few times to warm up, then until `seconds` have passed (at least 5 times), or
+// exactly fixed_reps times; returns each step's wall and CPU milliseconds.
+template <class F> Timings time_steps(F&& step, double seconds) {
     for (int i = 0; i < 3; ++i) step();
-    std::vector<double> ms;
+    Timings t;
     const auto start = clock_type::now();
-    while (ms.size() < 5 || since(start) < seconds) {
+    while (fixed_reps ? t.ms.size() < fixed_reps : t.ms.size() < 5 || since(start) < seconds) {
         const auto t0 = clock_type::now();
+        const double c0 = cpu_seconds();
         step();
-        ms.push_back(since(t0) * 1e3);
+        t.ms.push_back(since(t0) * 1e3);
+        t.cpu_ms.push_back((cpu_seconds() - c0) * 1e3);
     }
-    return ms;
+    return t;
 }
 
 double median(std::vector<double> v) {
@@ -92,12 +114,12 @@ double replay_seconds(const std::vector<BlasProduct>& products, double seconds) 
                 blas::gemm<float>(p.trans_a, p.trans_b, p.m, p.n, p.k, 1.0f, a.data(), p.trans_a ? p.m : p.k,
                                   b.data(), p.trans_b ? p.k : p.n, 0.0f, c.data(), p.n);
     };
-    return median(time_steps(once, seconds)) / 1e3;
+    return median(time_steps(once, seconds).ms) / 1e3;
 }
 
 struct Result {
     std::string config;
-    double train_ms = 0, infer_ms = 0;
+    double train_ms = 0, infer_ms = 0, train_cpu_ms = 0, infer_cpu_ms = 0;
     std::size_t train_reps = 0, infer_reps = 0;
     double base_rss_mb = 0, peak_rss_mb = 0;
     double gflop_per_step = 0, gemm_ms_per_step = 0, in_gemm_gflops = 0, step_gflops = 0, raw_gflops = 0;
@@ -131,11 +153,13 @@ Result run(const Config& c, double seconds) {
     };
 
     const auto train = time_steps(train_step, seconds);
-    r.train_ms = median(train);
-    r.train_reps = train.size();
+    r.train_ms = median(train.ms);
+    r.train_cpu_ms = median(train.cpu_ms);
+    r.train_reps = train.ms.size();
     const auto infer = time_steps(infer_step, seconds);
-    r.infer_ms = median(infer);
-    r.infer_reps = infer.size();
+    r.infer_ms = median(infer.ms);
+    r.infer_cpu_ms = median(infer.cpu_ms);
+    r.infer_reps = infer.ms.size();
     r.peak_rss_mb = peak_rss_mb();
 
     // One more step, counting its products.
@@ -176,10 +200,11 @@ void write_json(const std::vector<Result>& results, const char* path) {
         const Result& r = results[i];
         std::fprintf(f,
                      "  {\"config\": \"%s\", \"train_ms\": %.4f, \"train_reps\": %zu, \"infer_ms\": %.4f, "
-                     "\"infer_reps\": %zu, \"base_rss_mb\": %.1f, \"peak_rss_mb\": %.1f, \"gflop_per_step\": %.4f, "
+                     "\"infer_reps\": %zu, \"train_cpu_ms\": %.4f, \"infer_cpu_ms\": %.4f, \"base_rss_mb\": %.1f, \"peak_rss_mb\": %.1f, \"gflop_per_step\": %.4f, "
                      "\"gemm_ms_per_step\": %.4f, \"in_gemm_gflops\": %.2f, \"step_gflops\": %.2f, "
                      "\"raw_gflops\": %.2f}%s\n",
-                     r.config.c_str(), r.train_ms, r.train_reps, r.infer_ms, r.infer_reps, r.base_rss_mb,
+                     r.config.c_str(), r.train_ms, r.train_reps, r.infer_ms, r.infer_reps, r.train_cpu_ms,
+                     r.infer_cpu_ms, r.base_rss_mb,
                      r.peak_rss_mb, r.gflop_per_step, r.gemm_ms_per_step, r.in_gemm_gflops, r.step_gflops,
                      r.raw_gflops, i + 1 < results.size() ? "," : "");
     }
@@ -189,7 +214,7 @@ void write_json(const std::vector<Result>& results, const char* path) {
 
 [[noreturn]] void usage() {
     std::fprintf(stderr,
-                 "usage: bench_mha [--config tiny|small|medium|large|all] [--seconds S] [--json PATH] "
+                 "usage: bench_mha [--config tiny|small|medium|large|all] [--seconds S] [--reps N] [--json PATH] "
                  "[--blas-info]\n");
     std::exit(2);
 }
@@ -204,6 +229,7 @@ int main(int argc, char** argv) {
         const std::string a = argv[i];
         if (a == "--config" && i + 1 < argc) which = argv[++i];
         else if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
+        else if (a == "--reps" && i + 1 < argc) fixed_reps = std::strtoul(argv[++i], nullptr, 10);
         else if (a == "--json" && i + 1 < argc) json = argv[++i];
         else if (a == "--blas-info") {
             print_blas();
@@ -216,17 +242,18 @@ int main(int argc, char** argv) {
     if (chosen.empty()) usage();
 
     print_blas();
-    std::printf("%-7s %10s %10s %9s %9s %9s %9s %9s\n", "config", "train ms", "infer ms", "peak MB", "GFLOP",
-                "in-gemm", "step", "raw");
+    std::printf("%-7s %10s %10s %9s %9s %9s %9s %9s %9s %9s\n", "config", "train ms", "infer ms", "train cpu",
+                "infer cpu", "peak MB", "GFLOP", "in-gemm", "step", "raw");
     std::vector<Result> results;
     for (const Config* c : chosen) {
         results.push_back(run(*c, seconds));
         const Result& r = results.back();
-        std::printf("%-7s %10.3f %10.3f %9.1f %9.3f %9.1f %9.1f %9.1f\n", r.config.c_str(), r.train_ms,
-                    r.infer_ms, r.peak_rss_mb, r.gflop_per_step, r.in_gemm_gflops, r.step_gflops, r.raw_gflops);
+        std::printf("%-7s %10.3f %10.3f %9.3f %9.3f %9.1f %9.3f %9.1f %9.1f %9.1f\n", r.config.c_str(), r.train_ms,
+                    r.infer_ms, r.train_cpu_ms, r.infer_cpu_ms, r.peak_rss_mb, r.gflop_per_step, r.in_gemm_gflops, r.step_gflops, r.raw_gflops);
         std::fflush(stdout);
     }
-    std::printf("(GFLOP: products per training step; in-gemm, step, raw: GFLOP/s inside BLAS during the "
-                "step, over the whole step, and for the same shapes replayed bare)\n");
+    std::printf("(ms: median per step, wall and process CPU time; GFLOP: products per training step; "
+                "in-gemm, step, raw: GFLOP/s inside BLAS during the step, over the whole step, and for the same "
+                "shapes replayed bare)\n");
     if (json) write_json(results, json);
 }
