@@ -116,6 +116,21 @@ TEST_CASE("masked_softmax (fused for lengths and causal) equals softmax of maske
     }
 }
 
+TEST_CASE("transpose_qkv and transpose_output are d2l's reshape-permute-reshape", "[mha]") {
+    const Tensor X = param({2, 3, 4}, -1, 1, 5);  // batch 2, 3 steps, 2 heads of 2
+    const Tensor want = reshape(permute(reshape(X, {2, 3, 2, 2}), {0, 2, 1, 3}), {4, 3, 2});
+    CHECK(transpose_qkv(X, 2).shape() == Shape{4, 3, 2});
+    CHECK_THAT(vals(transpose_qkv(X, 2)), approx(vals(want)));
+    CHECK_THAT(vals(transpose_output(transpose_qkv(X, 2), 2)), approx(vals(X)));
+    REQUIRE_GRADCHECK([](auto& x) { return transpose_qkv(x[0], 2); }, {X}, "transpose_qkv");
+    const Tensor H = param({4, 3, 2}, -1, 1, 6);
+    REQUIRE_GRADCHECK([](auto& x) { return transpose_output(x[0], 2); }, {H}, "transpose_output");
+    CHECK_THROWS_WITH(transpose_qkv(ones({2, 3, 5}), 2),
+                      Catch::Contains("transpose_qkv") && Catch::Contains("(2, 3, 5)"));
+    CHECK_THROWS_WITH(transpose_output(ones({3, 3, 2}), 2),
+                      Catch::Contains("transpose_output") && Catch::Contains("(3, 3, 2)"));
+}
+
 TEST_CASE("sequence_mask replaces entries past each length", "[masked_softmax]") {
     // d2l: sequence_mask(torch.tensor([[1, 2, 3], [4, 5, 6]]), torch.tensor([1, 2]))
     CHECK_THAT(vals(sequence_mask(tensor({{1, 2, 3}, {4, 5, 6}}), lens({1, 2}))), approx({1, 0, 0, 4, 5, 0}));
