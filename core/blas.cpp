@@ -1,11 +1,14 @@
 #include "blas.hpp"
 
+#include "parallel.hpp"
+
 #include <dlfcn.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -18,7 +21,6 @@ namespace {
 // The cblas enums as OpenBLAS's cblas.h defines them; declaring them here keeps the build free
 // of BLAS headers and libraries.
 constexpr int row_major = 101, no_trans = 111, trans = 112;
-constexpr int default_threads = 2;
 using sgemm_fn = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int, float,
                           float*, int);
 using dgemm_fn = void (*)(int, int, int, int, int, int, double, const double*, int, const double*, int,
@@ -140,11 +142,10 @@ Blas load() {
         }
     }
     b.info.core = b.corename();
-    // Small products dominate autograd workloads: OpenBLAS's thread hand-off costs more than it
-    // gains below a few MFLOP, and beside the process's other threads a second BLAS thread
-    // oversubscribes a 2-core machine.
+    // xgrad splits large products over its own pool (core/parallel.hpp); OpenBLAS's pool
+    // beside it would oversubscribe the cores, so it runs one thread unless the user says.
     if (env("OPENBLAS_NUM_THREADS").empty() && env("GOTO_NUM_THREADS").empty() && env("OMP_NUM_THREADS").empty())
-        b.set_num_threads(default_threads);
+        b.set_num_threads(1);
     b.info.num_threads = b.get_num_threads();
     return b;
 }
@@ -171,6 +172,7 @@ template <class T> bool trivial(std::size_t m, std::size_t n, std::size_t k, T b
 
 bool counting = false;
 std::vector<BlasProduct> counted;
+std::mutex counted_mutex;  // products of one batch may run on several threads
 
 template <class F>
 void timed(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, bool is_double, F&& run) {
@@ -178,6 +180,7 @@ void timed(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, bool i
     const auto t0 = std::chrono::steady_clock::now();
     run();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::lock_guard<std::mutex> lock(counted_mutex);
     for (BlasProduct& p : counted)
         if (std::tie(p.trans_a, p.trans_b, p.m, p.n, p.k, p.is_double) == std::tie(ta, tb, m, n, k, is_double)) {
             ++p.calls;
@@ -185,6 +188,29 @@ void timed(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, bool i
             return;
         }
     counted.push_back({ta, tb, m, n, k, is_double, 1, s});
+}
+
+// Products below this many multiply-adds run on one thread: a hand-off to the pool costs a
+// few microseconds, and smaller blocks lose gemm efficiency.
+constexpr double split_threshold = 1 << 21;
+
+// C = α·op(A)·op(B) + β·C with C's rows (or its columns, when it has more) split over the
+// pool; each part is an ordinary gemm on a sub-block, addressed through the leading dimensions.
+template <class T, class Gemm>
+void split_gemm(Gemm gemm, bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,
+                std::size_t lda, const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc) {
+    auto call = [&](std::size_t m_, std::size_t n_, const T* a_, const T* b_, T* c_) {
+        gemm(row_major, flag(ta), flag(tb), i(m_), i(n_), i(k), alpha, a_, ld(lda), b_, ld(ldb), beta, c_, ld(ldc));
+    };
+    if (static_cast<double>(m) * n * k < split_threshold || num_threads() == 1) return call(m, n, a, b, c);
+    if (m >= n)
+        parallel_for(m, 32, [&](std::size_t r0, std::size_t r1) {
+            call(r1 - r0, n, ta ? a + r0 : a + r0 * lda, b, c + r0 * ldc);
+        });
+    else
+        parallel_for(n, 32, [&](std::size_t c0, std::size_t c1) {
+            call(m, c1 - c0, a, tb ? b + c0 * ldb : b + c0, c + c0);
+        });
 }
 
 }  // namespace
@@ -205,9 +231,7 @@ void gemm<float>(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, 
                  std::size_t lda, const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) {
     if (trivial(m, n, k, beta, c, ldc)) return;
     const auto f = loaded().sgemm;
-    timed(ta, tb, m, n, k, false, [&] {
-        f(row_major, flag(ta), flag(tb), i(m), i(n), i(k), alpha, a, ld(lda), b, ld(ldb), beta, c, ld(ldc));
-    });
+    timed(ta, tb, m, n, k, false, [&] { split_gemm(f, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); });
 }
 
 template <>
@@ -216,9 +240,7 @@ void gemm<double>(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k,
                   std::size_t ldc) {
     if (trivial(m, n, k, beta, c, ldc)) return;
     const auto f = loaded().dgemm;
-    timed(ta, tb, m, n, k, true, [&] {
-        f(row_major, flag(ta), flag(tb), i(m), i(n), i(k), alpha, a, ld(lda), b, ld(ldb), beta, c, ld(ldc));
-    });
+    timed(ta, tb, m, n, k, true, [&] { split_gemm(f, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); });
 }
 
 }  // namespace blas

@@ -15,7 +15,8 @@
 ///                         user set is kept (with a note when it is weaker than the CPU).
 ///   XGRAD_BLAS_CORETYPE=keep  never change the core OpenBLAS picks.
 ///   XGRAD_BLAS_LIBRARY=path   the shared library to load (default libopenblas.so.0).
-///   OPENBLAS_NUM_THREADS      kept when set; otherwise xgrad sets its own default.
+///   OPENBLAS_NUM_THREADS      kept when set; otherwise OpenBLAS runs 1 thread and xgrad splits
+///                             large products over its own pool (XGRAD_NUM_THREADS, parallel.hpp).
 #include <cstddef>
 #include <cstdint>
 #include <string>

@@ -4,6 +4,7 @@
 #include "blas.hpp"
 #include "broadcast.hpp"
 #include "ops.hpp"
+#include "parallel.hpp"
 
 namespace xgrad {
 
@@ -47,6 +48,23 @@ std::vector<std::size_t> batch_offsets(const Shape& batch, const Shape& own, std
             else idx[d] = 0;
     }
     return off;
+}
+
+// Batches per parallel chunk: enough multiply-adds (about 2^20) to be worth a hand-off.
+std::size_t batch_grain(const Plan& p) {
+    const std::size_t work = std::max<std::size_t>(1, p.m * p.n * p.k);
+    return std::max<std::size_t>(1, (std::size_t(1) << 20) / work);
+}
+
+// body(i) for each batch i, over the pool unless the batches write into shared memory.
+template <class F> void for_batches(const Plan& p, bool shared_target, F&& body) {
+    if (shared_target) {
+        for (std::size_t i = 0; i < p.a_off.size(); ++i) body(i);
+        return;
+    }
+    parallel_for(p.a_off.size(), batch_grain(p), [&](std::size_t i0, std::size_t i1) {
+        for (std::size_t i = i0; i < i1; ++i) body(i);
+    });
 }
 
 std::size_t count_of(const Shape& s) {
@@ -111,9 +129,10 @@ Tensor product(const char* op, const Tensor& a, const Tensor& b, const Plan& p) 
         const T alpha = static_cast<T>(p.alpha);
         const std::size_t mn = p.m * p.n;
         // C[i] = α·op(A[i])·op(B[i]) : (M,K)·(K,N) → (M,N)
-        for (std::size_t i = 0; i < p.a_off.size(); ++i)
+        for_batches(p, false, [&](std::size_t i) {
             blas::gemm<T>(p.ta, p.tb, p.m, p.n, p.k, alpha, A + p.a_off[i], p.lda(), B + p.b_off[i], p.ldb(), 0,
                           c.data() + i * mn, p.n);
+        });
         return make_result<T>(std::move(c), {a, b}, op, [op, p](Node& self, const Storage& gs) {
             const Tensor& ta = self.parents[0];
             const Tensor& tb = self.parents[1];
@@ -126,7 +145,7 @@ Tensor product(const char* op, const Tensor& a, const Tensor& b, const Plan& p) 
                 xt::xarray<T> da = buffer(ta.shape(), p.a_repeats);
                 const T* B = values<T>(tb).data();
                 const T beta = p.a_repeats ? 1 : 0;
-                for (std::size_t i = 0; i < p.a_off.size(); ++i) {
+                for_batches(p, p.a_repeats, [&](std::size_t i) {
                     T* D = da.data() + p.a_off[i];
                     if (!p.ta)  // dA = α·G·op(B)ᵀ : (M,N)·(N,K) → (M,K)
                         blas::gemm<T>(false, !p.tb, p.m, p.k, p.n, alpha, G + i * mn, p.n, B + p.b_off[i], p.ldb(),
@@ -134,14 +153,14 @@ Tensor product(const char* op, const Tensor& a, const Tensor& b, const Plan& p) 
                     else  // A stored (K,M): dA = α·op(B)·Gᵀ : (K,N)·(N,M) → (K,M)
                         blas::gemm<T>(p.tb, true, p.k, p.m, p.n, alpha, B + p.b_off[i], p.ldb(), G + i * mn, p.n,
                                       beta, D, p.m);
-                }
+                });
                 accumulate<T>(op, ta, std::move(da));
             }
             if (needs_grad(self, 1)) {
                 xt::xarray<T> db = buffer(tb.shape(), p.b_repeats);
                 const T* A = values<T>(ta).data();
                 const T beta = p.b_repeats ? 1 : 0;
-                for (std::size_t i = 0; i < p.a_off.size(); ++i) {
+                for_batches(p, p.b_repeats, [&](std::size_t i) {
                     T* D = db.data() + p.b_off[i];
                     if (!p.tb)  // dB = α·op(A)ᵀ·G : (K,M)·(M,N) → (K,N)
                         blas::gemm<T>(!p.ta, false, p.k, p.n, p.m, alpha, A + p.a_off[i], p.lda(), G + i * mn, p.n,
@@ -149,7 +168,7 @@ Tensor product(const char* op, const Tensor& a, const Tensor& b, const Plan& p) 
                     else  // B stored (N,K): dB = α·Gᵀ·op(A) : (N,M)·(M,K) → (N,K)
                         blas::gemm<T>(true, p.ta, p.n, p.k, p.m, alpha, G + i * mn, p.n, A + p.a_off[i], p.lda(),
                                       beta, D, p.k);
-                }
+                });
                 accumulate<T>(op, tb, std::move(db));
             }
         });
