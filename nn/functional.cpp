@@ -5,6 +5,7 @@
 #include "core/creation.hpp"
 #include "core/node.hpp"
 #include "core/ops.hpp"
+#include "core/parallel.hpp"
 
 namespace xgrad::nn {
 
@@ -90,7 +91,9 @@ Tensor softmax_prefix(const Tensor& X, std::vector<std::size_t> keep) {
         const T* x = values<T>(X).data();
         xt::xarray<T> out = xt::empty<T>(X.shape());
         T* y = out.data();
-        for (std::size_t r = 0; r < keep.size(); ++r) {
+        const std::size_t grain = std::max<std::size_t>(1, 16384 / std::max<std::size_t>(n, 1));  // rows per chunk
+        parallel_for(keep.size(), grain, [&](std::size_t r0, std::size_t r1) {
+          for (std::size_t r = r0; r < r1; ++r) {
             const T* xr = x + r * n;
             T* yr = y + r * n;
             const std::size_t L = keep[r];
@@ -102,15 +105,17 @@ Tensor softmax_prefix(const Tensor& X, std::vector<std::size_t> keep) {
             const T inv = T(1) / z;
             for (std::size_t j = 0; j < L; ++j) yr[j] *= inv;
             for (std::size_t j = L; j < n; ++j) yr[j] = e_masked * inv;
-        }
+          }
+        });
         return make_result<T>(std::move(out), {X}, "masked_softmax",
-                              [keep = std::move(keep), n](Node& self, const Storage& gs) {
+                              [keep = std::move(keep), n, grain](Node& self, const Storage& gs) {
                                   // gx = y ⊙ (g − Σₖ g⊙y) at kept keys, 0 at masked ones
                                   const T* y = values<T>(self).data();
                                   const T* g = grad_as<T>(gs).data();
                                   xt::xarray<T> gx = xt::empty<T>(self.shape);
                                   T* d = gx.data();
-                                  for (std::size_t r = 0; r < keep.size(); ++r) {
+                                  parallel_for(keep.size(), grain, [&](std::size_t r0, std::size_t r1) {
+                                    for (std::size_t r = r0; r < r1; ++r) {
                                       const T *yr = y + r * n, *gr = g + r * n;
                                       T* dr = d + r * n;
                                       T dot = 0;
@@ -118,7 +123,8 @@ Tensor softmax_prefix(const Tensor& X, std::vector<std::size_t> keep) {
                                       const std::size_t L = keep[r];
                                       for (std::size_t j = 0; j < L; ++j) dr[j] = yr[j] * (gr[j] - dot);
                                       for (std::size_t j = L; j < n; ++j) dr[j] = T(0);
-                                  }
+                                    }
+                                  });
                                   accumulate<T>("masked_softmax", self.parents[0], std::move(gx));
                               });
     });

@@ -2,6 +2,7 @@
 
 #include "core/node.hpp"
 #include "core/ops.hpp"
+#include "core/parallel.hpp"
 
 namespace xgrad::nn {
 
@@ -26,12 +27,17 @@ Tensor swap_middle(const Tensor& X, std::size_t A, std::size_t B, std::size_t C,
     return dispatch_floating("transpose_qkv", X.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         auto swap = [](const T* src, T* dst, std::size_t A, std::size_t B, std::size_t C, std::size_t D) {
-            for (std::size_t a = 0; a < A; ++a)
-                for (std::size_t b = 0; b < B; ++b)
-                    for (std::size_t c = 0; c < C; ++c) {
-                        const T* s = src + ((a * B + b) * C + c) * D;
-                        std::copy(s, s + D, dst + ((a * C + c) * B + b) * D);
-                    }
+            // rows (a, b) of C·D elements each, split over the pool
+            parallel_for(A * B, std::max<std::size_t>(1, 32768 / std::max<std::size_t>(C * D, 1)),
+                         [&](std::size_t r0, std::size_t r1) {
+                             for (std::size_t r = r0; r < r1; ++r) {
+                                 const std::size_t a = r / B, b = r % B;
+                                 for (std::size_t c = 0; c < C; ++c) {
+                                     const T* s = src + (r * C + c) * D;
+                                     std::copy(s, s + D, dst + ((a * C + c) * B + b) * D);
+                                 }
+                             }
+                         });
         };
         xt::xarray<T> y = xt::empty<T>(out);
         swap(values<T>(X).data(), y.data(), A, B, C, D);
