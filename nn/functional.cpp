@@ -1,11 +1,13 @@
 #include "functional.hpp"
 
 #include <cmath>
+#include <type_traits>
 
 #include "core/creation.hpp"
 #include "core/node.hpp"
 #include "core/ops.hpp"
 #include "core/parallel.hpp"
+#include "core/vec_math.hpp"
 
 namespace xgrad::nn {
 
@@ -98,10 +100,16 @@ Tensor softmax_prefix(const Tensor& X, std::vector<std::size_t> keep) {
             T* yr = y + r * n;
             const std::size_t L = keep[r];
             T m = L < n ? fill : -std::numeric_limits<T>::infinity();
-            for (std::size_t j = 0; j < L; ++j) m = std::max(m, xr[j]);
+            T z = 0;
+            if constexpr (std::is_same_v<T, float>) {
+                if (L > 0) m = std::max(m, vec::max_of(xr, L));
+                z = vec::exp_shifted_sum(xr, m, yr, L);
+            } else {
+                for (std::size_t j = 0; j < L; ++j) m = std::max(m, xr[j]);
+                for (std::size_t j = 0; j < L; ++j) z += (yr[j] = std::exp(xr[j] - m));
+            }
             const T e_masked = L < n ? std::exp(fill - m) : T(0);
-            T z = e_masked * static_cast<T>(n - L);
-            for (std::size_t j = 0; j < L; ++j) z += (yr[j] = std::exp(xr[j] - m));
+            z += e_masked * static_cast<T>(n - L);
             const T inv = T(1) / z;
             for (std::size_t j = 0; j < L; ++j) yr[j] *= inv;
             for (std::size_t j = L; j < n; ++j) yr[j] = e_masked * inv;
