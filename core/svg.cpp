@@ -399,10 +399,21 @@ std::string line_plot(const std::vector<Series>& series, const LinePlotOptions& 
         for (std::size_t k = 0; k < shown.size(); ++k) {
             const std::size_t s = shown[k];
             const double cy = ly + 8 + row * (static_cast<double>(k) + 0.5);
-            out += fmt::format("<path d=\"M{},{} L{},{}\" stroke=\"{}\" stroke-width=\"2\"{}/>\n", f2(lx + 10), f2(cy),
-                               f2(lx + 38), f2(cy), escape(colours[s]),
-                               dashes[s] == "none" ? std::string()
-                                                   : fmt::format(" stroke-dasharray=\"{}\"", escape(dashes[s])));
+            // A series drawn only as separate dots (a scatter of points split by NaN) gets a dot,
+            // not a line sample that it never draws.
+            bool any = false, joined = false;
+            for (std::size_t i = 0; i < ok[s].size(); ++i) {
+                any = any || ok[s][i];
+                joined = joined || (ok[s][i] && i + 1 < ok[s].size() && ok[s][i + 1]);
+            }
+            if (any && !joined)
+                out += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"{}\" fill=\"{}\"/>\n", f2(lx + 24), f2(cy),
+                                   opts.markers ? 2.5 : 2, escape(colours[s]));
+            else
+                out += fmt::format("<path d=\"M{},{} L{},{}\" stroke=\"{}\" stroke-width=\"2\"{}/>\n", f2(lx + 10),
+                                   f2(cy), f2(lx + 38), f2(cy), escape(colours[s]),
+                                   dashes[s] == "none" ? std::string()
+                                                       : fmt::format(" stroke-dasharray=\"{}\"", escape(dashes[s])));
             out += text(lx + 44, cy + kTickFont * 0.35, series[s].label, "start", kTickFont);
         }
         out += "</g>\n";

@@ -10,3 +10,4 @@
 #include "core/svg.hpp"
 #include "core/tensor.hpp"
 #include "nn/nn.hpp"
+#include "optim/optim.hpp"

@@ -8,6 +8,7 @@
 #include "nn/functional.hpp"
 #include "nn/layer_norm.hpp"
 #include "nn/linear.hpp"
+#include "nn/loss.hpp"
 #include "nn/module.hpp"
 #include "nn/multi_head_attention.hpp"
 #include "nn/positional_encoding.hpp"

@@ -22,12 +22,12 @@ void LRScheduler::step() {
     m_last_lr = lr;
 }
 
-std::vector<std::pair<std::string, Tensor>> LRScheduler::state_dict() const {
+NamedTensors LRScheduler::state_dict() const {
     return {{"last_epoch", from_vector(std::vector<std::int64_t>{m_last_epoch}, Shape{})},
             {"base_lr", tensor(m_base_lr, kFloat64)}};
 }
 
-void LRScheduler::load_state_dict(const std::vector<std::pair<std::string, Tensor>>& state) {
+void LRScheduler::load_state_dict(const NamedTensors& state) {
     const std::string op = m_name + ".load_state_dict";
     Tensor epoch, base;
     for (const auto& [key, t] : state) {

@@ -30,9 +30,9 @@ public:
     virtual double lr_at(std::int64_t epoch) const = 0;
 
     /// {"last_epoch": int64 0-d, "base_lr": float64 0-d}.
-    std::vector<std::pair<std::string, Tensor>> state_dict() const;
+    NamedTensors state_dict() const;
     /// Restores a state_dict() (checked first) and sets the optimizer's lr to match.
-    void load_state_dict(const std::vector<std::pair<std::string, Tensor>>& state);
+    void load_state_dict(const NamedTensors& state);
 
 protected:
     LRScheduler(Optimizer& optimizer, std::string name);

@@ -55,9 +55,9 @@ Tensor int64_scalar(std::int64_t v) { return from_vector(std::vector<std::int64_
 
 }  // namespace
 
-std::vector<std::pair<std::string, Tensor>> Optimizer::state_dict() const {
+NamedTensors Optimizer::state_dict() const {
     const std::string kind = lower(m_name);
-    std::vector<std::pair<std::string, Tensor>> out;
+    NamedTensors out;
     out.emplace_back(kind + ".num_params", int64_scalar(static_cast<std::int64_t>(m_params.size())));
     out.emplace_back(kind + ".lr", tensor(m_lr, kFloat64));
     const HyperParameters hyper = hyper_parameters();
@@ -70,7 +70,7 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::state_dict() const {
     return out;
 }
 
-void Optimizer::load_state_dict(const std::vector<std::pair<std::string, Tensor>>& state) {
+void Optimizer::load_state_dict(const NamedTensors& state) {
     const std::string op = m_name + ".load_state_dict";
     const std::string kind = lower(m_name);
 

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/npz.hpp"
 #include "core/tensor.hpp"
 
 namespace xgrad::optim {
@@ -41,11 +42,11 @@ public:
     ///   "state.<i>.<buffer>"      parameter i's buffers ("state.3.exp_avg"; "state.3.step" is
     ///                             int64 0-d), present only once parameter i has been stepped.
     /// <kind> is "sgd", "adam" or "adamw". Later steps do not change the returned tensors.
-    std::vector<std::pair<std::string, Tensor>> state_dict() const;
+    NamedTensors state_dict() const;
     /// Restores a state_dict(): hyper-parameters (the learning rate included) and buffers are
     /// copied in. Everything is checked first (names, parameter count, shapes, dtypes, values)
     /// and on any mismatch it throws, naming the entry, with the optimizer unchanged.
-    void load_state_dict(const std::vector<std::pair<std::string, Tensor>>& state);
+    void load_state_dict(const NamedTensors& state);
 
 protected:
     /// Hyper-parameters other than lr, by name; flags as 0 / 1.

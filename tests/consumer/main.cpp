@@ -1,12 +1,33 @@
-// Builds against the installed package only: one umbrella header, one target.
+// A complete training program against the installed package (README's example).
+// One attention layer learns the mean of the valid part of each sequence: a query attends
+// over the keys that valid_lens leaves visible, as in d2l's attention pooling.
 #include <xgrad/xgrad.hpp>
 
+using namespace xgrad;
+
 int main() {
-    xgrad::Tensor w = xgrad::tensor({2.0}).requires_grad_();
-    xgrad::Tensor loss = (w * w).sum();
-    loss.backward();
-    // d(w²)/dw = 2w = 4
-    const float g = w.grad().item<float>();
-    fmt::print("consumer: grad {}\n", g);
-    return g == 4.0f ? 0 : 1;
+    manual_seed(0);
+    auto attention = std::make_shared<nn::MultiHeadAttention>(1, 1, 1, 8, 2, /*dropout=*/0.0);
+    auto head = std::make_shared<nn::Linear>(8, 1);
+    std::vector<Tensor> params = attention->parameters();
+    for (const Tensor& p : head->parameters()) params.push_back(p);
+    optim::Adam opt(params, optim::AdamOptions(1e-2));
+
+    double last = 0;
+    for (int step = 1; step <= 300; ++step) {
+        Tensor x = rand({64, 6, 1});                           // (batch, keys, 1)
+        Tensor valid_lens = randint(1, 7, {64});               // 1..6 visible keys
+        Tensor visible = lt(arange(6, kInt64).reshape({1, 6}), valid_lens.unsqueeze(1)).to(kFloat32);
+        Tensor target = sum(x.squeeze(2) * visible, {1}, true) / sum(visible, {1}, true);  // (batch, 1)
+        Tensor query = ones({64, 1, 1});
+        Tensor y = head->forward(attention->forward(query, x, x, valid_lens)).squeeze(1);   // (batch, 1)
+        Tensor loss = nn::mse_loss(y, target);
+        opt.zero_grad();
+        loss.backward();
+        opt.step();
+        last = loss.item<double>();
+        if (step % 100 == 0) fmt::print("step {:3d}  loss {:.6f}\n", step, last);
+    }
+    fmt::print("{}\n", *attention);
+    return last < 1e-4 ? 0 : 1;  // the mean is exactly learnable: the loss must get small
 }

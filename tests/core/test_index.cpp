@@ -197,7 +197,7 @@ TEST_CASE("gather picks along an axis as torch.gather", "[index]") {
     CHECK_THAT(vals(g), approx({5, 1, 3}));
 }
 
-TEST_CASE("gather passes gradcheck; repeated picks sum", "[index][gradcheck]") {
+TEST_CASE("gather passes gradcheck and repeated picks sum", "[index][gradcheck]") {
     Tensor a = param({3, 4});
     REQUIRE_GRADCHECK([](auto& t) { return gather(t[0], 1, t[1]); },
                       (std::vector<Tensor>{a, ids({3, 3, 0, 1, 2, 1}, {3, 2})}), "gather axis 1");

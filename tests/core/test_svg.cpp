@@ -158,6 +158,18 @@ TEST_CASE("line_plot survives NaN, empty series and log axes", "[svg]") {
     CHECK(c.find("class=\"legend\"") == std::string::npos);  // no labelled series, no legend
 }
 
+TEST_CASE("line_plot shows a scatter of lone points as a dot in the legend", "[svg]") {
+    // Points split by NaN are drawn as dots; their legend sample is a dot too, not a line.
+    svg::Series line{"line", {0, 1, 2}, {0, 1, 2}};
+    svg::Series dots{"dots", {0, 0, 1, 1, 2}, {1, kNaN, 2, kNaN, 0.5}};
+    const std::string s = svg::line_plot({line, dots});
+    CHECK(xml_problem(s).empty());
+    const std::string legend = s.substr(s.find("class=\"legend\""));
+    CHECK(count(legend, "<path") == 1);
+    CHECK(count(legend, "<circle") == 1);
+    CHECK(count(s, "<circle") == 3 + 1);  // three lone points and the legend's dot
+}
+
 TEST_CASE("line_plot rejects bad input", "[svg]") {
     CHECK_THROWS_WITH(svg::line_plot({{"a", {1, 2, 3}, {1, 2}}}),
                       Catch::Contains("line_plot") && Catch::Contains("3 x values") && Catch::Contains("2 y values"));

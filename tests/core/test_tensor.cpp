@@ -6,7 +6,7 @@
 using namespace xgrad;
 using namespace xgrad::test;
 
-TEST_CASE("copies alias; clone does not", "[tensor]") {
+TEST_CASE("copies alias, clone does not", "[tensor]") {
     Tensor a = zeros({2});
     Tensor b = a;
     b.data_ptr<float>()[0] = 5;

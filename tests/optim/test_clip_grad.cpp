@@ -51,7 +51,7 @@ TEST_CASE("clip_grad_norm supports other p-norms and infinity", "[optim][clip]")
     CHECK_THAT(vals(params[2].grad()), approx({12 * 6.0 / (12.0 + 1e-6)}));
 }
 
-TEST_CASE("clip_grad_norm without gradients returns 0; bad arguments throw", "[optim][clip][errors]") {
+TEST_CASE("clip_grad_norm without gradients returns 0, and bad arguments throw", "[optim][clip][errors]") {
     CHECK(clip_grad_norm({param({2})}, 1.0) == 0.0);
     CHECK(clip_grad_norm({}, 1.0) == 0.0);
     auto params = with_gradients(kFloat64);

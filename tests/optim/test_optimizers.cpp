@@ -1,7 +1,10 @@
 // Optimizers against torch.optim, step for step; state_dict round trips; bad hyper-parameters.
+#include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <memory>
 
+#include "core/npz.hpp"
 #include "helpers.hpp"
 #include "optim/adam.hpp"
 #include "optim/sgd.hpp"
@@ -190,8 +193,6 @@ TEST_CASE("the learning rate can be read and changed", "[optim]") {
 
 namespace {
 
-using NamedState = std::vector<std::pair<std::string, Tensor>>;
-
 // Gradients that depend on the current values, so that the trajectory depends on the state.
 void set_gradients(std::vector<Tensor>& params, int step) {
     NoGradGuard no_grad;
@@ -230,18 +231,18 @@ void run_steps(Optimizer& opt, std::vector<Tensor>& params, int from, int to) {
     }
 }
 
-const Tensor* find(const NamedState& state, const std::string& key) {
+const Tensor* find(const NamedTensors& state, const std::string& key) {
     for (const auto& [k, t] : state)
         if (k == key) return &t;
     return nullptr;
 }
 
-NamedState without(NamedState state, const std::string& key) {
+NamedTensors without(NamedTensors state, const std::string& key) {
     state.erase(std::remove_if(state.begin(), state.end(), [&](const auto& e) { return e.first == key; }), state.end());
     return state;
 }
 
-NamedState replaced(NamedState state, const std::string& key, Tensor value) {
+NamedTensors replaced(NamedTensors state, const std::string& key, Tensor value) {
     for (auto& [k, t] : state)
         if (k == key) t = value;
     return state;
@@ -262,7 +263,7 @@ TEST_CASE("a restored optimizer continues bit for bit", "[optim][state]") {
         auto params = fresh_params(dtype);
         auto opt = make_optimizer(params);
         run_steps(*opt, params, 0, 3);
-        const NamedState saved = opt->state_dict();
+        const NamedTensors saved = opt->state_dict();
         const auto saved_values = snapshot(params);
         run_steps(*opt, params, 3, 5);
 
@@ -278,13 +279,32 @@ TEST_CASE("a restored optimizer continues bit for bit", "[optim][state]") {
         // The saved tensors are copies: the two extra steps did not write into them.
         auto again = make_optimizer(fresh_params(dtype, saved_values));
         again->load_state_dict(saved);
-        const NamedState resaved = again->state_dict();
+        const NamedTensors resaved = again->state_dict();
         REQUIRE(resaved.size() == saved.size());
         for (std::size_t k = 0; k < saved.size(); ++k) {
             CHECK(resaved[k].first == saved[k].first);
             CHECK(vals(resaved[k].second) == vals(saved[k].second));
         }
     }
+}
+
+TEST_CASE("an optimizer state survives a round trip through an .npz file", "[optim][state]") {
+    const Dtype dtype = GENERATE(kFloat32, kFloat64);
+    auto params = fresh_params(dtype);
+    Adam opt(params, AdamOptions(0.01).amsgrad(true));
+    run_steps(opt, params, 0, 3);
+    const std::string path =
+        (std::filesystem::temp_directory_path() / fmt::format("xgrad_test_optim_{}.npz", dtype_name(dtype))).string();
+    save_npz(path, opt.state_dict());
+    const auto saved_values = snapshot(params);
+    run_steps(opt, params, 3, 5);
+
+    auto restored_params = fresh_params(dtype, saved_values);
+    Adam restored(restored_params);
+    restored.load_state_dict(load_npz(path));
+    std::remove(path.c_str());
+    run_steps(restored, restored_params, 3, 5);
+    for (std::size_t i = 0; i < params.size(); ++i) CHECK(vals(restored_params[i]) == vals(params[i]));
 }
 
 TEST_CASE("state_dict names the hyper-parameters and each stepped parameter's buffers", "[optim][state]") {
@@ -299,7 +319,7 @@ TEST_CASE("state_dict names the hyper-parameters and each stepped parameter's bu
     CHECK(keys == std::vector<std::string>{"adam.num_params", "adam.lr", "adam.amsgrad", "adam.beta1", "adam.beta2",
                                            "adam.eps", "adam.weight_decay", "state.0.step", "state.0.exp_avg",
                                            "state.0.exp_avg_sq", "state.0.max_exp_avg_sq"});
-    const NamedState state = opt.state_dict();
+    const NamedTensors state = opt.state_dict();
     CHECK(find(state, "state.0.step")->dtype() == kInt64);
     CHECK(find(state, "state.0.step")->item<std::int64_t>() == 2);
     CHECK(find(state, "adam.lr")->item<double>() == 0.1);
@@ -312,17 +332,17 @@ TEST_CASE("load_state_dict rejects a mismatching state and leaves the optimizer 
     auto params = fresh_params(kFloat64);
     Adam opt(params, AdamOptions(0.01));
     run_steps(opt, params, 0, 2);
-    const NamedState good = opt.state_dict();
+    const NamedTensors good = opt.state_dict();
 
     auto other_params = fresh_params(kFloat64);
     Adam target(other_params, AdamOptions(0.5).betas({0.5, 0.5}));
     run_steps(target, other_params, 0, 1);
-    const NamedState before = target.state_dict();
+    const NamedTensors before = target.state_dict();
 
-    auto rejects = [&](const NamedState& bad, const std::string& fragment) {
+    auto rejects = [&](const NamedTensors& bad, const std::string& fragment) {
         CHECK_THROWS_WITH(target.load_state_dict(bad),
                           Catch::Contains("Adam.load_state_dict") && Catch::Contains(fragment));
-        const NamedState after = target.state_dict();
+        const NamedTensors after = target.state_dict();
         REQUIRE(after.size() == before.size());
         for (std::size_t k = 0; k < after.size(); ++k) {
             CHECK(after[k].first == before[k].first);
@@ -332,17 +352,17 @@ TEST_CASE("load_state_dict rejects a mismatching state and leaves the optimizer 
     SECTION("a missing buffer") { rejects(without(good, "state.1.exp_avg_sq"), "missing entry 'state.1.exp_avg_sq'"); }
     SECTION("a missing hyper-parameter") { rejects(without(good, "adam.eps"), "missing entry 'adam.eps'"); }
     SECTION("an unknown entry") {
-        NamedState bad = good;
+        NamedTensors bad = good;
         bad.emplace_back("state.0.momentum_buffer", zeros({2, 3}, kFloat64));
         rejects(bad, "unexpected entry 'state.0.momentum_buffer'");
     }
     SECTION("a buffer for a parameter that does not exist") {
-        NamedState bad = good;
+        NamedTensors bad = good;
         bad.emplace_back("state.7.exp_avg", zeros({2, 3}, kFloat64));
         rejects(bad, "unexpected entry 'state.7.exp_avg'");
     }
     SECTION("a duplicated entry") {
-        NamedState bad = good;
+        NamedTensors bad = good;
         bad.push_back(good[1]);
         rejects(bad, "'adam.lr' appears twice");
     }

@@ -1,0 +1,63 @@
+#pragma once
+/// The examples' sequence model: a Transformer encoder with a per-position classifier.
+///
+///   H = embedding(X) · scale + positions;  H = block_l(H, valid_lens) for l = 1..L;
+///   logits = head(H)
+///
+/// positions: learned (an Embedding of positions) or d2l's fixed sinusoidal table; scale is
+/// √hidden with scale_embeddings (d2l's TransformerEncoder does this), else 1.
+///
+/// Measured on the reverse task (lengths 1..8, 10 symbols, d 64, 4 heads, 2 layers, Adam, 300
+/// steps, 3 seeds): learned 100% held-out token accuracy; sinusoidal 99.9-100%; sinusoidal with
+/// d2l's √d scaling 39-40%: the N(0, 1) embeddings times 8 drown the sinusoids in [-1, 1], so
+/// the model barely sees positions. Hence scale_embeddings is off by default. Shapes: X int64 (batch, T ≤ max_len),
+/// valid_lens int64 (batch,) → logits (batch, T, vocab). Keys past a sequence's valid length
+/// are masked in every block.
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/random.hpp"
+#include "nn/nn.hpp"
+
+namespace xgrad::examples {
+
+enum class PosEncoding { learned, sinusoidal };
+/// "learned" / "sinusoidal" ↔ PosEncoding; parse_pos throws xgrad::Error for anything else.
+PosEncoding parse_pos(const std::string& name);
+std::string pos_name(PosEncoding pos);
+
+struct ModelSpec {
+    std::size_t vocab_size = 11;
+    std::size_t max_len = 8;
+    std::size_t hidden = 64;
+    std::size_t heads = 4;
+    std::size_t layers = 2;
+    std::size_t ffn_hidden = 128;
+    double dropout = 0.0;
+    PosEncoding pos = PosEncoding::learned;
+    bool scale_embeddings = false;
+};
+
+class SeqEncoder : public nn::Module {
+public:
+    /// Parameters drawn from `gen`. Throws if hidden is not a multiple of heads.
+    SeqEncoder(const ModelSpec& spec, Generator& gen);
+    Tensor forward(const Tensor& X, const Tensor& valid_lens);
+    Tensor operator()(const Tensor& X, const Tensor& valid_lens) { return forward(X, valid_lens); }
+    /// Per-layer attention weights of the last forward, each (batch, heads, T, T).
+    std::vector<Tensor> attention_weights() const;
+    const ModelSpec& spec() const { return m_spec; }
+    std::string extra_repr() const override;
+
+private:
+    ModelSpec m_spec;
+    std::shared_ptr<nn::Embedding> m_embedding;
+    std::shared_ptr<nn::LearnedPositionalEmbedding> m_learned;
+    std::shared_ptr<nn::PositionalEncoding> m_sinusoidal;
+    std::vector<std::shared_ptr<nn::TransformerEncoderBlock>> m_blocks;
+    std::shared_ptr<nn::Linear> m_head;
+};
+
+}  // namespace xgrad::examples

@@ -1,0 +1,163 @@
+// Attention pooling as kernel regression (d2l 10.2, "Nadaraya-Watson Kernel Regression", the
+// parametric version). Each test input x is a query; the training inputs are the keys and the
+// training outputs the values. The prediction is a softmax-weighted average of the values:
+//
+//   f(x) = Σ_i softmax_i(-((x - x_i)·w)² / 2) · y_i
+//
+// with one learnable weight w, the width of the Gaussian kernel. Training fits w by SGD on
+// the training set itself, each point predicted from the other 49 (leave-one-out, as d2l).
+//
+//   nadaraya_watson [--epochs 5] [--lr 0.5] [--seed 0] [--out out/nadaraya_watson]
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <xgrad/xgrad.hpp>
+
+using namespace xgrad;
+
+namespace {
+
+// The function to learn.
+double f(double x) { return 2 * std::sin(x) + std::pow(x, 0.8); }
+
+/// d2l's NWKernelRegression: one parameter w, attention weights kept for the heatmap.
+class NWKernelRegression : public nn::Module {
+public:
+    explicit NWKernelRegression(Generator& gen) : nn::Module("NWKernelRegression") {
+        register_parameter("w", rand({1}, {}, gen));
+    }
+
+    Tensor forward(const Tensor& queries, const Tensor& keys, const Tensor& values) {
+        // queries: (n_queries,); keys, values: (n_queries, n_kv). Each query is repeated
+        // along its row of keys.
+        const long n_kv = static_cast<long>(keys.size(1));
+        const Tensor q = repeat_interleave(queries, keys.size(1), 0).reshape({-1, n_kv});
+        m_attention_weights = softmax(-pow((q - keys) * parameter("w"), 2) / 2, 1);
+        // (n_queries, 1, n_kv) · (n_queries, n_kv, 1) → (n_queries,)
+        return bmm(m_attention_weights.unsqueeze(1), values.unsqueeze(-1)).reshape({-1});
+    }
+
+    /// (n_queries, n_kv) from the last forward.
+    const Tensor& attention_weights() const { return m_attention_weights; }
+    double w() const { return parameter("w").item<double>(); }
+
+private:
+    Tensor m_attention_weights;
+};
+
+std::vector<double> values_of(const Tensor& t) { return t.to_vector<double>(); }
+
+void usage() {
+    fmt::print(
+        "usage: nadaraya_watson [options]\n"
+        "  Fits the kernel width of Nadaraya-Watson attention pooling to 50 noisy samples of\n"
+        "  f(x) = 2 sin(x) + x^0.8 (d2l 10.2) and plots the fit and the attention weights.\n"
+        "  --epochs N   full-batch SGD steps (default 5)\n"
+        "  --lr X       learning rate (default 0.5)\n"
+        "  --seed N     seed for the data and the initial w (default 0)\n"
+        "  --out DIR    where the pictures go (default out/nadaraya_watson)\n"
+        "  --help       this text\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    int epochs = 5;
+    double lr = 0.5;
+    unsigned long seed = 0;
+    std::string out = "out/nadaraya_watson";
+    for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        const bool has_value = i + 1 < argc;
+        if (arg == "--help" || arg == "-h") {
+            usage();
+            return 0;
+        } else if (arg == "--epochs" && has_value) {
+            epochs = std::stoi(argv[++i]);
+        } else if (arg == "--lr" && has_value) {
+            lr = std::stod(argv[++i]);
+        } else if (arg == "--seed" && has_value) {
+            seed = std::stoul(argv[++i]);
+        } else if (arg == "--out" && has_value) {
+            out = argv[++i];
+        } else {
+            fmt::print(stderr, "nadaraya_watson: unknown or incomplete option '{}' (see --help)\n", arg);
+            return 2;
+        }
+    }
+    Generator gen(seed);
+
+    // Data: 50 sorted inputs uniform in [0, 5), outputs with N(0, 0.5) noise; test inputs on a grid.
+    const std::size_t n_train = 50;
+    std::vector<double> x_train(n_train), y_train(n_train);
+    for (auto& x : x_train) x = 5 * gen.next_double();
+    std::sort(x_train.begin(), x_train.end());
+    for (std::size_t i = 0; i < n_train; ++i) y_train[i] = f(x_train[i]) + 0.5 * gen.next_normal();
+    const Tensor x_test = arange(0, 5, 0.1);
+    const std::size_t n_test = x_test.numel();
+    std::vector<double> y_truth;
+    for (double x : values_of(x_test)) y_truth.push_back(f(x));
+
+    // Leave-one-out: row i holds every training pair except pair i (d2l's X_tile with the
+    // diagonal removed), so a point cannot simply copy its own value.
+    std::vector<double> loo_keys, loo_values;
+    for (std::size_t i = 0; i < n_train; ++i)
+        for (std::size_t j = 0; j < n_train; ++j)
+            if (j != i) loo_keys.push_back(x_train[j]), loo_values.push_back(y_train[j]);
+    const Tensor keys = from_vector(loo_keys, {n_train, n_train - 1});
+    const Tensor values = from_vector(loo_values, {n_train, n_train - 1});
+    const Tensor x_tr = from_vector(x_train, {n_train}), y_tr = from_vector(y_train, {n_train});
+
+    // Train w: squared error summed over the training points, full-batch SGD.
+    NWKernelRegression net(gen);
+    optim::SGD trainer(net.parameters(), lr);
+    fmt::print("w at start {:.4f}\n", net.w());
+    for (int epoch = 0; epoch < epochs; ++epoch) {
+        trainer.zero_grad();
+        const Tensor l = nn::mse_loss(net.forward(x_tr, keys, values), y_tr, nn::Reduction::none);
+        l.sum().backward();
+        trainer.step();
+        fmt::print("epoch {}, loss {:.2f}\n", epoch + 1, l.sum().item<double>());
+    }
+    fmt::print("w after training {:.4f}\n", net.w());
+
+    // Predict the test grid from all 50 training pairs.
+    NoGradGuard no_grad;
+    const Tensor test_keys = expand(x_tr.reshape({1, -1}), {n_test, n_train});
+    const Tensor test_values = expand(y_tr.reshape({1, -1}), {n_test, n_train});
+    const Tensor y_hat = net.forward(x_test, test_keys, test_values);
+
+    std::filesystem::create_directories(out);
+    const std::vector<double> xs = values_of(x_test);
+    // The training data as dots: NaN between the points leaves each one alone, unjoined.
+    svg::Series data{"Training data", {}, {}, "#7f7f7f"};
+    for (std::size_t i = 0; i < n_train; ++i) {
+        data.x.insert(data.x.end(), {x_train[i], x_train[i]});
+        data.y.insert(data.y.end(), {y_train[i], std::nan("")});
+    }
+    svg::LinePlotOptions plot;
+    plot.title = fmt::format("Nadaraya-Watson regression, learned w = {:.2f}", net.w());
+    plot.xlabel = "x";
+    plot.ylabel = "y";
+    plot.xlim = {{0, 5}};
+    plot.ylim = {{-1, 5}};
+    const std::string fit_path = out + "/regression.svg";
+    svg::write_file(fit_path, svg::line_plot({{"Truth", xs, y_truth, "", "none"},
+                                              {"Prediction", xs, values_of(y_hat), "", "7,4"},
+                                              data},
+                                             plot));
+
+    // Row i: how the prediction at test input i weighs each training input.
+    svg::HeatmapOptions heat;
+    heat.title = "Attention weights";
+    heat.xlabel = "Sorted training inputs";
+    heat.ylabel = "Sorted testing inputs";
+    const std::string heat_path = out + "/attention.svg";
+    svg::write_file(heat_path, svg::heatmaps({{net.attention_weights()}}, {}, heat));
+    fmt::print("wrote {} and {}\n", fit_path, heat_path);
+    return EXIT_SUCCESS;
+}

@@ -1,0 +1,372 @@
+// An encoder-decoder Transformer (d2l 11.7) that learns to write numbers given in words as
+// digits: "three hundred twelve thousand five" => 312005.
+//
+// The encoder reads the words (self-attention limited to the real words by valid lengths); the
+// decoder writes digits with masked self-attention (each step sees itself and earlier steps)
+// and cross-attention from its steps (queries) to the source words (keys), two different
+// lengths. Training uses teacher forcing: the decoder reads <bos> and the true digits shifted
+// right and predicts each next token. Held-out numbers, never seen in training, are then
+// decoded greedily, one token at a time, reusing each decoder block's cache of earlier steps.
+//
+//   seq2seq [--steps 1000] [--lr 0.003] [--batch 64] [--hidden 64] [--heads 4] [--layers 2]
+//           [--digits 6] [--seed 0] [--out out/seq2seq]
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <xgrad/xgrad.hpp>
+#include "number_words.hpp"
+
+using namespace xgrad;
+using number_words::Batch;
+
+namespace {
+
+struct Config {
+    int steps = 1000;
+    double lr = 3e-3;
+    std::size_t batch = 64;
+    std::size_t hidden = 64;
+    std::size_t heads = 4;
+    std::size_t layers = 2;
+    int digits = 6;
+    double dropout = 0.0;
+    std::size_t held_out = 500;  // numbers kept out of training, decoded to measure accuracy
+    int log_every = 100;
+    std::uint64_t seed = 0;
+    std::string out = "out/seq2seq";
+};
+
+/// d2l's TransformerEncoder and TransformerDecoder in one module: token embeddings scaled by
+/// √hidden plus sinusoidal positions, `layers` blocks each, and a Linear head on the decoder.
+class Seq2SeqTransformer : public nn::Module {
+public:
+    Seq2SeqTransformer(std::size_t src_vocab, std::size_t tgt_vocab, const Config& c, Generator& gen)
+        : nn::Module("Seq2SeqTransformer"), m_hidden(c.hidden) {
+        const std::size_t ffn = 2 * c.hidden;
+        m_src_embedding = register_module("src_embedding", std::make_shared<nn::Embedding>(src_vocab, c.hidden, gen));
+        m_tgt_embedding = register_module("tgt_embedding", std::make_shared<nn::Embedding>(tgt_vocab, c.hidden, gen));
+        m_positions = register_module("positions", std::make_shared<nn::PositionalEncoding>(c.hidden, c.dropout));
+        for (std::size_t i = 0; i < c.layers; ++i)
+            m_encoder.push_back(register_module(
+                fmt::format("encoder{}", i),
+                std::make_shared<nn::TransformerEncoderBlock>(c.hidden, c.hidden, c.hidden, c.hidden, Shape{c.hidden},
+                                                              ffn, c.heads, c.dropout, false, gen)));
+        for (std::size_t i = 0; i < c.layers; ++i)
+            m_decoder.push_back(register_module(
+                fmt::format("decoder{}", i),
+                std::make_shared<nn::TransformerDecoderBlock>(c.hidden, c.hidden, c.hidden, c.hidden, Shape{c.hidden},
+                                                              ffn, c.heads, c.dropout, false, gen)));
+        m_dense = register_module("dense", std::make_shared<nn::Linear>(c.hidden, tgt_vocab, true, gen));
+    }
+
+    /// src (B, Ts) int64, src_valid_len (B,) → (B, Ts, hidden).
+    Tensor encode(const Tensor& src, const Tensor& src_valid_len) {
+        Tensor X = m_positions->forward(m_src_embedding->forward(src) * std::sqrt(double(m_hidden)));
+        for (auto& block : m_encoder) X = block->forward(X, src_valid_len);
+        return X;
+    }
+
+    /// Teacher forcing: dec_input (B, T) int64 → logits (B, T, tgt_vocab).
+    Tensor decode(const Tensor& dec_input, const Tensor& enc_outputs, const Tensor& src_valid_len) {
+        Tensor X = m_positions->forward(m_tgt_embedding->forward(dec_input) * std::sqrt(double(m_hidden)));
+        for (auto& block : m_decoder) X = block->forward(X, enc_outputs, src_valid_len);
+        return m_dense->forward(X);
+    }
+
+    /// One decoding step: token (B, 1) at position `step` → logits (B, 1, tgt_vocab). `caches`
+    /// holds one tensor per decoder block (start with `layers` undefined tensors).
+    Tensor decode_step(const Tensor& token, std::size_t step, const Tensor& enc_outputs,
+                       const Tensor& src_valid_len, std::vector<Tensor>& caches) {
+        Tensor X = m_positions->forward(m_tgt_embedding->forward(token) * std::sqrt(double(m_hidden)), step);
+        for (std::size_t i = 0; i < m_decoder.size(); ++i)
+            X = m_decoder[i]->forward(X, enc_outputs, src_valid_len, caches[i]);
+        return m_dense->forward(X);
+    }
+
+    std::size_t layers() const { return m_decoder.size(); }
+    const nn::TransformerDecoderBlock& decoder_block(std::size_t i) const { return *m_decoder[i]; }
+
+private:
+    std::size_t m_hidden;
+    std::shared_ptr<nn::Embedding> m_src_embedding, m_tgt_embedding;
+    std::shared_ptr<nn::PositionalEncoding> m_positions;
+    std::vector<std::shared_ptr<nn::TransformerEncoderBlock>> m_encoder;
+    std::vector<std::shared_ptr<nn::TransformerDecoderBlock>> m_decoder;
+    std::shared_ptr<nn::Linear> m_dense;
+};
+
+/// Greedy decoding of a batch, `max_steps` tokens at most: the digit strings produced (up to
+/// <eos>). The whole batch steps together; a finished row keeps decoding but is not read.
+std::vector<std::string> greedy_decode(Seq2SeqTransformer& net, const Batch& b, std::size_t max_steps) {
+    const auto& tv = number_words::target_vocab();
+    NoGradGuard no_grad;
+    const Tensor enc = net.encode(b.src, b.src_valid_len);
+    const std::size_t n = b.src.size(0);
+    std::vector<Tensor> caches(net.layers());
+    Tensor token = full({n, 1}, double(tv["<bos>"]), kInt64);
+    std::vector<std::string> out(n);
+    std::vector<bool> done(n, false);
+    for (std::size_t step = 0; step < max_steps; ++step) {
+        token = argmax(net.decode_step(token, step, enc, b.src_valid_len, caches), -1);  // (n, 1)
+        const std::vector<std::int64_t> ids = token.to_vector<std::int64_t>();
+        bool all_done = true;
+        for (std::size_t i = 0; i < n; ++i) {
+            if (ids[i] == tv["<eos>"] || ids[i] == tv["<pad>"] || ids[i] == tv["<bos>"]) done[i] = true;
+            if (!done[i]) out[i] += tv.token(ids[i]);
+            all_done = all_done && done[i];
+        }
+        if (all_done) break;
+    }
+    return out;
+}
+
+/// Exact-match accuracy over the held-out numbers, decoded in chunks.
+double exact_match(Seq2SeqTransformer& net, const std::vector<std::int64_t>& numbers, int digits,
+                   std::vector<std::string>* predictions = nullptr) {
+    net.eval();
+    std::size_t correct = 0;
+    for (std::size_t at = 0; at < numbers.size(); at += 250) {
+        const std::vector<std::int64_t> chunk(numbers.begin() + at,
+                                              numbers.begin() + std::min(numbers.size(), at + 250));
+        const auto got = greedy_decode(net, number_words::make_batch(chunk), std::size_t(digits) + 1);
+        for (std::size_t i = 0; i < chunk.size(); ++i) {
+            correct += got[i] == std::to_string(chunk[i]);
+            if (predictions) predictions->push_back(got[i]);
+        }
+    }
+    net.train();
+    return double(correct) / double(numbers.size());
+}
+
+void usage() {
+    const Config d;
+    fmt::print(
+        "usage: seq2seq [options]\n"
+        "  Trains an encoder-decoder Transformer to turn number words into digits\n"
+        "  (\"three hundred twelve thousand five\" => 312005), then decodes held-out numbers greedily.\n"
+        "  --steps N     training steps (default {})\n"
+        "  --lr X        peak learning rate of Adam, with warm-up and cosine decay (default {})\n"
+        "  --batch N     sequences per step (default {})\n"
+        "  --hidden N    model width (default {})\n"
+        "  --heads N     attention heads (default {})\n"
+        "  --layers N    encoder and decoder blocks each (default {})\n"
+        "  --digits N    numbers have 1 to N digits, N <= 6 (default {})\n"
+        "  --dropout X   dropout probability (default {})\n"
+        "  --held-out N  numbers kept out of training and decoded at each report (default {})\n"
+        "  --seed N      seed for the initial weights and the training samples (default {})\n"
+        "  --out DIR     where loss.svg and attention.svg go (default {})\n"
+        "  --help        this text\n",
+        d.steps, d.lr, d.batch, d.hidden, d.heads, d.layers, d.digits, d.dropout, d.held_out, d.seed, d.out);
+}
+
+// Returns false (after a message) for a bad command line.
+bool parse(int argc, char** argv, Config& c, bool& help) {
+    for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        if (arg == "--help" || arg == "-h") {
+            help = true;
+            return true;
+        }
+        if (i + 1 >= argc) {
+            fmt::print(stderr, "seq2seq: unknown or incomplete option '{}' (see --help)\n", arg);
+            return false;
+        }
+        const std::string v = argv[++i];
+        try {
+            if (arg == "--steps") c.steps = std::stoi(v);
+            else if (arg == "--lr") c.lr = std::stod(v);
+            else if (arg == "--batch") c.batch = std::stoul(v);
+            else if (arg == "--hidden") c.hidden = std::stoul(v);
+            else if (arg == "--heads") c.heads = std::stoul(v);
+            else if (arg == "--layers") c.layers = std::stoul(v);
+            else if (arg == "--digits") c.digits = std::stoi(v);
+            else if (arg == "--dropout") c.dropout = std::stod(v);
+            else if (arg == "--held-out") c.held_out = std::stoul(v);
+            else if (arg == "--seed") c.seed = std::stoull(v);
+            else if (arg == "--out") c.out = v;
+            else {
+                fmt::print(stderr, "seq2seq: unknown option '{}' (see --help)\n", arg);
+                return false;
+            }
+        } catch (const std::logic_error&) {
+            fmt::print(stderr, "seq2seq: {} needs a number, got '{}'\n", arg, v);
+            return false;
+        }
+    }
+    std::string problem;
+    if (c.steps < 1) problem = "--steps must be at least 1";
+    else if (c.batch < 1) problem = "--batch must be at least 1";
+    else if (c.digits < 1 || c.digits > 6) problem = "--digits must lie in 1..6";
+    else if (c.heads < 1 || c.hidden % c.heads != 0)
+        problem = fmt::format("--hidden ({}) must be a multiple of --heads ({})", c.hidden, c.heads);
+    else if (c.layers < 1) problem = "--layers must be at least 1";
+    else if (c.held_out < 1) problem = "--held-out must be at least 1";
+    if (!problem.empty()) {
+        fmt::print(stderr, "seq2seq: {}\n", problem);
+        return false;
+    }
+    return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    Config c;
+    bool help = false;
+    if (!parse(argc, argv, c, help)) return 2;
+    if (help) {
+        usage();
+        return 0;
+    }
+    const auto& sv = number_words::source_vocab();
+    const auto& tv = number_words::target_vocab();
+    manual_seed(c.seed);  // dropout masks
+    Generator gen(c.seed);
+
+    // A fixed held-out set, never used for training (at most a fifth of the numbers of each length).
+    const std::vector<std::int64_t> held_out = number_words::held_out_numbers(c.held_out, c.digits, 12345);
+    const std::set<std::int64_t> held_out_set(held_out.begin(), held_out.end());
+    auto training_batch = [&] {
+        std::vector<std::int64_t> numbers;
+        while (numbers.size() < c.batch) {
+            const std::int64_t n = number_words::sample_number(gen, c.digits);
+            if (!held_out_set.count(n)) numbers.push_back(n);
+        }
+        return number_words::make_batch(numbers);
+    };
+
+    Seq2SeqTransformer net(sv.size(), tv.size(), c, gen);
+    optim::Adam opt(net.parameters(), c.lr);
+    optim::WarmupCosineLR schedule(opt, std::min(100, c.steps / 10), c.steps, c.lr / 20);
+    fmt::print("numbers of 1 to {} digits; {} held out; {} parameters\n", c.digits, held_out.size(),
+               net.num_parameters());
+
+    std::vector<double> steps_logged, losses, accs_at, accs;
+    std::vector<std::string> predictions;  // of the held-out numbers, at the last evaluation
+    double loss_sum = 0, tokens_right = 0, tokens_seen = 0, eval_seconds = 0;
+    double plot_loss_sum = 0;  // the loss curve averages over 20 steps, finer than the reports
+    int plot_loss_n = 0;
+    const auto start = std::chrono::steady_clock::now();
+    auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+    for (int step = 1; step <= c.steps; ++step) {
+        const Batch b = training_batch();
+        const Tensor logits = net.decode(b.dec_input, net.encode(b.src, b.src_valid_len), b.src_valid_len);
+        // Mean over the real target tokens: padding is ignored.
+        const Tensor loss = nn::cross_entropy(logits, b.label, nn::Reduction::mean, tv["<pad>"]);
+        opt.zero_grad();
+        loss.backward();
+        opt.step();
+        schedule.step();
+
+        loss_sum += loss.item<double>();
+        plot_loss_sum += loss.item<double>();
+        if (++plot_loss_n == 20 || step == c.steps) {
+            steps_logged.push_back(step);
+            losses.push_back(plot_loss_sum / plot_loss_n);
+            plot_loss_sum = plot_loss_n = 0;
+        }
+        const auto predicted = argmax(logits, -1).to_vector<std::int64_t>();
+        const auto labels = b.label.to_vector<std::int64_t>();
+        for (std::size_t i = 0; i < labels.size(); ++i) {
+            if (labels[i] == tv["<pad>"]) continue;
+            tokens_seen += 1;
+            tokens_right += predicted[i] == labels[i];
+        }
+        if (step % c.log_every == 0 || step == c.steps) {
+            const int n = step % c.log_every == 0 ? c.log_every : step % c.log_every;
+            predictions.clear();
+            const double eval_start = seconds();
+            const double acc = exact_match(net, held_out, c.digits, &predictions);
+            const double t = seconds();
+            eval_seconds += t - eval_start;
+            fmt::print("step {:5d}/{}  loss {:.4f}  token acc {:5.1f}%  held-out exact {:5.1f}%  {:.1f} s\n", step,
+                       c.steps, loss_sum / n, 100 * tokens_right / tokens_seen, 100 * acc, t);
+            std::fflush(stdout);
+            accs_at.push_back(step);
+            accs.push_back(acc);
+            loss_sum = tokens_right = tokens_seen = 0;
+        }
+    }
+    const double train_seconds = seconds() - eval_seconds;
+
+    const double acc = accs.back();
+    // The first 12 held-out numbers, then up to 5 of the later mistakes.
+    std::vector<std::size_t> rows, mistakes;
+    for (std::size_t i = 0; i < held_out.size(); ++i) {
+        if (i < 12) rows.push_back(i);
+        else if (mistakes.size() < 5 && predictions[i] != std::to_string(held_out[i])) mistakes.push_back(i);
+    }
+    std::size_t width = 0;
+    for (const auto& list : {rows, mistakes})
+        for (std::size_t i : list) width = std::max(width, number_words::join(number_words::spell(held_out[i])).size());
+    auto show = [&](std::size_t i) {
+        const std::string truth = std::to_string(held_out[i]);
+        fmt::print("  {:<{}} => {:<7} truth {:<7} [{}]\n", number_words::join(number_words::spell(held_out[i])), width,
+                   predictions[i], truth, predictions[i] == truth ? "ok" : "wrong");
+    };
+    fmt::print("\nheld-out examples (greedy decoding):\n");
+    for (std::size_t i : rows) show(i);
+    if (!mistakes.empty()) fmt::print("some of the mistakes:\n");
+    for (std::size_t i : mistakes) show(i);
+    fmt::print("exact-match accuracy {:.1f}% ({} of {} held-out numbers); {:.1f} s of training, {:.1f} s of "
+               "held-out decoding\n",
+               100 * acc, static_cast<std::size_t>(std::lround(acc * double(held_out.size()))), held_out.size(),
+               train_seconds, eval_seconds);
+
+    // Pictures: the training curve, and the cross-attention of one held-out example.
+    std::filesystem::create_directories(c.out);
+    svg::LinePlotOptions plot;
+    plot.title = "Number words to digits";
+    plot.xlabel = "step";
+    plot.ylabel = "training loss";
+    plot.y2label = "held-out exact match";
+    plot.log_y = true;
+    plot.y2lim = {{0, 1}};
+    svg::Series acc_series{"held-out exact match", accs_at, accs};
+    acc_series.right_axis = true;
+    svg::write_file(c.out + "/loss.svg", svg::line_plot({{"training loss", steps_logged, losses}, acc_series}, plot));
+
+    // Teacher-force the model's own output for one example, to read every step's cross-attention.
+    // The example with the most words among the first 20 held-out numbers.
+    std::size_t pick = 0;
+    for (std::size_t i = 1; i < std::min<std::size_t>(20, held_out.size()); ++i)
+        if (number_words::spell(held_out[i]).size() > number_words::spell(held_out[pick]).size()) pick = i;
+    const std::int64_t number = held_out[pick];
+    const Batch one = number_words::make_batch({number});
+    std::vector<std::string> words = number_words::spell(number), out_tokens;
+    words.push_back("<eos>");
+    {
+        NoGradGuard no_grad;
+        net.eval();
+        std::vector<std::int64_t> dec = {tv["<bos>"]};
+        for (char ch : predictions[pick]) dec.push_back(tv[std::string(1, ch)]), out_tokens.push_back(std::string(1, ch));
+        out_tokens.push_back("<eos>");
+        net.decode(from_vector(dec, {1, dec.size()}), net.encode(one.src, one.src_valid_len), one.src_valid_len);
+    }
+    std::vector<std::vector<Tensor>> panels;
+    std::vector<std::vector<std::string>> titles;
+    for (std::size_t l = 0; l < net.layers(); ++l) {
+        const Tensor w = net.decoder_block(l).cross_attention()->attention_weights();  // (1, heads, T, Ts)
+        panels.emplace_back();
+        titles.emplace_back();
+        for (std::size_t h = 0; h < w.size(1); ++h) {
+            panels.back().push_back(squeeze(slice(w, 1, long(h), long(h) + 1), 1).squeeze(0));
+            titles.back().push_back(fmt::format("layer {} head {}", l + 1, h + 1));
+        }
+    }
+    svg::HeatmapOptions heat;
+    heat.title = fmt::format("Cross-attention: \"{}\" => {}", number_words::join(number_words::spell(number)),
+                             predictions[pick]);
+    heat.xlabel = "source words";
+    heat.ylabel = "output";
+    heat.xticks = words;
+    heat.yticks = out_tokens;
+    svg::write_file(c.out + "/attention.svg", svg::heatmaps(panels, titles, heat));
+    fmt::print("wrote {0}/loss.svg and {0}/attention.svg\n", c.out);
+    return EXIT_SUCCESS;
+}
