@@ -4,6 +4,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -113,33 +114,28 @@ Blas load() {
     b.info.detected = b.corename();
     const int core = level_of_core(b.info.detected);
 
-    if (mode == "auto" && core < cpu && cpu > 0) {
-        if (!user_core.empty()) {
+    // An OPENBLAS_CORETYPE the user set is their choice and stays, silently (blas_info() shows
+    // it beside the CPU's level).
+    if (mode == "auto" && user_core.empty() && core < cpu && cpu > 0) {
+        // OpenBLAS picks its kernels in its load-time constructor, so the fix is to unload it,
+        // set the core type and load it again. If something else in the process holds the
+        // library, dlclose leaves it loaded and the core stays as it was: say so.
+        dlclose(b.handle);
+        setenv("OPENBLAS_CORETYPE", coretype_for(cpu), 1);
+        open(b, lib);
+        const std::string now = b.corename();
+        b.info.core_fixed = level_of_core(now) >= cpu;
+        if (b.info.core_fixed)
             std::fprintf(stderr,
-                         "xgrad: OPENBLAS_CORETYPE=%s is set; this CPU runs %s kernels (faster GEMM). "
-                         "Kept as set.\n",
-                         user_core.c_str(), name_of_level(cpu));
-        } else {
-            // OpenBLAS picks its kernels in its load-time constructor, so the fix is to unload it,
-            // set the core type and load it again. If something else in the process holds the
-            // library, dlclose leaves it loaded and the core stays as it was: say so.
-            dlclose(b.handle);
-            setenv("OPENBLAS_CORETYPE", coretype_for(cpu), 1);
-            open(b, lib);
-            const std::string now = b.corename();
-            b.info.core_fixed = level_of_core(now) >= cpu;
-            if (b.info.core_fixed)
-                std::fprintf(stderr,
-                             "xgrad: OpenBLAS detected this CPU as '%s' but it supports %s kernels; "
-                             "using OPENBLAS_CORETYPE=%s (XGRAD_BLAS_CORETYPE=keep turns this off).\n",
-                             b.info.detected.c_str(), name_of_level(cpu), coretype_for(cpu));
-            else
-                std::fprintf(stderr,
-                             "xgrad: OpenBLAS detected this CPU as '%s' but it supports %s kernels, and the "
-                             "library was already loaded; start the program with OPENBLAS_CORETYPE=%s for "
-                             "full-speed GEMM.\n",
-                             b.info.detected.c_str(), name_of_level(cpu), coretype_for(cpu));
-        }
+                         "xgrad: OpenBLAS detected this CPU as '%s' but it supports %s kernels; "
+                         "using OPENBLAS_CORETYPE=%s (XGRAD_BLAS_CORETYPE=keep turns this off).\n",
+                         b.info.detected.c_str(), name_of_level(cpu), coretype_for(cpu));
+        else
+            std::fprintf(stderr,
+                         "xgrad: OpenBLAS detected this CPU as '%s' but it supports %s kernels, and the "
+                         "library was already loaded; start the program with OPENBLAS_CORETYPE=%s for "
+                         "full-speed GEMM.\n",
+                         b.info.detected.c_str(), name_of_level(cpu), coretype_for(cpu));
     }
     b.info.core = b.corename();
     // xgrad splits large products over its own pool (core/parallel.hpp); OpenBLAS's pool
@@ -216,6 +212,12 @@ void split_gemm(Gemm gemm, bool ta, bool tb, std::size_t m, std::size_t n, std::
 }  // namespace
 
 const BlasInfo& blas_info() { return loaded().info; }
+
+void blas_set_num_threads(int threads) {
+    Blas& b = loaded();
+    b.set_num_threads(std::max(threads, 1));
+    b.info.num_threads = b.get_num_threads();
+}
 
 void blas_count(bool on) {
     counting = on;

@@ -12,7 +12,7 @@
 ///
 /// Environment:
 ///   XGRAD_BLAS_CORETYPE=auto (default) fix a mis-detected core; an OPENBLAS_CORETYPE the
-///                         user set is kept (with a note when it is weaker than the CPU).
+///                         user set is kept as set.
 ///   XGRAD_BLAS_CORETYPE=keep  never change the core OpenBLAS picks.
 ///   XGRAD_BLAS_LIBRARY=path   the shared library to load (default libopenblas.so.0).
 ///   OPENBLAS_NUM_THREADS      kept when set; otherwise OpenBLAS runs 1 thread and xgrad splits
@@ -37,6 +37,10 @@ struct BlasInfo {
 /// Loads OpenBLAS (once) and reports the core and threads it runs with.
 /// Throws std::runtime_error naming the library when it or one of its symbols is missing.
 const BlasInfo& blas_info();
+
+/// Sets OpenBLAS's own thread count (loading it first). xgrad already keeps it at 1 and
+/// splits large products over its pool (parallel.hpp); for programs that want otherwise.
+void blas_set_num_threads(int threads);
 
 /// One product shape run while counting was on: op(A) m×k times op(B) k×n, how often and the
 /// seconds spent inside BLAS for it (wall clock).
