@@ -108,15 +108,17 @@ def peak_rss_mb():
 
 
 def time_steps(step, seconds):
+    """Each step's wall and process CPU milliseconds (as bench_mha.cpp)."""
     for _ in range(3):
         step()
-    ms = []
+    ms, cpu = [], []
     start = time.perf_counter()
     while len(ms) < 5 or time.perf_counter() - start < seconds:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         step()
         ms.append((time.perf_counter() - t0) * 1e3)
-    return ms
+        cpu.append((time.process_time() - c0) * 1e3)
+    return ms, cpu
 
 
 def median(v):
@@ -146,10 +148,11 @@ def run(name, seconds):
         with torch.no_grad():
             mha(X, Y, Y, lens)
 
-    train = time_steps(train_step, seconds)
-    infer = time_steps(infer_step, seconds)
+    train, train_cpu = time_steps(train_step, seconds)
+    infer, infer_cpu = time_steps(infer_step, seconds)
     return {"config": name, "train_ms": median(train), "train_reps": len(train),
             "infer_ms": median(infer), "infer_reps": len(infer),
+            "train_cpu_ms": median(train_cpu), "infer_cpu_ms": median(infer_cpu),
             "base_rss_mb": base, "peak_rss_mb": peak_rss_mb()}
 
 
