@@ -99,3 +99,15 @@ TEST_CASE("casting between float types is differentiable", "[elementwise][gradch
     CHECK(!x.to(kInt64).requires_grad());
     CHECK(x.to(kFloat64).is_same(x));
 }
+
+// sum_to once reduced an empty gradient with xtensor's immediate reducer, which segfaulted.
+TEST_CASE("broadcasting against an empty tensor sends zero gradients back", "[elementwise]") {
+    Tensor a = zeros({0, 3}, TensorOptions(kFloat64).requires_grad(true));
+    Tensor b = ones({1, 3}, TensorOptions(kFloat64).requires_grad(true));
+    Tensor y = mul(a, b);
+    CHECK(y.shape() == Shape{0, 3});
+    sum(y).backward();
+    CHECK(a.grad().shape() == Shape{0, 3});
+    CHECK(b.grad().shape() == Shape{1, 3});
+    CHECK_THAT(vals(b.grad()), approx({0, 0, 0}));
+}
