@@ -238,7 +238,10 @@ template <class Cmp> Tensor compare(const char* op, const Tensor& a, double s, C
     if (a.dtype() == kBool) throw Error(fmt::format("{}: cannot compare a bool tensor with a number", op));
     return dispatch_all(a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
-        xt::xarray<bool> r = cmp(values<T>(a), static_cast<T>(s));
+        // An int64 tensor compares with the number itself (torch: tensor([2]) < 2.5 is true);
+        // casting 2.5 to int64 would compare with 2.
+        xt::xarray<bool> r = std::is_floating_point_v<T> ? cmp(values<T>(a), static_cast<T>(s))
+                                                         : cmp(xt::xarray<double>(xt::cast<double>(values<T>(a))), s);
         return make_leaf(Storage(std::move(r)));
     });
 }

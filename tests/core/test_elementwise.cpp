@@ -111,3 +111,13 @@ TEST_CASE("broadcasting against an empty tensor sends zero gradients back", "[el
     CHECK(b.grad().shape() == Shape{1, 3});
     CHECK_THAT(vals(b.grad()), approx({0, 0, 0}));
 }
+
+// The number was once cast to int64 first, so that 2 < 2.5 came out false and 2 == 2.5 true.
+TEST_CASE("an int64 tensor compares with a fractional number exactly", "[elementwise]") {
+    Tensor i = from_vector(std::vector<std::int64_t>{1, 2, 3}, {3});
+    CHECK(lt(i, 2.5).to_vector<bool>() == std::vector<bool>{true, true, false});
+    CHECK(gt(i, 1.5).to_vector<bool>() == std::vector<bool>{false, true, true});
+    CHECK(eq(i, 2.5).to_vector<bool>() == std::vector<bool>{false, false, false});
+    CHECK(eq(i, 2.0).to_vector<bool>() == std::vector<bool>{false, true, false});
+    CHECK(lt(i, -0.5).to_vector<bool>() == std::vector<bool>{false, false, false});
+}
