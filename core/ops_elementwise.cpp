@@ -92,7 +92,9 @@ Tensor pow(const Tensor& a, double p) {
         "pow", a, [p](const auto& x) { return xt::pow(x, static_cast<value_t<decltype(x)>>(p)); },
         [p](const auto& x, const auto&, const auto& g) {
             using T = value_t<decltype(x)>;
-            return g * static_cast<T>(p) * xt::pow(x, static_cast<T>(p - 1));
+            // x^0 is constant: its gradient is 0 even at x = 0, where p·x^(p-1) is 0·inf = NaN.
+            if (p == 0) return xt::xarray<T>(xt::zeros<T>(g.shape()));
+            return xt::xarray<T>(g * static_cast<T>(p) * xt::pow(x, static_cast<T>(p - 1)));
         });
 }
 

@@ -121,3 +121,14 @@ TEST_CASE("an int64 tensor compares with a fractional number exactly", "[element
     CHECK(eq(i, 2.0).to_vector<bool>() == std::vector<bool>{false, true, false});
     CHECK(lt(i, -0.5).to_vector<bool>() == std::vector<bool>{false, false, false});
 }
+
+// The backward computed 0·0^(-1) = NaN at x = 0; torch.pow(x, 0) has gradient 0 everywhere.
+TEST_CASE("pow with exponent 0 has a zero gradient, also at 0", "[elementwise]") {
+    for (Dtype d : {kFloat32, kFloat64}) {
+        Tensor x = tensor({0.0, 2.0, -1.5}, TensorOptions(d).requires_grad(true));
+        Tensor y = pow(x, 0.0);
+        CHECK_THAT(vals(y), approx({1, 1, 1}));
+        sum(y).backward();
+        CHECK_THAT(vals(x.grad()), approx({0, 0, 0}));
+    }
+}
