@@ -13,6 +13,7 @@ namespace {
 
 // A leaf of the requested dtype whose values come from fill(xarray<T>&).
 template <class Fill> Tensor build(const Shape& shape, TensorOptions opts, Fill&& fill) {
+    checked_numel("tensor", shape);
     Tensor t = dispatch_all(opts.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         xt::xarray<T> a = xt::zeros<T>(shape);
@@ -82,7 +83,7 @@ Tensor eye(std::size_t n, TensorOptions opts) {
 }
 
 Tensor from_vector(const std::vector<double>& values, const Shape& shape, TensorOptions opts) {
-    const std::size_t n = std::accumulate(shape.begin(), shape.end(), std::size_t{1}, std::multiplies<>());
+    const std::size_t n = checked_numel("from_vector", shape);
     if (n != values.size())
         throw Error(fmt::format("from_vector: shape {} holds {} elements, got {} values", shape_str(shape),
                                 n, values.size()));
@@ -93,7 +94,7 @@ Tensor from_vector(const std::vector<double>& values, const Shape& shape, Tensor
 }
 
 Tensor from_vector(const std::vector<std::int64_t>& values, const Shape& shape) {
-    const std::size_t n = std::accumulate(shape.begin(), shape.end(), std::size_t{1}, std::multiplies<>());
+    const std::size_t n = checked_numel("from_vector", shape);
     if (n != values.size())
         throw Error(fmt::format("from_vector: shape {} holds {} elements, got {} values", shape_str(shape),
                                 n, values.size()));
