@@ -5,6 +5,7 @@
 
 #include "nn/nn.hpp"
 #include "nn_helpers.hpp"
+#include "optim/sgd.hpp"
 
 using namespace xgrad;
 using namespace xgrad::test;
@@ -264,4 +265,28 @@ TEST_CASE("loading a file that does not match names the file and the module", "[
                           Catch::Contains("weight: expected float32 (4, 2), got float32 (3, 2)"));
     std::remove(path.c_str());
     CHECK(vals(other.weight()) == before);
+}
+
+// One Linear registered under two names (tied weights) once gave parameters() each tensor
+// twice, so num_parameters counted it twice and every optimizer refused the list.
+TEST_CASE("a tensor shared by two children is one parameter, saved under both names", "[module]") {
+    class Tied : public Module {
+    public:
+        Tied() : Module("Tied") {
+            auto shared = register_module("a", std::make_shared<Linear>(2, 3));
+            register_module("b", shared);
+        }
+    };
+    Tied m;
+    const auto named = m.named_parameters();
+    REQUIRE(named.size() == 2);  // torch: ["a.weight", "a.bias"]
+    CHECK(named[0].first == "a.weight");
+    CHECK(named[1].first == "a.bias");
+    CHECK(m.parameters().size() == 2);
+    CHECK(m.num_parameters() == 9);
+    CHECK_NOTHROW(optim::SGD(m.parameters(), optim::SGDOptions(0.1)));
+    const NamedTensors state = m.state_dict();  // torch keeps every name here
+    REQUIRE(state.size() == 4);
+    CHECK(state[2].first == "b.weight");
+    CHECK_NOTHROW(m.load_state_dict(state));
 }
