@@ -1,11 +1,157 @@
 #include "blas.hpp"
 
-#include <cblas.h>
+#include "parallel.hpp"
 
-namespace xgrad::blas {
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace xgrad {
 
 namespace {
-CBLAS_TRANSPOSE flag(bool t) { return t ? CblasTrans : CblasNoTrans; }
+
+// The cblas enums as OpenBLAS's cblas.h defines them; declaring them here keeps the build free
+// of BLAS headers and libraries.
+constexpr int row_major = 101, no_trans = 111, trans = 112;
+using sgemm_fn = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int, float,
+                          float*, int);
+using dgemm_fn = void (*)(int, int, int, int, int, int, double, const double*, int, const double*, int,
+                          double, double*, int);
+
+struct Blas {
+    void* handle = nullptr;
+    sgemm_fn sgemm = nullptr;
+    dgemm_fn dgemm = nullptr;
+    char* (*corename)() = nullptr;
+    void (*set_num_threads)(int) = nullptr;
+    int (*get_num_threads)() = nullptr;
+    BlasInfo info;
+};
+
+// Kernel families by the widest vector unit they use. OpenBLAS names its x86 cores after the
+// Intel/AMD generation whose kernels they run; anything not listed counts as SSE-only.
+int level_of_core(const std::string& core) {
+    static const char* const avx512[] = {"skylakex", "cooperlake", "sapphirerapids"};
+    static const char* const avx2[] = {"haswell", "zen", "skylake", "alderlake"};
+    static const char* const avx[] = {"sandybridge", "bulldozer", "piledriver", "steamroller", "excavator"};
+    auto in = [&](const auto& names) {
+        for (const char* n : names)
+            if (strcasecmp(core.c_str(), n) == 0) return true;
+        return false;
+    };
+    return in(avx512) ? 3 : in(avx2) ? 2 : in(avx) ? 1 : 0;
+}
+
+// __builtin_cpu_supports also checks that the OS saves the wide registers (XCR0).
+int level_of_cpu() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512cd"))
+        return 3;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 2;
+    if (__builtin_cpu_supports("avx")) return 1;
+#endif
+    return 0;
+}
+
+// The OPENBLAS_CORETYPE spelling of each level's reference core, and its reported name.
+const char* coretype_for(int level) { return level == 3 ? "SKYLAKEX" : level == 2 ? "HASWELL" : "SANDYBRIDGE"; }
+const char* name_of_level(int level) {
+    return level == 3 ? "SkylakeX" : level == 2 ? "Haswell" : level == 1 ? "Sandybridge" : "SSE";
+}
+
+void* symbol(void* handle, const std::string& lib, const char* name) {
+    void* p = dlsym(handle, name);
+    if (!p)
+        throw std::runtime_error("xgrad: BLAS library '" + lib + "' has no symbol '" + name +
+                                 "' (xgrad needs OpenBLAS; set XGRAD_BLAS_LIBRARY to its path)");
+    return p;
+}
+
+void open(Blas& b, const std::string& lib) {
+    b.handle = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!b.handle) {
+        const char* why = dlerror();
+        throw std::runtime_error("xgrad: cannot load the BLAS library '" + lib + "': " + (why ? why : "?") +
+                                 " (install OpenBLAS, e.g. apt-get install libopenblas0, or set "
+                                 "XGRAD_BLAS_LIBRARY to its path)");
+    }
+    b.sgemm = reinterpret_cast<sgemm_fn>(symbol(b.handle, lib, "cblas_sgemm"));
+    b.dgemm = reinterpret_cast<dgemm_fn>(symbol(b.handle, lib, "cblas_dgemm"));
+    b.corename = reinterpret_cast<char* (*)()>(symbol(b.handle, lib, "openblas_get_corename"));
+    b.set_num_threads = reinterpret_cast<void (*)(int)>(symbol(b.handle, lib, "openblas_set_num_threads"));
+    b.get_num_threads = reinterpret_cast<int (*)()>(symbol(b.handle, lib, "openblas_get_num_threads"));
+}
+
+std::string env(const char* name) {
+    const char* v = std::getenv(name);
+    return v ? v : "";
+}
+
+Blas load() {
+    Blas b;
+    const std::string lib = env("XGRAD_BLAS_LIBRARY").empty() ? "libopenblas.so.0" : env("XGRAD_BLAS_LIBRARY");
+    const std::string mode = env("XGRAD_BLAS_CORETYPE").empty() ? "auto" : env("XGRAD_BLAS_CORETYPE");
+    if (mode != "auto" && mode != "keep")
+        throw std::runtime_error("xgrad: XGRAD_BLAS_CORETYPE must be 'auto' or 'keep', got '" + mode + "'");
+    const std::string user_core = env("OPENBLAS_CORETYPE");
+    const int cpu = level_of_cpu();
+
+    open(b, lib);
+    b.info.library = lib;
+    b.info.cpu_level = name_of_level(cpu);
+    b.info.detected = b.corename();
+    const int core = level_of_core(b.info.detected);
+
+    // An OPENBLAS_CORETYPE the user set is their choice and stays, silently (blas_info() shows
+    // it beside the CPU's level).
+    if (mode == "auto" && user_core.empty() && core < cpu && cpu > 0) {
+        // OpenBLAS picks its kernels in its load-time constructor, so the fix is to unload it,
+        // set the core type and load it again. If something else in the process holds the
+        // library, dlclose leaves it loaded and the core stays as it was: say so.
+        dlclose(b.handle);
+        setenv("OPENBLAS_CORETYPE", coretype_for(cpu), 1);
+        open(b, lib);
+        const std::string now = b.corename();
+        b.info.core_fixed = level_of_core(now) >= cpu;
+        if (b.info.core_fixed)
+            std::fprintf(stderr,
+                         "xgrad: OpenBLAS detected this CPU as '%s' but it supports %s kernels; "
+                         "using OPENBLAS_CORETYPE=%s (XGRAD_BLAS_CORETYPE=keep turns this off).\n",
+                         b.info.detected.c_str(), name_of_level(cpu), coretype_for(cpu));
+        else
+            std::fprintf(stderr,
+                         "xgrad: OpenBLAS detected this CPU as '%s' but it supports %s kernels, and the "
+                         "library was already loaded; start the program with OPENBLAS_CORETYPE=%s for "
+                         "full-speed GEMM.\n",
+                         b.info.detected.c_str(), name_of_level(cpu), coretype_for(cpu));
+    }
+    b.info.core = b.corename();
+    // xgrad splits large products over its own pool (core/parallel.hpp); OpenBLAS's pool
+    // beside it would oversubscribe the cores, so it runs one thread unless the user says.
+    if (env("OPENBLAS_NUM_THREADS").empty() && env("GOTO_NUM_THREADS").empty() && env("OMP_NUM_THREADS").empty())
+        b.set_num_threads(1);
+    b.info.num_threads = b.get_num_threads();
+    return b;
+}
+
+Blas& loaded() {
+    static Blas b = load();  // thread-safe one-time initialisation
+    return b;
+}
+
+int flag(bool t) { return t ? trans : no_trans; }
 // cblas takes int sizes; every caller checks shapes first, and these fit for any tensor that
 // fits in memory along one matrix axis.
 int i(std::size_t v) { return static_cast<int>(v); }
@@ -19,14 +165,75 @@ template <class T> bool trivial(std::size_t m, std::size_t n, std::size_t k, T b
         for (std::size_t j = 0; j < n; ++j) c[r * ldc + j] = beta == T(0) ? T(0) : beta * c[r * ldc + j];
     return true;
 }
+
+bool counting = false;
+std::vector<BlasProduct> counted;
+std::mutex counted_mutex;  // products of one batch may run on several threads
+
+template <class F>
+void timed(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, bool is_double, F&& run) {
+    if (!counting) return run();
+    const auto t0 = std::chrono::steady_clock::now();
+    run();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::lock_guard<std::mutex> lock(counted_mutex);
+    for (BlasProduct& p : counted)
+        if (std::tie(p.trans_a, p.trans_b, p.m, p.n, p.k, p.is_double) == std::tie(ta, tb, m, n, k, is_double)) {
+            ++p.calls;
+            p.seconds += s;
+            return;
+        }
+    counted.push_back({ta, tb, m, n, k, is_double, 1, s});
+}
+
+// Products below this many multiply-adds run on one thread: a hand-off to the pool costs a
+// few microseconds, and smaller blocks lose gemm efficiency.
+constexpr double split_threshold = 1 << 21;
+
+// C = α·op(A)·op(B) + β·C with C's rows (or its columns, when it has more) split over the
+// pool; each part is an ordinary gemm on a sub-block, addressed through the leading dimensions.
+template <class T, class Gemm>
+void split_gemm(Gemm gemm, bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,
+                std::size_t lda, const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc) {
+    auto call = [&](std::size_t m_, std::size_t n_, const T* a_, const T* b_, T* c_) {
+        gemm(row_major, flag(ta), flag(tb), i(m_), i(n_), i(k), alpha, a_, ld(lda), b_, ld(ldb), beta, c_, ld(ldc));
+    };
+    if (static_cast<double>(m) * n * k < split_threshold || num_threads() == 1) return call(m, n, a, b, c);
+    if (m >= n)
+        parallel_for(m, 32, [&](std::size_t r0, std::size_t r1) {
+            call(r1 - r0, n, ta ? a + r0 : a + r0 * lda, b, c + r0 * ldc);
+        });
+    else
+        parallel_for(n, 32, [&](std::size_t c0, std::size_t c1) {
+            call(m, c1 - c0, a, tb ? b + c0 * ldb : b + c0, c + c0);
+        });
+}
+
 }  // namespace
+
+const BlasInfo& blas_info() { return loaded().info; }
+
+void blas_set_num_threads(int threads) {
+    Blas& b = loaded();
+    b.set_num_threads(std::max(threads, 1));
+    b.info.num_threads = b.get_num_threads();
+}
+
+void blas_count(bool on) {
+    counting = on;
+    if (on) counted.clear();
+}
+
+std::vector<BlasProduct> blas_counted() { return counted; }
+
+namespace blas {
 
 template <>
 void gemm<float>(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
                  std::size_t lda, const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) {
     if (trivial(m, n, k, beta, c, ldc)) return;
-    cblas_sgemm(CblasRowMajor, flag(ta), flag(tb), i(m), i(n), i(k), alpha, a, ld(lda), b, ld(ldb), beta, c,
-                ld(ldc));
+    const auto f = loaded().sgemm;
+    timed(ta, tb, m, n, k, false, [&] { split_gemm(f, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); });
 }
 
 template <>
@@ -34,8 +241,10 @@ void gemm<double>(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k,
                   const double* a, std::size_t lda, const double* b, std::size_t ldb, double beta, double* c,
                   std::size_t ldc) {
     if (trivial(m, n, k, beta, c, ldc)) return;
-    cblas_dgemm(CblasRowMajor, flag(ta), flag(tb), i(m), i(n), i(k), alpha, a, ld(lda), b, ld(ldb), beta, c,
-                ld(ldc));
+    const auto f = loaded().dgemm;
+    timed(ta, tb, m, n, k, true, [&] { split_gemm(f, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); });
 }
 
-}  // namespace xgrad::blas
+}  // namespace blas
+
+}  // namespace xgrad

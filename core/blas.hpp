@@ -2,7 +2,63 @@
 /// Thin typed wrapper over cblas gemm (row-major), the one place core/ calls BLAS.
 /// C = alpha·op(A)·op(B) + beta·C, op(X) = Xᵀ when its flag is set; M×N result, K inner.
 /// Leading dimensions are those of the matrices as stored (before the transpose flag).
+///
+/// OpenBLAS is loaded with dlopen on the first product, not linked: its kernel choice is made
+/// once, when the library loads, from OPENBLAS_CORETYPE or its own CPU detection, and Debian's
+/// 0.3.21 detects some recent Intel cores as an older one (e.g. "Prescott", SSE3 kernels,
+/// about 5x slower sgemm). xgrad compares the core OpenBLAS chose with the CPU's own feature
+/// flags and, when the core is weaker than the CPU, reloads OpenBLAS with OPENBLAS_CORETYPE
+/// set to the best kernel family the CPU runs, saying so once on stderr.
+///
+/// Environment:
+///   XGRAD_BLAS_CORETYPE=auto (default) fix a mis-detected core; an OPENBLAS_CORETYPE the
+///                         user set is kept as set.
+///   XGRAD_BLAS_CORETYPE=keep  never change the core OpenBLAS picks.
+///   XGRAD_BLAS_LIBRARY=path   the shared library to load (default libopenblas.so.0).
+///   OPENBLAS_NUM_THREADS      kept when set; otherwise OpenBLAS runs 1 thread and xgrad splits
+///                             large products over its own pool (XGRAD_NUM_THREADS, parallel.hpp).
 #include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace xgrad {
+
+/// What xgrad's BLAS runs on; loads the library if it is not loaded yet.
+struct BlasInfo {
+    std::string library;     ///< what dlopen loaded, e.g. "libopenblas.so.0"
+    std::string core;        ///< openblas_get_corename() after any fix, e.g. "SkylakeX"
+    std::string cpu_level;   ///< best kernel family the CPU's flags allow: "SkylakeX", "Haswell", ...
+    std::string detected;    ///< the core OpenBLAS chose by itself (or the user's), before any fix
+    bool core_fixed = false; ///< xgrad reloaded OpenBLAS with a better OPENBLAS_CORETYPE
+    int num_threads = 0;     ///< openblas_get_num_threads()
+};
+
+/// Loads OpenBLAS (once) and reports the core and threads it runs with.
+/// Throws std::runtime_error naming the library when it or one of its symbols is missing.
+const BlasInfo& blas_info();
+
+/// Sets OpenBLAS's own thread count (loading it first). xgrad already keeps it at 1 and
+/// splits large products over its pool (parallel.hpp); for programs that want otherwise.
+void blas_set_num_threads(int threads);
+
+/// One product shape run while counting was on: op(A) m×k times op(B) k×n, how often and the
+/// seconds spent inside BLAS for it (wall clock).
+struct BlasProduct {
+    bool trans_a = false, trans_b = false;
+    std::size_t m = 0, n = 0, k = 0;
+    bool is_double = false;
+    std::uint64_t calls = 0;
+    double seconds = 0;
+};
+
+/// Starts (and clears) or stops counting products, for benchmarks: each gemm then costs two
+/// clock reads. Not thread-safe: count from one thread.
+void blas_count(bool on);
+/// The products counted since blas_count(true), by shape.
+std::vector<BlasProduct> blas_counted();
+
+}  // namespace xgrad
 
 namespace xgrad::blas {
 

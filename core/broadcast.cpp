@@ -24,6 +24,8 @@ template <class T> xt::xarray<T> sum_to(xt::xarray<T>&& g, const Shape& shape) {
     std::vector<std::size_t> axes;
     for (std::size_t i = 0; i < g.dimension(); ++i)
         if (i < lead || (shape[i - lead] == 1 && g.shape()[i] != 1)) axes.push_back(i);
+    // xtensor's immediate reducer crashes on an empty input reduced over some axes.
+    if (g.size() == 0) return xt::zeros<T>(shape);
     xt::xarray<T> reduced = xt::sum(g, axes, xt::evaluation_strategy::immediate);
     reduced.reshape(shape);
     return reduced;

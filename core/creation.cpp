@@ -1,6 +1,8 @@
 #include "creation.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "node.hpp"
@@ -11,6 +13,7 @@ namespace {
 
 // A leaf of the requested dtype whose values come from fill(xarray<T>&).
 template <class Fill> Tensor build(const Shape& shape, TensorOptions opts, Fill&& fill) {
+    checked_numel("tensor", shape);
     Tensor t = dispatch_all(opts.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         xt::xarray<T> a = xt::zeros<T>(shape);
@@ -21,13 +24,23 @@ template <class Fill> Tensor build(const Shape& shape, TensorOptions opts, Fill&
     return t;
 }
 
-template <class Draw> Tensor draw(const Shape& shape, TensorOptions opts, Draw&& next) {
+// Values below `high` (when finite): a double just under it, e.g. 1 - 2^-53, rounds up to
+// exactly `high` in float32 (rand gave 1.0f about once in 2^25 draws); those become the
+// largest T below `high`, but never less than `low`.
+template <class Draw>
+Tensor draw(const Shape& shape, TensorOptions opts, Draw&& next, double low = -INFINITY, double high = INFINITY) {
     if (!is_floating(opts.dtype()))
         throw Error(fmt::format("random tensors: expected dtype float32 or float64, got {}",
                                 dtype_name(opts.dtype())));
     return build(shape, opts, [&](auto& a) {
         using T = typename std::decay_t<decltype(a)>::value_type;
-        for (auto& v : a) v = static_cast<T>(next());
+        T below = static_cast<T>(high);
+        while (static_cast<double>(below) >= high) below = std::nextafter(below, -std::numeric_limits<T>::infinity());
+        below = std::max(below, static_cast<T>(low));
+        for (auto& v : a) {
+            v = static_cast<T>(next());
+            if (static_cast<double>(v) >= high && low < high) v = below;
+        }
     });
 }
 
@@ -70,7 +83,7 @@ Tensor eye(std::size_t n, TensorOptions opts) {
 }
 
 Tensor from_vector(const std::vector<double>& values, const Shape& shape, TensorOptions opts) {
-    const std::size_t n = std::accumulate(shape.begin(), shape.end(), std::size_t{1}, std::multiplies<>());
+    const std::size_t n = checked_numel("from_vector", shape);
     if (n != values.size())
         throw Error(fmt::format("from_vector: shape {} holds {} elements, got {} values", shape_str(shape),
                                 n, values.size()));
@@ -81,7 +94,7 @@ Tensor from_vector(const std::vector<double>& values, const Shape& shape, Tensor
 }
 
 Tensor from_vector(const std::vector<std::int64_t>& values, const Shape& shape) {
-    const std::size_t n = std::accumulate(shape.begin(), shape.end(), std::size_t{1}, std::multiplies<>());
+    const std::size_t n = checked_numel("from_vector", shape);
     if (n != values.size())
         throw Error(fmt::format("from_vector: shape {} holds {} elements, got {} values", shape_str(shape),
                                 n, values.size()));
@@ -126,7 +139,7 @@ Tensor tensor(
 }
 
 Tensor rand(const Shape& shape, TensorOptions opts, Generator& gen) {
-    return draw(shape, opts, [&gen] { return gen.next_double(); });
+    return draw(shape, opts, [&gen] { return gen.next_double(); }, 0.0, 1.0);
 }
 
 Tensor randn(const Shape& shape, TensorOptions opts, Generator& gen) {
@@ -136,7 +149,7 @@ Tensor randn(const Shape& shape, TensorOptions opts, Generator& gen) {
 Tensor uniform(const Shape& shape, double low, double high, TensorOptions opts, Generator& gen) {
     if (!(low <= high) || !std::isfinite(low) || !std::isfinite(high))
         throw Error(fmt::format("uniform: expected finite low <= high, got low={}, high={}", low, high));
-    return draw(shape, opts, [&] { return low + (high - low) * gen.next_double(); });
+    return draw(shape, opts, [&] { return low + (high - low) * gen.next_double(); }, low, high);
 }
 
 Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, Generator& gen) {

@@ -18,4 +18,12 @@ std::size_t normalize_axis(const char* op, long axis, const Shape& shape) {
     return static_cast<std::size_t>(a);
 }
 
+std::size_t checked_numel(const char* op, const Shape& shape) {
+    std::size_t n = 1;
+    for (std::size_t d : shape)
+        if (__builtin_mul_overflow(n, d, &n))
+            throw Error(fmt::format("{}: shape {} has more elements than can be addressed", op, shape_str(shape)));
+    return n;
+}
+
 }  // namespace xgrad

@@ -23,4 +23,8 @@ std::string shape_str(const Shape& shape);
 /// "<op>: axis 3 is out of range for a tensor of rank 2 (shape (2, 5))".
 std::size_t normalize_axis(const char* op, long axis, const Shape& shape);
 
+/// The number of elements of `shape`, or throws "<op>: shape (...) has more elements than
+/// can be addressed" when the product overflows (a wrapped count would size a tiny buffer).
+std::size_t checked_numel(const char* op, const Shape& shape);
+
 }  // namespace xgrad

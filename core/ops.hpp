@@ -106,6 +106,11 @@ Tensor expand(const Tensor& a, const Shape& shape);
 Tensor matmul(const Tensor& a, const Tensor& b);
 /// (B,M,K)·(B,K,N) → (B,M,N), as torch.bmm (no broadcasting).
 Tensor bmm(const Tensor& a, const Tensor& b);
+/// alpha·op(a)·op(b), op(x) = x with its last two axes swapped when its flag is set; batch
+/// axes broadcast as in matmul. Both operands need at least two axes. No transposed copy is
+/// made (gemm's transpose flags): matmul_t(x, W, false, true) is x·Wᵀ for a Linear layer,
+/// matmul_t(q, k, false, true, 1/√d) attention scores. (..., M, K)·(K, N) runs as one gemm.
+Tensor matmul_t(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b, double alpha = 1.0);
 
 // --- softmax family (ops_softmax.cpp): fused, stable -------------------------------------
 /// exp(x - max) / sum along axis. Backward: gx = y ⊙ (g − Σ g⊙y).

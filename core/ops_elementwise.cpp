@@ -92,7 +92,9 @@ Tensor pow(const Tensor& a, double p) {
         "pow", a, [p](const auto& x) { return xt::pow(x, static_cast<value_t<decltype(x)>>(p)); },
         [p](const auto& x, const auto&, const auto& g) {
             using T = value_t<decltype(x)>;
-            return g * static_cast<T>(p) * xt::pow(x, static_cast<T>(p - 1));
+            // x^0 is constant: its gradient is 0 even at x = 0, where p·x^(p-1) is 0·inf = NaN.
+            if (p == 0) return xt::xarray<T>(xt::zeros<T>(g.shape()));
+            return xt::xarray<T>(g * static_cast<T>(p) * xt::pow(x, static_cast<T>(p - 1)));
         });
 }
 
@@ -238,7 +240,10 @@ template <class Cmp> Tensor compare(const char* op, const Tensor& a, double s, C
     if (a.dtype() == kBool) throw Error(fmt::format("{}: cannot compare a bool tensor with a number", op));
     return dispatch_all(a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
-        xt::xarray<bool> r = cmp(values<T>(a), static_cast<T>(s));
+        // An int64 tensor compares with the number itself (torch: tensor([2]) < 2.5 is true);
+        // casting 2.5 to int64 would compare with 2.
+        xt::xarray<bool> r = std::is_floating_point_v<T> ? cmp(values<T>(a), static_cast<T>(s))
+                                                         : cmp(xt::xarray<double>(xt::cast<double>(values<T>(a))), s);
         return make_leaf(Storage(std::move(r)));
     });
 }

@@ -34,7 +34,10 @@ Tensor repeat_interleave(const Tensor& a, std::size_t repeats, long axis) {
     const std::size_t ax = normalize_axis("repeat_interleave", axis, in);
     const axis_split s = split_at(in, ax);
     Shape out_shape = in;
-    out_shape[ax] *= repeats;
+    if (__builtin_mul_overflow(in[ax], repeats, &out_shape[ax]))
+        throw Error(fmt::format("repeat_interleave: {} repeats of axis {} of shape {} are more elements than "
+                                "can be addressed", repeats, ax, shape_str(in)));
+    checked_numel("repeat_interleave", out_shape);
     return dispatch_all(a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         xt::xarray<T> y = xt::xarray<T>::from_shape(out_shape);

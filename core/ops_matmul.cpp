@@ -1,19 +1,27 @@
-// Matrix products on BLAS gemm. The backward uses gemm's transpose flags and accumulates with
-// beta = 1, so no transposed copy is ever made and broadcast batches sum for free.
+// Matrix products on BLAS gemm. Forward and backward use gemm's transpose flags, so no
+// transposed copy is ever made, and accumulate with beta = 1 where a broadcast operand's
+// gradient sums over batches.
 #include "blas.hpp"
 #include "broadcast.hpp"
 #include "ops.hpp"
+#include "parallel.hpp"
 
 namespace xgrad {
 
 namespace {
 
-// A batched product laid out for gemm: out[i] = A[a_off[i]] · B[b_off[i]], every matrix
-// contiguous row-major (M,K)·(K,N) → (M,N), batches in row-major order of the batch shape.
+// A batched product laid out for gemm: out[i] = alpha·op(A[a_off[i]])·op(B[b_off[i]]), op(X) = Xᵀ
+// when its flag is set, every matrix contiguous row-major: op(A) (M,K), op(B) (K,N) → (M,N),
+// batches in row-major order of the batch shape.
 struct Plan {
     std::size_t m, k, n;
+    bool ta = false, tb = false;
+    double alpha = 1;
     std::vector<std::size_t> a_off, b_off;  // element offsets of each batch's matrices
+    bool a_repeats = false, b_repeats = false;  // broadcast: one matrix serves several batches
     Shape out_shape;                         // as returned (1-D operands' axes dropped)
+    std::size_t lda() const { return ta ? m : k; }  // row lengths as stored
+    std::size_t ldb() const { return tb ? k : n; }
 };
 
 // Element offsets of every batch of `batch` (broadcast) in an operand with batch shape `own`:
@@ -42,28 +50,72 @@ std::vector<std::size_t> batch_offsets(const Shape& batch, const Shape& own, std
     return off;
 }
 
+// Batches per parallel chunk: enough multiply-adds (about 2^20) to be worth a hand-off.
+std::size_t batch_grain(const Plan& p) {
+    const std::size_t work = std::max<std::size_t>(1, p.m * p.n * p.k);
+    return std::max<std::size_t>(1, (std::size_t(1) << 20) / work);
+}
+
+// body(i) for each batch i, over the pool unless the batches write into shared memory.
+template <class F> void for_batches(const Plan& p, bool shared_target, F&& body) {
+    if (shared_target) {
+        for (std::size_t i = 0; i < p.a_off.size(); ++i) body(i);
+        return;
+    }
+    parallel_for(p.a_off.size(), batch_grain(p), [&](std::size_t i0, std::size_t i1) {
+        for (std::size_t i = i0; i < i1; ++i) body(i);
+    });
+}
+
+std::size_t count_of(const Shape& s) {
+    std::size_t c = 1;
+    for (auto v : s) c *= v;
+    return c;
+}
+
+// sa, sb: the operands' shapes as stored, rank >= 2 (matmul adds the axes of 1-D operands).
+Plan plan_product(const char* op, const Shape& sa, const Shape& sb, bool ta, bool tb, double alpha,
+                  const Shape& shown_a, const Shape& shown_b) {
+    const std::size_t ra = sa[sa.size() - 2], ca = sa[sa.size() - 1];
+    const std::size_t rb = sb[sb.size() - 2], cb = sb[sb.size() - 1];
+    Plan p;
+    p.ta = ta;
+    p.tb = tb;
+    p.alpha = alpha;
+    p.m = ta ? ca : ra;
+    p.k = ta ? ra : ca;
+    p.n = tb ? rb : cb;
+    const std::size_t kb = tb ? cb : rb;
+    if (kb != p.k)
+        throw Error(fmt::format("{}: shapes {} and {} cannot be multiplied ({} != {})", op, shape_str(shown_a),
+                                shape_str(shown_b), p.k, kb));
+    const Shape ba(sa.begin(), sa.end() - 2), bb(sb.begin(), sb.end() - 2);
+    const Shape batch = broadcast_shapes(op, ba, bb);
+    p.out_shape = batch;
+    if (bb.empty() && !ta) {
+        // (..., M, K)·(K, N): the batches of A stack into one (…·M, K) matrix, one gemm.
+        p.m *= count_of(batch);
+        p.a_off = p.b_off = {0};
+    } else {
+        p.a_off = batch_offsets(batch, ba, p.m * p.k);
+        p.b_off = batch_offsets(batch, bb, p.k * p.n);
+        p.a_repeats = count_of(ba) != p.a_off.size();
+        p.b_repeats = count_of(bb) != p.b_off.size();
+    }
+    return p;
+}
+
 Plan plan_matmul(const char* op, const Shape& sa, const Shape& sb) {
     if (sa.empty() || sb.empty())
         throw Error(fmt::format("{}: both operands need at least one axis, got shapes {} and {}", op,
                                 shape_str(sa), shape_str(sb)));
     // numpy: a 1-D left operand is a row (1,K), a 1-D right operand a column (K,1); the added
     // axis is dropped from the result.
-    Shape a = sa.size() == 1 ? Shape{1, sa[0]} : sa;
-    Shape b = sb.size() == 1 ? Shape{sb[0], 1} : sb;
-    Plan p;
-    p.m = a[a.size() - 2];
-    p.k = a[a.size() - 1];
-    p.n = b[b.size() - 1];
-    if (b[b.size() - 2] != p.k)
-        throw Error(fmt::format("{}: shapes {} and {} cannot be multiplied ({} != {})", op, shape_str(sa),
-                                shape_str(sb), p.k, b[b.size() - 2]));
-    const Shape ba(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
-    const Shape batch = broadcast_shapes(op, ba, bb);
-    p.a_off = batch_offsets(batch, ba, p.m * p.k);
-    p.b_off = batch_offsets(batch, bb, p.k * p.n);
-    p.out_shape = batch;
-    if (sa.size() > 1) p.out_shape.push_back(p.m);
-    if (sb.size() > 1) p.out_shape.push_back(p.n);
+    const Shape a = sa.size() == 1 ? Shape{1, sa[0]} : sa;
+    const Shape b = sb.size() == 1 ? Shape{sb[0], 1} : sb;
+    Plan p = plan_product(op, a, b, false, false, 1.0, sa, sb);
+    if (sa.size() > 1) p.out_shape.push_back(a[a.size() - 2]);
+    if (sb.size() > 1) p.out_shape.push_back(b[b.size() - 1]);
     return p;
 }
 
@@ -74,32 +126,49 @@ Tensor product(const char* op, const Tensor& a, const Tensor& b, const Plan& p) 
         xt::xarray<T> c = xt::empty<T>(p.out_shape);
         const T* A = values<T>(a).data();
         const T* B = values<T>(b).data();
+        const T alpha = static_cast<T>(p.alpha);
         const std::size_t mn = p.m * p.n;
-        // C[i] = A[i]·B[i] : (M,K)·(K,N) → (M,N)
-        for (std::size_t i = 0; i < p.a_off.size(); ++i)
-            blas::gemm<T>(false, false, p.m, p.n, p.k, 1, A + p.a_off[i], p.k, B + p.b_off[i], p.n, 0,
+        // C[i] = α·op(A[i])·op(B[i]) : (M,K)·(K,N) → (M,N)
+        for_batches(p, false, [&](std::size_t i) {
+            blas::gemm<T>(p.ta, p.tb, p.m, p.n, p.k, alpha, A + p.a_off[i], p.lda(), B + p.b_off[i], p.ldb(), 0,
                           c.data() + i * mn, p.n);
+        });
         return make_result<T>(std::move(c), {a, b}, op, [op, p](Node& self, const Storage& gs) {
             const Tensor& ta = self.parents[0];
             const Tensor& tb = self.parents[1];
             const T* G = grad_as<T>(gs).data();
+            const T alpha = static_cast<T>(p.alpha);
             const std::size_t mn = p.m * p.n;
+            // A matrix shared by several batches sums their gradients (beta = 1 into zeros).
+            auto buffer = [](const Shape& s, bool repeats) { return repeats ? xt::xarray<T>(xt::zeros<T>(s)) : xt::xarray<T>(xt::empty<T>(s)); };
             if (needs_grad(self, 0)) {
-                // dA[i] += dC[i]·B[i]ᵀ : (M,N)·(N,K) → (M,K)
-                xt::xarray<T> da = xt::zeros<T>(ta.shape());
+                xt::xarray<T> da = buffer(ta.shape(), p.a_repeats);
                 const T* B = values<T>(tb).data();
-                for (std::size_t i = 0; i < p.a_off.size(); ++i)
-                    blas::gemm<T>(false, true, p.m, p.k, p.n, 1, G + i * mn, p.n, B + p.b_off[i], p.n, 1,
-                                  da.data() + p.a_off[i], p.k);
+                const T beta = p.a_repeats ? 1 : 0;
+                for_batches(p, p.a_repeats, [&](std::size_t i) {
+                    T* D = da.data() + p.a_off[i];
+                    if (!p.ta)  // dA = α·G·op(B)ᵀ : (M,N)·(N,K) → (M,K)
+                        blas::gemm<T>(false, !p.tb, p.m, p.k, p.n, alpha, G + i * mn, p.n, B + p.b_off[i], p.ldb(),
+                                      beta, D, p.k);
+                    else  // A stored (K,M): dA = α·op(B)·Gᵀ : (K,N)·(N,M) → (K,M)
+                        blas::gemm<T>(p.tb, true, p.k, p.m, p.n, alpha, B + p.b_off[i], p.ldb(), G + i * mn, p.n,
+                                      beta, D, p.m);
+                });
                 accumulate<T>(op, ta, std::move(da));
             }
             if (needs_grad(self, 1)) {
-                // dB[i] += A[i]ᵀ·dC[i] : (K,M)·(M,N) → (K,N)
-                xt::xarray<T> db = xt::zeros<T>(tb.shape());
+                xt::xarray<T> db = buffer(tb.shape(), p.b_repeats);
                 const T* A = values<T>(ta).data();
-                for (std::size_t i = 0; i < p.a_off.size(); ++i)
-                    blas::gemm<T>(true, false, p.k, p.n, p.m, 1, A + p.a_off[i], p.k, G + i * mn, p.n, 1,
-                                  db.data() + p.b_off[i], p.n);
+                const T beta = p.b_repeats ? 1 : 0;
+                for_batches(p, p.b_repeats, [&](std::size_t i) {
+                    T* D = db.data() + p.b_off[i];
+                    if (!p.tb)  // dB = α·op(A)ᵀ·G : (K,M)·(M,N) → (K,N)
+                        blas::gemm<T>(!p.ta, false, p.k, p.n, p.m, alpha, A + p.a_off[i], p.lda(), G + i * mn, p.n,
+                                      beta, D, p.n);
+                    else  // B stored (N,K): dB = α·Gᵀ·op(A) : (N,M)·(M,K) → (N,K)
+                        blas::gemm<T>(true, p.ta, p.n, p.k, p.m, alpha, G + i * mn, p.n, A + p.a_off[i], p.lda(),
+                                      beta, D, p.k);
+                });
                 accumulate<T>(op, tb, std::move(db));
             }
         });
@@ -120,6 +189,16 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
         throw Error(fmt::format("bmm: batch sizes differ: shapes {} and {} ({} != {})", shape_str(sa),
                                 shape_str(sb), sa[0], sb[0]));
     return product("bmm", a, b, plan_matmul("bmm", sa, sb));
+}
+
+Tensor matmul_t(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b, double alpha) {
+    if (a.dim() < 2 || b.dim() < 2)
+        throw Error(fmt::format("matmul_t: both operands need at least two axes, got shapes {} and {}",
+                                shape_str(a.shape()), shape_str(b.shape())));
+    Plan p = plan_product("matmul_t", a.shape(), b.shape(), transpose_a, transpose_b, alpha, a.shape(), b.shape());
+    p.out_shape.push_back(transpose_a ? a.size(-1) : a.size(-2));
+    p.out_shape.push_back(transpose_b ? b.size(-2) : b.size(-1));
+    return product("matmul_t", a, b, p);
 }
 
 }  // namespace xgrad

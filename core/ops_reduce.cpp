@@ -59,6 +59,7 @@ Tensor reduce_sum(const char* op, const Tensor& a, const std::vector<std::size_t
         // int64 and bool sum to int64, as torch; integers carry no gradient.
         xt::xarray<std::int64_t> r = std::visit(
             [&](const auto& x) -> xt::xarray<std::int64_t> {
+                if (x.size() == 0) return xt::zeros<std::int64_t>(kept);  // see below
                 return xt::sum(xt::cast<std::int64_t>(x), axes, xt::evaluation_strategy::immediate);
             },
             a.node().data);
@@ -68,8 +69,11 @@ Tensor reduce_sum(const char* op, const Tensor& a, const std::vector<std::size_t
 
     return dispatch_floating(op, a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
-        // xtensor accumulates float sums in double, then rounds once.
-        xt::xarray<T> r = xt::sum(values<T>(a), axes, xt::evaluation_strategy::immediate);
+        // xtensor accumulates float sums in double, then rounds once. Its immediate reducer
+        // crashes on an empty input when only some axes are reduced: an empty sum is 0.
+        xt::xarray<T> r = values<T>(a).size() == 0
+                              ? xt::xarray<T>(xt::zeros<T>(kept))
+                              : xt::xarray<T>(xt::sum(values<T>(a), axes, xt::evaluation_strategy::immediate));
         if (mean) r /= static_cast<T>(count);
         r.reshape(out_shape);
         return make_result<T>(std::move(r), {a}, op,

@@ -121,7 +121,7 @@ Tensor reshape(const Tensor& a, const std::vector<long>& shape) {
                                     dims_str(shape)));
         out[static_cast<std::size_t>(inferred)] = total / known;
     }
-    if (numel_of(out) != total)
+    if (checked_numel("reshape", out) != total)
         throw Error(fmt::format("reshape: cannot reshape {} ({} elements) into {} ({} elements)", shape_str(in),
                                 total, shape_str(out), numel_of(out)));
     return reshaped("reshape", a, out);
@@ -273,6 +273,7 @@ Tensor expand(const Tensor& a, const Shape& shape) {
         throw Error(fmt::format("expand: cannot broadcast shape {} to {} (each axis must match or be 1, "
                                 "aligned from the right)",
                                 shape_str(a.shape()), shape_str(shape)));
+    checked_numel("expand", shape);
     return dispatch_all(a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         xt::xarray<T> y = xt::broadcast(values<T>(a), shape);

@@ -4,29 +4,18 @@
 #include <cmath>
 
 #include "ops.hpp"
-#include "node.hpp"
+#include "ops_util.hpp"
 
 namespace xgrad {
 
 namespace {
 
-struct Layout {
-    std::size_t outer = 1, n = 1, inner = 1;
-};
-
-Layout layout_around(const char* op, const Shape& shape, long axis) {
-    const std::size_t ax = normalize_axis(op, axis, shape);
-    Layout l;
-    for (std::size_t d = 0; d < shape.size(); ++d) {
-        if (d < ax) l.outer *= shape[d];
-        else if (d == ax) l.n = shape[d];
-        else l.inner *= shape[d];
-    }
-    return l;
+axis_split layout_around(const char* op, const Shape& shape, long axis) {
+    return split_at(shape, normalize_axis(op, axis, shape));
 }
 
 // Calls f(base, stride) for every line along the axis: elements base + k·stride, k < n.
-template <class F> void for_each_line(const Layout& l, F&& f) {
+template <class F> void for_each_line(const axis_split& l, F&& f) {
     for (std::size_t o = 0; o < l.outer; ++o)
         for (std::size_t j = 0; j < l.inner; ++j) f(o * l.n * l.inner + j, l.inner);
 }
@@ -34,7 +23,7 @@ template <class F> void for_each_line(const Layout& l, F&& f) {
 }  // namespace
 
 Tensor softmax(const Tensor& a, long axis) {
-    const Layout l = layout_around("softmax", a.shape(), axis);
+    const axis_split l = layout_around("softmax", a.shape(), axis);
     return dispatch_floating("softmax", a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         const T* x = values<T>(a).data();
@@ -65,7 +54,7 @@ Tensor softmax(const Tensor& a, long axis) {
 }
 
 Tensor log_softmax(const Tensor& a, long axis) {
-    const Layout l = layout_around("log_softmax", a.shape(), axis);
+    const axis_split l = layout_around("log_softmax", a.shape(), axis);
     return dispatch_floating("log_softmax", a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         const T* x = values<T>(a).data();

@@ -76,12 +76,22 @@ int main(int argc, char** argv) {
         if (arg == "--help" || arg == "-h") {
             usage();
             return 0;
-        } else if (arg == "--epochs" && has_value) {
-            epochs = std::stoi(argv[++i]);
-        } else if (arg == "--lr" && has_value) {
-            lr = std::stod(argv[++i]);
-        } else if (arg == "--seed" && has_value) {
-            seed = std::stoul(argv[++i]);
+        } else if ((arg == "--epochs" || arg == "--lr" || arg == "--seed") && has_value) {
+            // The whole text must be the number: std::stoi threw out of main (an abort) on "abc",
+            // took "5x" as 5 and std::stoul "-1" as 2^64 - 1.
+            const std::string v = argv[++i];
+            std::size_t used = 0;
+            try {
+                if (arg == "--epochs") epochs = std::stoi(v, &used);
+                else if (arg == "--lr") lr = std::stod(v, &used);
+                else if (v.find('-') == std::string::npos) seed = std::stoul(v, &used);
+            } catch (const std::logic_error&) {
+                used = 0;
+            }
+            if (used != v.size() || used == 0 || epochs < 0 || !(lr >= 0)) {
+                fmt::print(stderr, "nadaraya_watson: {} needs a number >= 0, got '{}'\n", arg, v);
+                return 2;
+            }
         } else if (arg == "--out" && has_value) {
             out = argv[++i];
         } else {

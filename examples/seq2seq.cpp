@@ -164,6 +164,27 @@ void usage() {
         d.steps, d.lr, d.batch, d.hidden, d.heads, d.layers, d.digits, d.dropout, d.held_out, d.seed, d.out);
 }
 
+// Whole text as a number: std::stoul reads "-1" as 2^64 - 1 (--batch -1 then ran forever) and
+// every std::sto* stops at trailing text ("5x" was 5). Throws std::invalid_argument.
+long long whole_number(const std::string& v, bool allow_negative) {
+    std::size_t used = 0;
+    const long long n = std::stoll(v, &used);
+    if (used != v.size() || (n < 0 && !allow_negative)) throw std::invalid_argument(v);
+    return n;
+}
+std::uint64_t seed_number(const std::string& v) {
+    std::size_t used = 0;
+    const auto n = std::stoull(v, &used);
+    if (used != v.size() || v.find('-') != std::string::npos) throw std::invalid_argument(v);
+    return n;
+}
+double real_number(const std::string& v) {
+    std::size_t used = 0;
+    const double x = std::stod(v, &used);
+    if (used != v.size()) throw std::invalid_argument(v);
+    return x;
+}
+
 // Returns false (after a message) for a bad command line.
 bool parse(int argc, char** argv, Config& c, bool& help) {
     for (int i = 1; i < argc; ++i) {
@@ -178,16 +199,16 @@ bool parse(int argc, char** argv, Config& c, bool& help) {
         }
         const std::string v = argv[++i];
         try {
-            if (arg == "--steps") c.steps = std::stoi(v);
-            else if (arg == "--lr") c.lr = std::stod(v);
-            else if (arg == "--batch") c.batch = std::stoul(v);
-            else if (arg == "--hidden") c.hidden = std::stoul(v);
-            else if (arg == "--heads") c.heads = std::stoul(v);
-            else if (arg == "--layers") c.layers = std::stoul(v);
-            else if (arg == "--digits") c.digits = std::stoi(v);
-            else if (arg == "--dropout") c.dropout = std::stod(v);
-            else if (arg == "--held-out") c.held_out = std::stoul(v);
-            else if (arg == "--seed") c.seed = std::stoull(v);
+            if (arg == "--steps") c.steps = static_cast<int>(whole_number(v, true));
+            else if (arg == "--lr") c.lr = real_number(v);
+            else if (arg == "--batch") c.batch = static_cast<std::size_t>(whole_number(v, false));
+            else if (arg == "--hidden") c.hidden = static_cast<std::size_t>(whole_number(v, false));
+            else if (arg == "--heads") c.heads = static_cast<std::size_t>(whole_number(v, false));
+            else if (arg == "--layers") c.layers = static_cast<std::size_t>(whole_number(v, false));
+            else if (arg == "--digits") c.digits = static_cast<int>(whole_number(v, true));
+            else if (arg == "--dropout") c.dropout = real_number(v);
+            else if (arg == "--held-out") c.held_out = static_cast<std::size_t>(whole_number(v, false));
+            else if (arg == "--seed") c.seed = seed_number(v);
             else if (arg == "--out") c.out = v;
             else {
                 fmt::print(stderr, "seq2seq: unknown option '{}' (see --help)\n", arg);

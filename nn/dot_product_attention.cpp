@@ -26,7 +26,8 @@ Tensor DotProductAttention::forward(const Tensor& queries, const Tensor& keys, c
                         shape_str(queries.shape()), shape_str(keys.shape())));
     check_attention_mask("DotProductAttention", mask, queries.size(0), queries.size(1), keys.size(1));
     const double d = static_cast<double>(queries.size(2));
-    const Tensor scores = bmm(queries, transpose(keys, 1, 2)) / std::sqrt(d);  // (batch, Tq, Tk)
+    // (batch, Tq, Tk): q·kᵀ/√d in one gemm per batch, k read transposed in place
+    const Tensor scores = matmul_t(queries, keys, false, true, 1.0 / std::sqrt(d));
     m_attention_weights = masked_softmax(scores, mask);
     return bmm(m_dropout->forward(m_attention_weights), values);  // (batch, Tq, v)
 }

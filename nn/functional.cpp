@@ -1,9 +1,13 @@
 #include "functional.hpp"
 
 #include <cmath>
+#include <type_traits>
 
 #include "core/creation.hpp"
+#include "core/node.hpp"
 #include "core/ops.hpp"
+#include "core/parallel.hpp"
+#include "core/vec_math.hpp"
 
 namespace xgrad::nn {
 
@@ -60,6 +64,78 @@ Tensor keep_mask(const AttentionMask& mask, std::size_t queries, std::size_t key
         }
     }
     return Tensor();
+}
+
+// For masks that keep a prefix of each row (valid lengths, causal): how many leading keys each
+// row of X (batch, queries, keys), flattened to batch·queries rows, keeps.
+std::vector<std::size_t> kept_prefix(const AttentionMask& mask, std::size_t batch, std::size_t queries,
+                                     std::size_t keys) {
+    std::vector<std::size_t> keep(batch * queries, keys);
+    if (mask.kind() == AttentionMask::Kind::valid_lens) {
+        const auto lens = mask.tensor().to_vector<double>();  // checked: whole, non-negative
+        const bool per_query = mask.tensor().dim() == 2;
+        for (std::size_t r = 0; r < keep.size(); ++r)
+            keep[r] = std::min(keys, static_cast<std::size_t>(lens[per_query ? r : r / queries]));
+    } else {  // causal, aligned bottom-right: query i keeps keys j <= i + keys - queries
+        for (std::size_t r = 0; r < keep.size(); ++r) keep[r] = r % queries + keys - queries + 1;
+    }
+    return keep;
+}
+
+// softmax(masked_fill(X, j >= keep[r], kMaskedScore), -1) as one op: no mask tensor and no
+// filled copy. Values and gradients are those of the composition: masked scores take part in
+// the max and the sum as kMaskedScore would (one exp per row), and get no gradient.
+Tensor softmax_prefix(const Tensor& X, std::vector<std::size_t> keep) {
+    const std::size_t n = X.size(2);
+    return dispatch_floating("masked_softmax", X.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T fill = static_cast<T>(kMaskedScore);
+        const T* x = values<T>(X).data();
+        xt::xarray<T> out = xt::empty<T>(X.shape());
+        T* y = out.data();
+        const std::size_t grain = std::max<std::size_t>(1, 16384 / std::max<std::size_t>(n, 1));  // rows per chunk
+        parallel_for(keep.size(), grain, [&](std::size_t r0, std::size_t r1) {
+          for (std::size_t r = r0; r < r1; ++r) {
+            const T* xr = x + r * n;
+            T* yr = y + r * n;
+            const std::size_t L = keep[r];
+            T m = L < n ? fill : -std::numeric_limits<T>::infinity();
+            T z = 0;
+            if constexpr (std::is_same_v<T, float>) {
+                if (L > 0) m = std::max(m, vec::max_of(xr, L));
+                z = vec::exp_shifted_sum(xr, m, yr, L);
+            } else {
+                for (std::size_t j = 0; j < L; ++j) m = std::max(m, xr[j]);
+                for (std::size_t j = 0; j < L; ++j) z += (yr[j] = std::exp(xr[j] - m));
+            }
+            const T e_masked = L < n ? std::exp(fill - m) : T(0);
+            z += e_masked * static_cast<T>(n - L);
+            const T inv = T(1) / z;
+            for (std::size_t j = 0; j < L; ++j) yr[j] *= inv;
+            for (std::size_t j = L; j < n; ++j) yr[j] = e_masked * inv;
+          }
+        });
+        return make_result<T>(std::move(out), {X}, "masked_softmax",
+                              [keep = std::move(keep), n, grain](Node& self, const Storage& gs) {
+                                  // gx = y ⊙ (g − Σₖ g⊙y) at kept keys, 0 at masked ones
+                                  const T* y = values<T>(self).data();
+                                  const T* g = grad_as<T>(gs).data();
+                                  xt::xarray<T> gx = xt::empty<T>(self.shape);
+                                  T* d = gx.data();
+                                  parallel_for(keep.size(), grain, [&](std::size_t r0, std::size_t r1) {
+                                    for (std::size_t r = r0; r < r1; ++r) {
+                                      const T *yr = y + r * n, *gr = g + r * n;
+                                      T* dr = d + r * n;
+                                      T dot = 0;
+                                      for (std::size_t j = 0; j < n; ++j) dot += gr[j] * yr[j];
+                                      const std::size_t L = keep[r];
+                                      for (std::size_t j = 0; j < L; ++j) dr[j] = yr[j] * (gr[j] - dot);
+                                      for (std::size_t j = L; j < n; ++j) dr[j] = T(0);
+                                    }
+                                  });
+                                  accumulate<T>("masked_softmax", self.parents[0], std::move(gx));
+                              });
+    });
 }
 
 Tensor softmax_where(const Tensor& X, const Tensor& keep) {
@@ -175,6 +251,8 @@ Tensor masked_softmax(const Tensor& X, const AttentionMask& mask) {
             fmt::format("masked_softmax: X must be 3-D (batch, queries, keys) when masked, got shape {}",
                         shape_str(X.shape())));
     check_attention_mask("masked_softmax", mask, X.size(0), X.size(1), X.size(2));
+    if (mask.kind() == AttentionMask::Kind::valid_lens || mask.kind() == AttentionMask::Kind::causal)
+        return softmax_prefix(X, kept_prefix(mask, X.size(0), X.size(1), X.size(2)));
     return softmax_where(X, keep_mask(mask, X.size(1), X.size(2)));
 }
 

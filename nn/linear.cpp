@@ -22,15 +22,11 @@ Tensor Linear::forward(const Tensor& x) {
     if (x.dim() == 0 || x.size(-1) != m_in)
         throw Error(fmt::format("Linear: input must have last axis in_features = {}, got shape {}", m_in,
                                 shape_str(x.shape())));
-    // x: (..., in) is flattened to (n, in) so that one gemm serves every leading axis.
-    const bool flat = x.dim() == 2;
-    const Tensor x2 = flat ? x : reshape(x, {-1, static_cast<long>(m_in)});
-    Tensor y = matmul(x2, transpose(weight(), 0, 1));  // (n, in)·(in, out) → (n, out)
+    // x (..., in)·Wᵀ (in, out) → (..., out): one gemm over every leading axis, W read transposed
+    // in place (no flattening or transposed copies).
+    Tensor y = x.dim() == 1 ? matmul(weight(), x) : matmul_t(x, weight(), false, true);
     if (m_has_bias) y = y + bias();
-    if (flat) return y;
-    std::vector<long> shape(x.shape().begin(), x.shape().end() - 1);
-    shape.push_back(static_cast<long>(m_out));
-    return reshape(y, shape);
+    return y;
 }
 
 std::string Linear::extra_repr() const {

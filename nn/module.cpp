@@ -48,8 +48,12 @@ void Module::collect_parameters(const std::string& prefix,
 }
 
 std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
-    std::vector<std::pair<std::string, Tensor>> out;
-    collect_parameters("", out);
+    std::vector<std::pair<std::string, Tensor>> all, out;
+    collect_parameters("", all);
+    // Tied weights once: an optimizer given the same tensor twice refuses it.
+    for (auto& entry : all)
+        if (std::none_of(out.begin(), out.end(), [&](const auto& seen) { return seen.second.is_same(entry.second); }))
+            out.push_back(std::move(entry));
     return out;
 }
 
@@ -134,13 +138,16 @@ Module& Module::to(Dtype dtype) {
 }
 
 NamedTensors Module::state_dict() const {
+    std::vector<std::pair<std::string, Tensor>> params;
+    collect_parameters("", params);  // every name, shared tensors included
     NamedTensors out;
-    for (const auto& [name, p] : named_parameters()) out.emplace_back(name, p.detach());
+    for (const auto& [name, p] : params) out.emplace_back(name, p.detach());
     return out;
 }
 
 void Module::load_state_dict(const NamedTensors& state) {
-    const auto params = named_parameters();
+    std::vector<std::pair<std::string, Tensor>> params;
+    collect_parameters("", params);
     std::map<std::string, const Tensor*> given;
     std::vector<std::string> repeated, unexpected, missing, mismatched;
     for (const auto& [name, t] : state)

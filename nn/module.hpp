@@ -40,7 +40,8 @@ public:
 
     // --- parameters and children -----------------------------------------------------------
     /// Own parameters first, then each child's, depth first (torch's order); names dotted
-    /// from the path: "W_q.weight", "addnorm1.ln.bias".
+    /// from the path: "W_q.weight", "addnorm1.ln.bias". A tensor shared by two modules (tied
+    /// weights) is listed once, under its first name, as torch does.
     std::vector<std::pair<std::string, Tensor>> named_parameters() const;
     std::vector<Tensor> parameters() const;
     /// The direct children, in registration order.
@@ -72,7 +73,8 @@ public:
     Module& to(Dtype dtype);
 
     // --- state ----------------------------------------------------------------------------
-    /// Copies of every parameter's values by dotted name, in named_parameters() order.
+    /// Copies of every parameter's values by dotted name, in named_parameters() order; a shared
+    /// tensor appears under each of its names (as in torch).
     NamedTensors state_dict() const;
     /// Copies values into the existing parameter handles. First checks every entry: a name
     /// the module lacks, a parameter with no entry, a repeated name, or a shape or dtype that

@@ -7,6 +7,11 @@
 
 namespace xgrad::optim {
 
+namespace {
+// std::max drops a NaN in its second argument; torch's inf-norm keeps it.
+double nan_max(double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); }
+}  // namespace
+
 double clip_grad_norm(const std::vector<Tensor>& parameters, double max_norm, double norm_type) {
     if (!(max_norm >= 0))
         throw Error(fmt::format("clip_grad_norm: invalid max_norm {} (expected max_norm >= 0)", max_norm));
@@ -28,7 +33,7 @@ double clip_grad_norm(const std::vector<Tensor>& parameters, double max_norm, do
             for (const T x : g) {
                 const double a = std::abs(static_cast<double>(x));
                 if (inf)
-                    acc = std::max(acc, a);
+                    acc = nan_max(acc, a);
                 else if (norm_type == 2)
                     acc += a * a;
                 else
@@ -38,7 +43,7 @@ double clip_grad_norm(const std::vector<Tensor>& parameters, double max_norm, do
             return norm_type == 2 ? std::sqrt(acc) : std::pow(acc, 1 / norm_type);
         });
         if (inf)
-            total = std::max(total, norm);
+            total = nan_max(total, norm);
         else
             total += norm_type == 2 ? norm * norm : std::pow(norm, norm_type);
     }

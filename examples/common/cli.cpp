@@ -9,14 +9,13 @@
 #include <fmt/format.h>
 
 #include "core/atomic_file.hpp"
+#include "core/blas.hpp"
 #include "core/error.hpp"
-
-extern "C" void openblas_set_num_threads(int);
 
 namespace xgrad::examples {
 
 void default_blas_threads(int threads) {
-    if (!std::getenv("OPENBLAS_NUM_THREADS")) openblas_set_num_threads(threads);
+    if (!std::getenv("OPENBLAS_NUM_THREADS")) blas_set_num_threads(threads);
 }
 
 Flags::Flags(std::string program, std::string description)

@@ -120,6 +120,10 @@ Trainer::Trainer(TrainConfig config) : m_config(std::move(config)) {
     if (c.steps < 1 || c.batch < 1 || c.warmup < 0 || c.warmup > c.steps)
         throw Error(fmt::format("train: need steps >= 1, batch >= 1 and 0 <= warmup <= steps (got steps {}, "
                                 "batch {}, warmup {})", c.steps, c.batch, c.warmup));
+    // lr and clip use 0 for "default" and "none": a negative or NaN value must not fall into that.
+    if (!(c.lr >= 0) || !(c.clip >= 0))
+        throw Error(fmt::format("train: need lr >= 0 (0: the optimizer's default) and clip >= 0 (0: none), "
+                                "got lr {} and clip {}", c.lr, c.clip));
     Generator init(mix_seed(c.seed, 3, 0));
     m_model = std::make_shared<SeqEncoder>(c.model, init);
     m_optimizer = make_optimizer(c, m_model->parameters());

@@ -124,3 +124,36 @@ TEST_CASE("casting between float types is differentiable", "[elementwise][gradch
     CHECK(!x.to(kInt64).requires_grad());
     CHECK(x.to(kFloat64).is_same(x));
 }
+
+// sum_to once reduced an empty gradient with xtensor's immediate reducer, which segfaulted.
+TEST_CASE("broadcasting against an empty tensor sends zero gradients back", "[elementwise]") {
+    Tensor a = zeros({0, 3}, TensorOptions(kFloat64).requires_grad(true));
+    Tensor b = ones({1, 3}, TensorOptions(kFloat64).requires_grad(true));
+    Tensor y = mul(a, b);
+    CHECK(y.shape() == Shape{0, 3});
+    sum(y).backward();
+    CHECK(a.grad().shape() == Shape{0, 3});
+    CHECK(b.grad().shape() == Shape{1, 3});
+    CHECK_THAT(vals(b.grad()), approx({0, 0, 0}));
+}
+
+// The number was once cast to int64 first, so that 2 < 2.5 came out false and 2 == 2.5 true.
+TEST_CASE("an int64 tensor compares with a fractional number exactly", "[elementwise]") {
+    Tensor i = from_vector(std::vector<std::int64_t>{1, 2, 3}, {3});
+    CHECK(lt(i, 2.5).to_vector<bool>() == std::vector<bool>{true, true, false});
+    CHECK(gt(i, 1.5).to_vector<bool>() == std::vector<bool>{false, true, true});
+    CHECK(eq(i, 2.5).to_vector<bool>() == std::vector<bool>{false, false, false});
+    CHECK(eq(i, 2.0).to_vector<bool>() == std::vector<bool>{false, true, false});
+    CHECK(lt(i, -0.5).to_vector<bool>() == std::vector<bool>{false, false, false});
+}
+
+// The backward computed 0·0^(-1) = NaN at x = 0; torch.pow(x, 0) has gradient 0 everywhere.
+TEST_CASE("pow with exponent 0 has a zero gradient, also at 0", "[elementwise]") {
+    for (Dtype d : {kFloat32, kFloat64}) {
+        Tensor x = tensor({0.0, 2.0, -1.5}, TensorOptions(d).requires_grad(true));
+        Tensor y = pow(x, 0.0);
+        CHECK_THAT(vals(y), approx({1, 1, 1}));
+        sum(y).backward();
+        CHECK_THAT(vals(x.grad()), approx({0, 0, 0}));
+    }
+}

@@ -83,3 +83,43 @@ TEST_CASE("empty products are zeros, not BLAS errors", "[matmul]") {
     CHECK_THAT(vals(matmul(ones({2, 0}), ones({0, 3}))), approx({0, 0, 0, 0, 0, 0}));
     CHECK(matmul(ones({0, 2}), ones({2, 3})).shape() == Shape{0, 3});
 }
+
+// --- matmul_t: transpose flags and a scale, no transposed copies ------------------------------
+
+namespace {
+// op(x): x with its last two axes swapped when `t`.
+Tensor op_t(const Tensor& x, bool t) { return t ? x.transpose(-2, -1) : x; }
+}  // namespace
+
+TEST_CASE("matmul_t equals matmul of transposed operands, scaled", "[matmul]") {
+    // (batch shapes a, b) → every flag combination, incl. a broadcast 2-D right operand (one
+    // folded gemm), a broadcast left operand and batch 1.
+    const std::vector<std::pair<Shape, Shape>> batches = {{{}, {}}, {{3}, {}}, {{2, 3}, {3}}, {{1}, {4}}, {{2, 1}, {1, 3}}};
+    std::uint64_t seed = 1;
+    for (const auto& [ba, bb] : batches)
+        for (bool ta : {false, true})
+            for (bool tb : {false, true}) {
+                Shape sa = ba, sb = bb;
+                const std::size_t m = 3, k = 4, n = 2;
+                sa.push_back(ta ? k : m);
+                sa.push_back(ta ? m : k);
+                sb.push_back(tb ? n : k);
+                sb.push_back(tb ? k : n);
+                const Tensor a = param(sa, -1, 1, seed++), b = param(sb, -1, 1, seed++);
+                CAPTURE(shape_str(sa), shape_str(sb), ta, tb);
+                CHECK_THAT(vals(matmul_t(a, b, ta, tb, 0.5)), approx(vals(matmul(op_t(a, ta), op_t(b, tb)) * 0.5)));
+                REQUIRE_GRADCHECK([&](auto& x) { return matmul_t(x[0], x[1], ta, tb, 0.5); }, {a, b}, "matmul_t");
+            }
+}
+
+TEST_CASE("matmul_t in float32 and its errors", "[matmul]") {
+    const Tensor a = tensor({{1, 2}, {3, 4}, {5, 6}});  // (3, 2)
+    CHECK_THAT(vals(matmul_t(a, a, true, false, 1.0)), approx({35, 44, 44, 56}));
+    CHECK_THAT(vals(matmul_t(a, a, false, true, 2.0)), approx({10, 22, 34, 22, 50, 78, 34, 78, 122}));
+    CHECK_THROWS_WITH(matmul_t(a, a, false, false, 1.0),
+                      Catch::Contains("matmul_t") && Catch::Contains("(3, 2)") && Catch::Contains("2 != 3"));
+    CHECK_THROWS_WITH(matmul_t(tensor({1, 2}), a, false, false, 1.0),
+                      Catch::Contains("matmul_t: both operands need at least two axes") && Catch::Contains("(2,)"));
+    CHECK_THROWS_WITH(matmul_t(ones({2, 3, 2}), ones({3, 2, 2}), false, false, 1.0),
+                      Catch::Contains("matmul_t") && Catch::Contains("cannot be broadcast"));
+}

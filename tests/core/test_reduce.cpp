@@ -131,3 +131,20 @@ TEST_CASE("bad reduction arguments are rejected", "[reduce][errors]") {
                                                  Catch::Contains("(2, 0)"));
     CHECK_THROWS_WITH(argmax(zeros({0}), 0), Catch::Contains("argmax") && Catch::Contains("length 0"));
 }
+
+// xtensor's immediate reducer segfaulted on an empty input reduced over some of its axes.
+TEST_CASE("sum and mean over empty tensors give torch's zeros and NaN", "[reduce]") {
+    Tensor x = zeros({0, 3}, TensorOptions(kFloat64).requires_grad(true));
+    CHECK(sum(x, {0}).shape() == Shape{3});
+    CHECK_THAT(vals(sum(x, {0})), approx({0, 0, 0}));
+    CHECK(sum(x, {1}).shape() == Shape{0});
+    CHECK(sum(x, {0}, true).shape() == Shape{1, 3});
+    CHECK(sum(zeros({2, 0, 3}), {1}).shape() == Shape{2, 3});
+    CHECK(sum(zeros({0, 3}, kInt64), {0}).to_vector<std::int64_t>() == std::vector<std::int64_t>{0, 0, 0});
+    CHECK(sum(zeros({0, 3}, kInt64), {1}).shape() == Shape{0});
+    Tensor m = mean(x, {0});
+    CHECK(m.shape() == Shape{3});
+    CHECK(std::isnan(m.to_vector<double>()[0]));  // torch.zeros(0, 3).mean(0) is nan
+    sum(sum(x, {0})).backward();
+    CHECK(x.grad().shape() == Shape{0, 3});
+}

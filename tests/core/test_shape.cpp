@@ -210,3 +210,19 @@ TEST_CASE("shape ops on int64 and bool carry no gradient", "[shape]") {
     CHECK(slice(i, 1, 1, 3).to_vector<std::int64_t>() == std::vector<std::int64_t>{2, 3, 5, 6});
     CHECK(expand(unsqueeze(i, 0), {2, 2, 3}).numel() == 12);
 }
+
+// (4, 2^62 + 1) has 2^64 + 4 elements, which wrapped to 4: reshape, zeros and from_vector
+// accepted it and made a tensor whose shape claims far more than its 4-element buffer.
+TEST_CASE("shapes whose element count overflows are rejected", "[shape][errors]") {
+    const long huge = (1L << 62) + 1;
+    const Shape wrapped{4, static_cast<std::size_t>(huge)};
+    CHECK_THROWS_WITH(reshape(arange(4.0), {4, huge}), Catch::Contains("reshape") && Catch::Contains("4611686018427387905"));
+    CHECK_THROWS_WITH(reshape(arange(4.0), {-1, huge, 4}), Catch::Contains("reshape"));
+    CHECK_THROWS_WITH(zeros(wrapped), Catch::Contains("4611686018427387905"));
+    CHECK_THROWS_WITH(from_vector(std::vector<double>{1, 2, 3, 4}, wrapped), Catch::Contains("from_vector"));
+    CHECK_THROWS_WITH(from_vector(std::vector<std::int64_t>{1, 2, 3, 4}, wrapped), Catch::Contains("from_vector"));
+    CHECK_THROWS_WITH(expand(ones({1, 1}), wrapped), Catch::Contains("expand"));
+    CHECK_THROWS_WITH(repeat_interleave(ones({4, 1}), static_cast<std::size_t>(huge), 1),
+                      Catch::Contains("repeat_interleave"));
+    CHECK_THROWS_WITH(repeat_interleave(ones({4}), static_cast<std::size_t>(-1), 0), Catch::Contains("repeat_interleave"));
+}

@@ -168,3 +168,20 @@ TEST_CASE("Trainer: a checkpoint from other flags is refused, naming the differe
     CHECK_THROWS_WITH(b.load(dir + "/missing.npz"), Catch::Contains("missing.npz"));
     std::filesystem::remove_all(dir);
 }
+
+// 0 means "default lr" and "no clipping"; a negative or NaN value once fell silently into that
+// meaning (seq_train --lr -1 trained with lr 3e-3).
+TEST_CASE("Trainer: a negative or NaN lr or clip is refused, not read as the default") {
+    for (double bad : {-1.0, std::nan("")}) {
+        TrainConfig c = small_config(10);
+        c.lr = bad;
+        CHECK_THROWS_WITH(Trainer(c), Catch::Contains("lr"));
+        c = small_config(10);
+        c.clip = bad;
+        CHECK_THROWS_WITH(Trainer(c), Catch::Contains("clip"));
+    }
+    TrainConfig zero = small_config(10);
+    zero.lr = 0;
+    zero.clip = 0;
+    CHECK_NOTHROW(Trainer(zero));
+}

@@ -90,6 +90,47 @@ TEST_CASE("masked_softmax passes gradcheck for none, 1-D and 2-D valid_lens", "[
                       "masked_softmax batch 1");
 }
 
+TEST_CASE("masked_softmax (fused for lengths and causal) equals softmax of masked_fill", "[masked_softmax]") {
+    // The reference composition: scores of masked keys set to -1e6, then a plain softmax.
+    const auto reference = [](const Tensor& X, const Tensor& keep) {
+        return softmax(masked_fill(X, logical_not(keep), -1e6), -1);
+    };
+    const Tensor key = reshape(arange(5.0), {1, 1, 5});
+    const Tensor g = det({2, 3, 5}, 0.3);
+    for (Dtype dt : {kFloat32, kFloat64}) {
+        const auto check = [&](const AttentionMask& mask, const Tensor& keep) {
+            const Tensor X = det({2, 3, 5}, 1.0, 3.0).to(dt).requires_grad_(true);
+            const Tensor R = det({2, 3, 5}, 1.0, 3.0).to(dt).requires_grad_(true);
+            const Tensor y = masked_softmax(X, mask), want = reference(R, keep);
+            CHECK_THAT(vals(y), approx(vals(want), 1e-6));
+            (y * g.to(dt)).sum().backward();
+            (want * g.to(dt)).sum().backward();
+            CHECK_THAT(vals(X.grad()), approx(vals(R.grad()), 1e-6));
+        };
+        // valid lengths (batch,) incl. 0 (uniform row) and ≥ keys; (batch, queries)
+        check(AttentionMask::valid_lens(lens({0, 7})), lt(key, reshape(tensor({0.0, 7.0}), {2, 1, 1})));
+        check(AttentionMask::valid_lens(lens2({1, 5, 0, 2, 3, 4}, 2)),
+              lt(key, reshape(tensor({1.0, 5, 0, 2, 3, 4}), {2, 3, 1})));
+        // causal, 3 queries over 5 keys: query i keeps keys j <= i + 2
+        check(AttentionMask::causal(), le(key, reshape(tensor({2.0, 3, 4}), {1, 3, 1})));
+    }
+}
+
+TEST_CASE("transpose_qkv and transpose_output are d2l's reshape-permute-reshape", "[mha]") {
+    const Tensor X = param({2, 3, 4}, -1, 1, 5);  // batch 2, 3 steps, 2 heads of 2
+    const Tensor want = reshape(permute(reshape(X, {2, 3, 2, 2}), {0, 2, 1, 3}), {4, 3, 2});
+    CHECK(transpose_qkv(X, 2).shape() == Shape{4, 3, 2});
+    CHECK_THAT(vals(transpose_qkv(X, 2)), approx(vals(want)));
+    CHECK_THAT(vals(transpose_output(transpose_qkv(X, 2), 2)), approx(vals(X)));
+    REQUIRE_GRADCHECK([](auto& x) { return transpose_qkv(x[0], 2); }, {X}, "transpose_qkv");
+    const Tensor H = param({4, 3, 2}, -1, 1, 6);
+    REQUIRE_GRADCHECK([](auto& x) { return transpose_output(x[0], 2); }, {H}, "transpose_output");
+    CHECK_THROWS_WITH(transpose_qkv(ones({2, 3, 5}), 2),
+                      Catch::Contains("transpose_qkv") && Catch::Contains("(2, 3, 5)"));
+    CHECK_THROWS_WITH(transpose_output(ones({3, 3, 2}), 2),
+                      Catch::Contains("transpose_output") && Catch::Contains("(3, 3, 2)"));
+}
+
 TEST_CASE("sequence_mask replaces entries past each length", "[masked_softmax]") {
     // d2l: sequence_mask(torch.tensor([[1, 2, 3], [4, 5, 6]]), torch.tensor([1, 2]))
     CHECK_THAT(vals(sequence_mask(tensor({{1, 2, 3}, {4, 5, 6}}), lens({1, 2}))), approx({1, 0, 0, 4, 5, 0}));

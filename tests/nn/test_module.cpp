@@ -7,6 +7,7 @@
 
 #include "nn/nn.hpp"
 #include "nn_helpers.hpp"
+#include "optim/sgd.hpp"
 
 using namespace xgrad;
 using namespace xgrad::test;
@@ -314,4 +315,28 @@ TEST_CASE("a missing, empty, truncated, corrupted or foreign checkpoint names th
     CHECK(unchanged());
     for (const char* f : {"good.npz", "empty.npz", "cut.npz", "flipped.npz", "foreign.npy", "text.npz", "f64.npz"})
         std::remove(temp_path(f).c_str());
+}
+
+// One Linear registered under two names (tied weights) once gave parameters() each tensor
+// twice, so num_parameters counted it twice and every optimizer refused the list.
+TEST_CASE("a tensor shared by two children is one parameter, saved under both names", "[module]") {
+    class Tied : public Module {
+    public:
+        Tied() : Module("Tied") {
+            auto shared = register_module("a", std::make_shared<Linear>(2, 3));
+            register_module("b", shared);
+        }
+    };
+    Tied m;
+    const auto named = m.named_parameters();
+    REQUIRE(named.size() == 2);  // torch: ["a.weight", "a.bias"]
+    CHECK(named[0].first == "a.weight");
+    CHECK(named[1].first == "a.bias");
+    CHECK(m.parameters().size() == 2);
+    CHECK(m.num_parameters() == 9);
+    CHECK_NOTHROW(optim::SGD(m.parameters(), optim::SGDOptions(0.1)));
+    const NamedTensors state = m.state_dict();  // torch keeps every name here
+    REQUIRE(state.size() == 4);
+    CHECK(state[2].first == "b.weight");
+    CHECK_NOTHROW(m.load_state_dict(state));
 }

@@ -58,3 +58,20 @@ TEST_CASE("clip_grad_norm without gradients returns 0, and bad arguments throw",
     CHECK_THROWS_WITH(clip_grad_norm(params, -1.0), Catch::Contains("clip_grad_norm: invalid max_norm -1"));
     CHECK_THROWS_WITH(clip_grad_norm(params, 1.0, 0.0), Catch::Contains("clip_grad_norm: invalid norm_type 0"));
 }
+
+// std::max(acc, NaN) is acc, so the infinity norm once skipped a NaN gradient: it returned a
+// finite norm and left the other gradients unclipped. torch returns nan and spreads it.
+TEST_CASE("clip_grad_norm with the infinity norm keeps a NaN, as the 2-norm does", "[optim][clip]") {
+    for (double norm_type : {2.0, double(INFINITY)}) {
+        Tensor a = zeros({3}, TensorOptions(kFloat64).requires_grad(true));
+        Tensor b = zeros({1}, TensorOptions(kFloat64).requires_grad(true));
+        a.set_grad(tensor({1.0, std::nan(""), 5.0}, kFloat64));
+        b.set_grad(tensor({100.0}, kFloat64));
+        CHECK(std::isnan(clip_grad_norm({a, b}, 1.0, norm_type)));
+        CHECK(std::isnan(vals(b.grad())[0]));
+        // NaN in the second parameter only: the running maximum across parameters keeps it too.
+        a.set_grad(tensor({1.0, 2.0, 3.0}, kFloat64));
+        b.set_grad(tensor({std::nan("")}, kFloat64));
+        CHECK(std::isnan(clip_grad_norm({a, b}, 1.0, norm_type)));
+    }
+}

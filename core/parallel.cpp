@@ -1,0 +1,113 @@
+#include "parallel.hpp"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace xgrad {
+
+namespace {
+
+thread_local bool inside_chunk = false;
+
+std::size_t threads_wanted() {
+    if (const char* v = std::getenv("XGRAD_NUM_THREADS")) {
+        const long n = std::strtol(v, nullptr, 10);
+        if (n >= 1) return static_cast<std::size_t>(std::min(n, 64L));
+    }
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) return std::clamp<std::size_t>(CPU_COUNT(&set), 1, 8);
+    return std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, 8);
+}
+
+// Workers sleep on a condition variable between jobs: a job hands chunk i to worker i - 1 and
+// the caller runs chunk 0, then waits for the count of finished chunks.
+class Pool {
+public:
+    explicit Pool(std::size_t threads) {
+        for (std::size_t i = 1; i < threads; ++i) m_workers.emplace_back([this, i] { work(i); });
+    }
+    ~Pool() {
+        {
+            std::lock_guard<std::mutex> lock(m_mutex);
+            m_stop = true;
+        }
+        m_wake.notify_all();
+        for (auto& t : m_workers) t.join();
+    }
+    std::size_t size() const { return m_workers.size() + 1; }
+
+    void run(std::size_t chunks, const std::function<void(std::size_t)>& chunk) {
+        std::lock_guard<std::mutex> one_job(m_job_mutex);  // concurrent callers take turns
+        {
+            std::lock_guard<std::mutex> lock(m_mutex);
+            m_chunk = &chunk;
+            m_chunks = chunks;
+            m_done = 1;
+            ++m_generation;
+        }
+        m_wake.notify_all();
+        inside_chunk = true;
+        chunk(0);
+        inside_chunk = false;
+        std::unique_lock<std::mutex> lock(m_mutex);
+        m_finished.wait(lock, [&] { return m_done == m_chunks; });
+        m_chunk = nullptr;
+    }
+
+private:
+    void work(std::size_t index) {
+        inside_chunk = true;
+        std::size_t seen = 0;
+        for (;;) {
+            const std::function<void(std::size_t)>* chunk;
+            {
+                std::unique_lock<std::mutex> lock(m_mutex);
+                m_wake.wait(lock, [&] { return m_stop || m_generation != seen; });
+                if (m_stop) return;
+                seen = m_generation;
+                if (index >= m_chunks) continue;
+                chunk = m_chunk;
+            }
+            (*chunk)(index);
+            {
+                std::lock_guard<std::mutex> lock(m_mutex);
+                ++m_done;
+            }
+            m_finished.notify_one();
+        }
+    }
+
+    std::vector<std::thread> m_workers;
+    std::mutex m_job_mutex, m_mutex;
+    std::condition_variable m_wake, m_finished;
+    const std::function<void(std::size_t)>* m_chunk = nullptr;
+    std::size_t m_chunks = 0, m_done = 0, m_generation = 0;
+    bool m_stop = false;
+};
+
+Pool& pool() {
+    static Pool p(threads_wanted());
+    return p;
+}
+
+}  // namespace
+
+std::size_t num_threads() { return pool().size(); }
+
+void parallel_for(std::size_t n, std::size_t grain, const std::function<void(std::size_t, std::size_t)>& f) {
+    if (n == 0) return;
+    const std::size_t chunks =
+        inside_chunk ? 1 : std::min(pool().size(), std::max<std::size_t>(1, n / std::max<std::size_t>(grain, 1)));
+    if (chunks <= 1) return f(0, n);
+    const std::function<void(std::size_t)> chunk = [&](std::size_t i) { f(n * i / chunks, n * (i + 1) / chunks); };
+    pool().run(chunks, chunk);
+}
+
+}  // namespace xgrad

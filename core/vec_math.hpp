@@ -1,0 +1,17 @@
+#pragma once
+/// Float row kernels the compiler turns into SIMD loops (vec_math.cpp is compiled with
+/// -fno-trapping-math so that its selects vectorise; no -march flag: SSE2 on x86-64, more
+/// lanes when the library is built for a wider target). For softmax rows.
+#include <cstddef>
+
+namespace xgrad::vec {
+
+/// y[j] = e^(x[j] − m) for x[j] ≤ m, within 2 ulp of std::exp (Cody–Waite reduction and
+/// Cephes' degree-6 polynomial); 0 where x[j] − m < −87 (e^−87 ≈ 1.6e−38, the float floor).
+/// Returns Σ y[j].
+float exp_shifted_sum(const float* x, float m, float* y, std::size_t n);
+
+/// max x[j] for n ≥ 1 (NaN-free input).
+float max_of(const float* x, std::size_t n);
+
+}  // namespace xgrad::vec

@@ -1,0 +1,259 @@
+// bench_mha: one training step and one inference forward of d2l's MultiHeadAttention
+// self-attention block in float32, per configuration, timed as the median over ~2 s.
+//
+//   bench_mha [--config tiny|small|medium|large|all] [--seconds S] [--reps N] [--json PATH]
+//             [--blas-info]
+//
+// --reps N times exactly N steps of each kind instead of ~S seconds (for perf stat and
+// callgrind, whose counts compare across builds where wall time on a busy machine does not).
+//
+// Training step: forward (queries = keys = values = X, 1-D valid_lens), mse_loss against a
+// fixed target, backward, Adam step, zero_grad. Inference: the forward under NoGradGuard.
+// The products of one training step are counted (xgrad::blas_count) and replayed as bare
+// gemm calls on contiguous buffers: "raw" GFLOP/s is what BLAS gives for those shapes, "in
+// gemm" what it gave inside the step, "step" the step's product FLOPs over its whole time.
+// tools/bench_torch.py runs the same workloads in PyTorch; tools/bench runs both.
+#include <sys/resource.h>
+
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <xgrad/xgrad.hpp>
+
+#include "core/blas.hpp"
+#include "nn/loss.hpp"
+#include "optim/adam.hpp"
+
+using namespace xgrad;
+
+namespace {
+
+struct Config {
+    const char* name;
+    std::size_t batch, queries, keys, hiddens, heads;
+};
+
+const Config configs[] = {
+    {"tiny", 2, 4, 6, 100, 5},
+    {"small", 32, 32, 32, 128, 4},
+    {"medium", 32, 128, 128, 256, 8},
+    {"large", 16, 256, 256, 512, 8},
+};
+
+// tiny uses the seeds' lengths; otherwise every fourth row is full and the others shorter, so
+// masking does work. tools/bench_torch.py uses the same rule.
+std::vector<std::int64_t> valid_lens(const Config& c) {
+    if (std::strcmp(c.name, "tiny") == 0) return {3, 2};
+    std::vector<std::int64_t> v(c.batch);
+    for (std::size_t i = 0; i < c.batch; ++i) v[i] = static_cast<std::int64_t>(c.keys - (i % 4) * (c.keys / 8));
+    return v;
+}
+
+using clock_type = std::chrono::steady_clock;
+double since(clock_type::time_point t0) { return std::chrono::duration<double>(clock_type::now() - t0).count(); }
+
+std::size_t fixed_reps = 0;  // --reps
+
+// Process CPU time (all threads): steadier than wall time on a busy machine, for comparing
+// builds with OPENBLAS_NUM_THREADS=1.
+double cpu_seconds() {
+    timespec t{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+struct Timings {
+    std::vector<double> ms, cpu_ms;
+};
+
+// Runs `step` a few times to warm up, then until `seconds` have passed (at least 5 times), or
+// exactly fixed_reps times; returns each step's wall and CPU milliseconds.
+template <class F> Timings time_steps(F&& step, double seconds) {
+    for (int i = 0; i < 3; ++i) step();
+    Timings t;
+    const auto start = clock_type::now();
+    while (fixed_reps ? t.ms.size() < fixed_reps : t.ms.size() < 5 || since(start) < seconds) {
+        const auto t0 = clock_type::now();
+        const double c0 = cpu_seconds();
+        step();
+        t.ms.push_back(since(t0) * 1e3);
+        t.cpu_ms.push_back((cpu_seconds() - c0) * 1e3);
+    }
+    return t;
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double peak_rss_mb() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return static_cast<double>(u.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+double flops(const BlasProduct& p) { return 2.0 * p.m * p.n * p.k * p.calls; }
+
+// The counted products replayed back to back on contiguous float buffers, best of a few
+// rounds over ~`seconds`: seconds per replay of the whole list.
+double replay_seconds(const std::vector<BlasProduct>& products, double seconds) {
+    std::size_t biggest = 1;
+    for (const auto& p : products) biggest = std::max({biggest, p.m * p.k, p.k * p.n, p.m * p.n});
+    std::vector<float> a(biggest, 0.5f), b(biggest, 0.25f), c(biggest, 0.0f);
+    auto once = [&] {
+        for (const auto& p : products)
+            for (std::uint64_t i = 0; i < p.calls; ++i)
+                blas::gemm<float>(p.trans_a, p.trans_b, p.m, p.n, p.k, 1.0f, a.data(), p.trans_a ? p.m : p.k,
+                                  b.data(), p.trans_b ? p.k : p.n, 0.0f, c.data(), p.n);
+    };
+    return median(time_steps(once, seconds).ms) / 1e3;
+}
+
+struct Result {
+    std::string config;
+    double train_ms = 0, infer_ms = 0, train_cpu_ms = 0, infer_cpu_ms = 0;
+    std::size_t train_reps = 0, infer_reps = 0;
+    double base_rss_mb = 0, peak_rss_mb = 0;
+    double gflop_per_step = 0, gemm_ms_per_step = 0, in_gemm_gflops = 0, step_gflops = 0, raw_gflops = 0;
+};
+
+Result run(const Config& c, double seconds) {
+    Result r;
+    r.config = c.name;
+    r.base_rss_mb = peak_rss_mb();
+    Generator gen(42);
+    const std::size_t h = c.hiddens;
+    nn::MultiHeadAttention mha(h, h, h, h, c.heads, 0.0, false, gen);
+    const Tensor X = randn({c.batch, c.queries, h}, {}, gen);
+    // Self-attention, except tiny, which keeps the seeds' 4 queries over 6 keys/values.
+    const Tensor Y = c.keys == c.queries ? X : randn({c.batch, c.keys, h}, {}, gen);
+    const Tensor target = randn({c.batch, c.queries, h}, {}, gen);
+    const auto lens_v = valid_lens(c);
+    const Tensor lens = from_vector(lens_v, {lens_v.size()});
+    optim::Adam opt(mha.parameters(), 1e-3);
+
+    auto train_step = [&] {
+        const Tensor loss = nn::mse_loss(mha.forward(X, Y, Y, lens), target);
+        loss.backward();
+        opt.step();
+        opt.zero_grad();
+    };
+    auto infer_step = [&] {
+        NoGradGuard no_grad;
+        const Tensor out = mha.forward(X, Y, Y, lens);
+        (void)out;
+    };
+
+    const auto train = time_steps(train_step, seconds);
+    r.train_ms = median(train.ms);
+    r.train_cpu_ms = median(train.cpu_ms);
+    r.train_reps = train.ms.size();
+    const auto infer = time_steps(infer_step, seconds);
+    r.infer_ms = median(infer.ms);
+    r.infer_cpu_ms = median(infer.cpu_ms);
+    r.infer_reps = infer.ms.size();
+    r.peak_rss_mb = peak_rss_mb();
+
+    // One more step, counting its products.
+    blas_count(true);
+    train_step();
+    blas_count(false);
+    const auto products = blas_counted();
+    double f = 0, s = 0;
+    for (const auto& p : products) {
+        f += flops(p);
+        s += p.seconds;
+    }
+    r.gflop_per_step = f / 1e9;
+    r.gemm_ms_per_step = s * 1e3;
+    r.in_gemm_gflops = s > 0 ? f / s / 1e9 : 0;
+    r.step_gflops = f / (r.train_ms / 1e3) / 1e9;
+    r.raw_gflops = f / replay_seconds(products, std::min(seconds, 1.0)) / 1e9;
+    return r;
+}
+
+void print_blas() {
+    const BlasInfo& b = blas_info();
+    std::printf("BLAS: %s, core %s (OpenBLAS chose %s; CPU level %s%s), %d thread(s)\n", b.library.c_str(),
+                b.core.c_str(), b.detected.c_str(), b.cpu_level.c_str(), b.core_fixed ? ", fixed by xgrad" : "",
+                b.num_threads);
+}
+
+void write_json(const std::vector<Result>& results, const char* path) {
+    std::FILE* f = std::fopen(path, "w");
+    if (!f) {
+        std::perror(path);
+        std::exit(1);
+    }
+    const BlasInfo& b = blas_info();
+    std::fprintf(f, "{\"framework\": \"xgrad\", \"blas_core\": \"%s\", \"blas_threads\": %d, \"results\": [\n",
+                 b.core.c_str(), b.num_threads);
+    for (std::size_t i = 0; i < results.size(); ++i) {
+        const Result& r = results[i];
+        std::fprintf(f,
+                     "  {\"config\": \"%s\", \"train_ms\": %.4f, \"train_reps\": %zu, \"infer_ms\": %.4f, "
+                     "\"infer_reps\": %zu, \"train_cpu_ms\": %.4f, \"infer_cpu_ms\": %.4f, \"base_rss_mb\": %.1f, \"peak_rss_mb\": %.1f, \"gflop_per_step\": %.4f, "
+                     "\"gemm_ms_per_step\": %.4f, \"in_gemm_gflops\": %.2f, \"step_gflops\": %.2f, "
+                     "\"raw_gflops\": %.2f}%s\n",
+                     r.config.c_str(), r.train_ms, r.train_reps, r.infer_ms, r.infer_reps, r.train_cpu_ms,
+                     r.infer_cpu_ms, r.base_rss_mb,
+                     r.peak_rss_mb, r.gflop_per_step, r.gemm_ms_per_step, r.in_gemm_gflops, r.step_gflops,
+                     r.raw_gflops, i + 1 < results.size() ? "," : "");
+    }
+    std::fprintf(f, "]}\n");
+    std::fclose(f);
+}
+
+[[noreturn]] void usage() {
+    std::fprintf(stderr,
+                 "usage: bench_mha [--config tiny|small|medium|large|all] [--seconds S] [--reps N] [--json PATH] "
+                 "[--blas-info]\n");
+    std::exit(2);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::string which = "all";
+    double seconds = 2.0;
+    const char* json = nullptr;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (a == "--config" && i + 1 < argc) which = argv[++i];
+        else if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
+        else if (a == "--reps" && i + 1 < argc) fixed_reps = std::strtoul(argv[++i], nullptr, 10);
+        else if (a == "--json" && i + 1 < argc) json = argv[++i];
+        else if (a == "--blas-info") {
+            print_blas();
+            return 0;
+        } else usage();
+    }
+    std::vector<const Config*> chosen;
+    for (const Config& c : configs)
+        if (which == "all" || which == c.name) chosen.push_back(&c);
+    if (chosen.empty()) usage();
+
+    print_blas();
+    std::printf("%-7s %10s %10s %9s %9s %9s %9s %9s %9s %9s\n", "config", "train ms", "infer ms", "train cpu",
+                "infer cpu", "peak MB", "GFLOP", "in-gemm", "step", "raw");
+    std::vector<Result> results;
+    for (const Config* c : chosen) {
+        results.push_back(run(*c, seconds));
+        const Result& r = results.back();
+        std::printf("%-7s %10.3f %10.3f %9.3f %9.3f %9.1f %9.3f %9.1f %9.1f %9.1f\n", r.config.c_str(), r.train_ms,
+                    r.infer_ms, r.train_cpu_ms, r.infer_cpu_ms, r.peak_rss_mb, r.gflop_per_step, r.in_gemm_gflops, r.step_gflops, r.raw_gflops);
+        std::fflush(stdout);
+    }
+    std::printf("(ms: median per step, wall and process CPU time; GFLOP: products per training step; "
+                "in-gemm, step, raw: GFLOP/s inside BLAS during the step, over the whole step, and for the same "
+                "shapes replayed bare)\n");
+    if (json) write_json(results, json);
+}
