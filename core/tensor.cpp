@@ -89,6 +89,11 @@ template <class T> void accumulate(const char* op, const Tensor& input, xt::xarr
     if (!std::equal(g.shape().begin(), g.shape().end(), n.shape.begin(), n.shape.end()))
         throw Error(fmt::format("{} backward: gradient of shape {} does not match its input of shape {}",
                                 op, shape_str(shape_of(g)), shape_str(n.shape)));
+    if (n.dtype() != dtype_of<T>())
+        throw Error(fmt::format("{} backward: its input changed dtype from {} to {} after the forward pass "
+                                "(e.g. module.to() between forward and backward); run the forward pass "
+                                "again after converting",
+                                op, dtype_name(dtype_of<T>()), dtype_name(n.dtype())));
     if (t_detect_anomaly) {
         const std::size_t i = first_non_finite(g);
         if (i != static_cast<std::size_t>(-1))
@@ -322,6 +327,7 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
                                     n->op));
     root.flow = std::move(seed);
     NoGradGuard no_grad;  // backward computations are not themselves recorded
+    const char* running = "";  // the op whose backward is running, for the message below
     try {
         for (auto it = order.rbegin(); it != order.rend(); ++it) {
             Node& n = **it;
@@ -333,6 +339,7 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
                 continue;
             }
             if (n.retains_grad) add_into(n.grad, Storage(g));
+            running = n.op;
             n.backward(n, g);
             if (!retain_graph) {
                 n.backward = nullptr;
@@ -340,6 +347,14 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
                 n.graph_freed = true;
             }
         }
+    } catch (const std::bad_variant_access&) {
+        // A backward lambda reads its inputs with the dtype they had in forward; converting
+        // them in between (module.to(kFloat64) after the forward pass) leaves them unreadable.
+        for (const auto& n : order) n->flow.reset();
+        throw Error(fmt::format("backward: an input of '{}' changed dtype after the forward pass (e.g. "
+                                "module.to() between forward and backward); run the forward pass again "
+                                "after converting",
+                                running));
     } catch (...) {
         // A backward that throws (anomaly detection, a bad op) leaves half-delivered gradients
         // in the nodes still waiting; drop them so a later backward starts clean.
@@ -350,7 +365,17 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
 
 // --- method forms -------------------------------------------------------------------------
 
-Tensor Tensor::clone() const { return add(*this, 0.0); }
+Tensor Tensor::clone() const {
+    // A float copy is differentiable (identity gradient); other dtypes are a plain copy.
+    if (!is_floating(dtype())) return make_leaf(node().data);
+    return dispatch_floating("clone", dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        xt::xarray<T> copy = values<T>(*this);
+        return make_result<T>(std::move(copy), {*this}, "clone", [](Node& self, const Storage& gs) {
+            accumulate<T>("clone", self.parents[0], xt::xarray<T>(grad_as<T>(gs)));
+        });
+    });
+}
 Tensor Tensor::reshape(const std::vector<long>& s) const { return xgrad::reshape(*this, s); }
 Tensor Tensor::permute(const std::vector<long>& axes) const { return xgrad::permute(*this, axes); }
 Tensor Tensor::transpose(long a, long b) const { return xgrad::transpose(*this, a, b); }

@@ -3,6 +3,7 @@
 #include <limits>
 #include <sstream>
 
+#include "core/node.hpp"
 #include "helpers.hpp"
 
 using namespace xgrad;
@@ -16,6 +17,30 @@ TEST_CASE("copies alias, clone does not", "[tensor]") {
     Tensor c = a.clone();
     c.data_ptr<float>()[0] = 7;
     CHECK(a.to_vector<float>()[0] == 5);
+}
+
+TEST_CASE("clone copies every dtype exactly and passes gradients through", "[tensor]") {
+    Tensor i = from_vector(std::vector<std::int64_t>{1, 2, 3}, {3});
+    CHECK(i.clone().to_vector<std::int64_t>() == std::vector<std::int64_t>{1, 2, 3});
+    CHECK(gt(i, 1.5).clone().to_vector<bool>() == std::vector<bool>{false, true, true});
+    CHECK(std::signbit(tensor(-0.0).clone().item<float>()));
+    Tensor x = tensor({1.0, 2.0}, kFloat64).requires_grad_();
+    Tensor c = x.clone();
+    CHECK(c.op_name() == "clone");
+    (c * 3.0).sum().backward();
+    CHECK_THAT(vals(x.grad()), approx({3, 3}));
+}
+
+TEST_CASE("converting an input between forward and backward is a clear error", "[autograd][errors]") {
+    Tensor w = tensor({{1.0, 2.0}}).requires_grad_();
+    Tensor y = matmul(w, ones({2, 1})).sum();
+    w.node().data = xt::xarray<double>{{1.0, 2.0}};  // what Module::to(kFloat64) does in place
+    CHECK_THROWS_WITH(y.backward(), Catch::Contains("changed dtype") && Catch::Contains("forward pass"));
+    // The same when a backward reads the converted tensor's values before accumulating.
+    Tensor a = tensor({1.0, 2.0}).requires_grad_();
+    Tensor z = (a * tensor({3.0, 4.0})).sum();
+    a.node().data = xt::xarray<double>{1.0, 2.0};
+    CHECK_THROWS_WITH(z.backward(), Catch::Contains("'mul'") && Catch::Contains("changed dtype"));
 }
 
 TEST_CASE("creation functions", "[tensor]") {
