@@ -9,6 +9,15 @@ std::string shape_str(const Shape& shape) {
     return fmt::format("({})", fmt::join(shape, ", "));
 }
 
+Shape unravel_index(std::size_t flat, const Shape& shape) {
+    Shape index(shape.size());
+    for (std::size_t d = shape.size(); d-- > 0;) {
+        index[d] = flat % shape[d];
+        flat /= shape[d];
+    }
+    return index;
+}
+
 std::size_t normalize_axis(const char* op, long axis, const Shape& shape) {
     const long rank = static_cast<long>(shape.size());
     const long a = axis < 0 ? axis + rank : axis;

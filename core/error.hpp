@@ -19,6 +19,9 @@ public:
 /// "(2, 3)"; "()" for a scalar. The spelling every message uses for shapes.
 std::string shape_str(const Shape& shape);
 
+/// The coordinates of flat element `flat` in a row-major array of `shape` (numpy.unravel_index).
+Shape unravel_index(std::size_t flat, const Shape& shape);
+
 /// Normalises a possibly negative axis against `rank` (Python style), or throws
 /// "<op>: axis 3 is out of range for a tensor of rank 2 (shape (2, 5))".
 std::size_t normalize_axis(const char* op, long axis, const Shape& shape);

@@ -61,14 +61,8 @@ GradcheckResult gradcheck(const GradcheckFn& f, const std::vector<Tensor>& input
             }
         }
         if (worst_excess > 0) {
-            // Unravel the flat index into the input's own coordinates.
             const Shape& s = x[i].shape();
-            std::vector<std::size_t> idx(s.size());
-            std::size_t rest = worst;
-            for (std::size_t d = s.size(); d-- > 0;) {
-                idx[d] = rest % s[d];
-                rest /= s[d];
-            }
+            const Shape idx = unravel_index(worst, s);
             result.passed = false;
             result.report += fmt::format(
                 "gradcheck: {}: input {} (shape {}): the gradient at index ({}) is {:.8g} by backward but "

@@ -17,12 +17,7 @@ constexpr double kMaskedScore = -1e6;  // d2l's fill: finite, so an all-masked r
 
 // "[1, 2]" for the flat index k of a tensor of `shape`.
 std::string index_str(std::size_t k, const Shape& shape) {
-    std::vector<std::size_t> idx(shape.size());
-    for (std::size_t d = shape.size(); d-- > 0;) {
-        idx[d] = k % shape[d];
-        k /= shape[d];
-    }
-    return fmt::format("[{}]", fmt::join(idx, ", "));
+    return fmt::format("[{}]", fmt::join(unravel_index(k, shape), ", "));
 }
 
 void check_length_values(const char* who, const char* arg, const Tensor& lens) {

@@ -11,14 +11,7 @@ namespace xgrad::nn {
 namespace {
 
 // "(1, 3)": the position of flat element `flat` in a row-major array of `shape`.
-std::string position(std::size_t flat, const Shape& shape) {
-    Shape index(shape.size());
-    for (std::size_t k = shape.size(); k-- > 0;) {
-        index[k] = flat % shape[k];
-        flat /= shape[k];
-    }
-    return shape_str(index);
-}
+std::string position(std::size_t flat, const Shape& shape) { return shape_str(unravel_index(flat, shape)); }
 
 }  // namespace
 
