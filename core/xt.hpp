@@ -5,6 +5,15 @@
 /// xtensor is lazy: an expression holds references to its operands. Whatever is stored in a
 /// node, captured for backward or returned is an xt::xarray (assigned, or passed through
 /// xt::eval), never an `auto` expression.
+///
+/// Every xarray here allocates through xgrad's caching allocator (core/alloc.hpp). The macro
+/// must be set before xtensor's configuration is read, so xtensor is included only here.
+#include "alloc.hpp"
+#if defined(XTENSOR_CONFIG_HPP) && !defined(XGRAD_XTENSOR_ALLOCATOR)
+#error "core/xt.hpp must be included before any xtensor header (it sets xtensor's allocator)"
+#endif
+#define XGRAD_XTENSOR_ALLOCATOR
+#define XTENSOR_DEFAULT_ALLOCATOR(T) ::xgrad::cache_allocator<T>
 #include <xtensor/xadapt.hpp>
 #include <xtensor/xarray.hpp>
 #include <xtensor/xbroadcast.hpp>

@@ -1,0 +1,172 @@
+#include "alloc.hpp"
+
+#include <cstdlib>
+#include <list>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace xgrad {
+
+namespace {
+
+constexpr std::size_t kAlign = 64;
+constexpr std::size_t kSmall = std::size_t(64) << 10;  // below this, plain malloc
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr std::size_t kDefaultLimitMb = 0;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr std::size_t kDefaultLimitMb = 0;
+#else
+constexpr std::size_t kDefaultLimitMb = 1024;
+#endif
+#else
+constexpr std::size_t kDefaultLimitMb = 1024;
+#endif
+
+// Four classes per power of two: 64K, 80K, 96K, 112K, 128K, 160K, ...
+std::size_t size_class(std::size_t bytes) {
+    std::size_t p = kSmall;
+    while (p <= bytes / 2) p *= 2;
+    const std::size_t step = p / 4;
+    return (bytes + step - 1) / step * step;
+}
+
+void* system_alloc(std::size_t bytes) {
+    // aligned_alloc wants a multiple of the alignment.
+    void* p = std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+    if (!p) throw std::bad_alloc();
+    return p;
+}
+
+struct Block {
+    void* ptr;
+    std::size_t bytes;  // its size class
+};
+
+// Free blocks: `order` from most to least recently freed; `by_class` the same blocks per size
+// class, oldest first, so both the newest of a class (to reuse) and the oldest overall (to
+// release) are found without a search.
+class Cache {
+public:
+    Cache() {
+        std::size_t mb = kDefaultLimitMb;
+        if (const char* env = std::getenv("XGRAD_ALLOC_CACHE_MB")) {
+            char* end = nullptr;
+            const unsigned long long v = std::strtoull(env, &end, 10);
+            if (end != env && *end == '\0') mb = static_cast<std::size_t>(v);
+        }
+        m_limit = mb << 20;
+    }
+
+    void* alloc(std::size_t bytes) {
+        if (bytes < kSmall) return system_alloc(bytes == 0 ? 1 : bytes);
+        const std::size_t cls = size_class(bytes);
+        {
+            std::lock_guard<std::mutex> lock(m_mutex);
+            auto it = m_by_class.find(cls);
+            if (it != m_by_class.end() && !it->second.empty()) {
+                const auto node = it->second.back();
+                it->second.pop_back();
+                void* p = node->ptr;
+                m_cached -= cls;
+                m_order.erase(node);
+                ++m_hits;
+                return p;
+            }
+            ++m_misses;
+        }
+        return system_alloc(cls);
+    }
+
+    void free(void* p, std::size_t bytes) noexcept {
+        if (!p) return;
+        if (bytes < kSmall) {
+            std::free(p);
+            return;
+        }
+        const std::size_t cls = size_class(bytes);
+        std::vector<void*> release;
+        try {
+            std::lock_guard<std::mutex> lock(m_mutex);
+            if (cls > m_limit) {
+                release.push_back(p);
+            } else {
+                m_order.push_front(Block{p, cls});
+                try {
+                    m_by_class[cls].push_back(m_order.begin());
+                } catch (...) {
+                    m_order.pop_front();
+                    throw;
+                }
+                m_cached += cls;
+                trim(m_limit, release);
+            }
+        } catch (...) {  // out of memory for the bookkeeping: give the block back instead
+            std::free(p);
+            return;
+        }
+        for (void* q : release) std::free(q);
+    }
+
+    void set_limit(std::size_t bytes) {
+        std::vector<void*> release;
+        {
+            std::lock_guard<std::mutex> lock(m_mutex);
+            m_limit = bytes;
+            trim(m_limit, release);
+        }
+        for (void* q : release) std::free(q);
+    }
+
+    void empty() {
+        std::vector<void*> release;
+        {
+            std::lock_guard<std::mutex> lock(m_mutex);
+            trim(0, release);
+        }
+        for (void* q : release) std::free(q);
+    }
+
+    AllocCacheStats stats() {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        return {m_hits, m_misses, m_cached, m_limit};
+    }
+
+private:
+    // Drops the least recently freed blocks until at most `keep` bytes are cached; the caller
+    // frees them after unlocking.
+    void trim(std::size_t keep, std::vector<void*>& release) {
+        while (m_cached > keep) {
+            const Block b = m_order.back();
+            auto& list = m_by_class[b.bytes];
+            list.erase(list.begin());  // the class's oldest is the overall oldest of its class
+            m_order.pop_back();
+            m_cached -= b.bytes;
+            release.push_back(b.ptr);
+        }
+    }
+
+    std::mutex m_mutex;
+    std::list<Block> m_order;
+    std::unordered_map<std::size_t, std::vector<std::list<Block>::iterator>> m_by_class;
+    std::size_t m_cached = 0, m_limit = 0;
+    std::uint64_t m_hits = 0, m_misses = 0;
+};
+
+// Never destroyed: tensors held by other static objects may be freed after main returns.
+Cache& cache() {
+    static Cache* c = new Cache;
+    return *c;
+}
+
+}  // namespace
+
+void* cached_alloc(std::size_t bytes) { return cache().alloc(bytes); }
+void cached_free(void* p, std::size_t bytes) noexcept { cache().free(p, bytes); }
+AllocCacheStats alloc_cache_stats() { return cache().stats(); }
+void empty_cache() { cache().empty(); }
+void set_alloc_cache_limit(std::size_t bytes) { cache().set_limit(bytes); }
+
+}  // namespace xgrad
