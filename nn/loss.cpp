@@ -120,14 +120,41 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
     if (!is_floating(input.dtype()) || input.dtype() != target.dtype())
         throw Error(fmt::format("{}: expected input and target of one floating-point dtype, got {} and {}", op,
                                 dtype_name(input.dtype()), dtype_name(target.dtype())));
-    const Tensor diff = input - target;
-    const Tensor squared = diff * diff;
-    switch (reduction) {
-        case Reduction::none: return squared;
-        case Reduction::sum: return sum(squared);
-        case Reduction::mean: break;
+    if (reduction == Reduction::none) {
+        const Tensor diff = input - target;
+        return diff * diff;
     }
-    return mean(squared);
+    // Fused for sum and mean: one pass forward and one backward, where sub, mul and mean made
+    // five passes and three full-size temporaries. The difference is recomputed in backward
+    // rather than kept: a subtraction costs less than holding a copy of the input.
+    return dispatch_floating(op, input.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const std::size_t n = input.numel();
+        const T* x = values<T>(input).data();
+        const T* t = values<T>(target).data();
+        double total = 0;  // in double: a float sum over millions of terms drifts
+        for (std::size_t i = 0; i < n; ++i) {
+            const double d = static_cast<double>(x[i]) - static_cast<double>(t[i]);
+            total += d * d;
+        }
+        const double scale = reduction == Reduction::mean ? 1.0 / static_cast<double>(n) : 1.0;
+        xt::xarray<T> value = xt::zeros<T>(Shape{});
+        value() = static_cast<T>(n == 0 && reduction == Reduction::mean ? NAN : total * scale);
+        return make_result<T>(std::move(value), {input, target}, op, [scale, n](Node& self, const Storage& gs) {
+            // d/dx = 2·(x − t)·scale·g, d/dt = −d/dx
+            const T k = static_cast<T>(2 * scale * static_cast<double>(grad_as<T>(gs)()));
+            const T* x = values<T>(self.parents[0]).data();
+            const T* t = values<T>(self.parents[1]).data();
+            xt::xarray<T> dx = xt::empty<T>(self.parents[0].shape());
+            T* d = dx.data();
+            for (std::size_t i = 0; i < n; ++i) d[i] = k * (x[i] - t[i]);
+            if (needs_grad(self, 1)) {
+                xt::xarray<T> dt = -dx;
+                accumulate<T>("mse_loss", self.parents[1], std::move(dt));
+            }
+            if (needs_grad(self, 0)) accumulate<T>("mse_loss", self.parents[0], std::move(dx));
+        });
+    });
 }
 
 }  // namespace xgrad::nn

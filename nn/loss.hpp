@@ -39,7 +39,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction redu
 Tensor masked_softmax_ce_loss(const Tensor& pred, const Tensor& label, const Tensor& valid_len);
 
 /// Mean squared error: (input − target)², reduced. input and target have the same shape and
-/// dtype; both may require grad.
+/// dtype; both may require grad. The sum and mean are one fused op (summed in double; saves
+/// nothing for backward beyond its inputs); an empty input's mean is NaN, as in torch.
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);
 
 }  // namespace xgrad::nn

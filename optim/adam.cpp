@@ -5,6 +5,7 @@
 
 #include "core/creation.hpp"
 #include "core/node.hpp"
+#include "core/parallel.hpp"
 
 namespace xgrad::optim {
 
@@ -70,16 +71,19 @@ void Adam::step() {
             T* m = array<T>(m_exp_avg[i]).data();
             T* v = array<T>(m_exp_avg_sq[i]).data();
             T* vmax = m_amsgrad ? array<T>(m_max_exp_avg_sq[i]).data() : nullptr;
-            for (std::size_t j = 0, n = p.size(); j < n; ++j) {
-                const T gj = l2 ? gd[j] + wd * pd[j] : gd[j];
-                if (decoupled) pd[j] *= decay;
-                m[j] = m[j] * beta1 + keep1 * gj;
-                v[j] = v[j] * beta2 + keep2 * gj * gj;
-                T second = v[j];
-                if (vmax) second = vmax[j] = std::max(vmax[j], v[j]);
-                const T denom = std::sqrt(second) / bc2_sqrt + eps;
-                pd[j] += neg_step_size * m[j] / denom;
-            }
+            // Elements are independent: large parameters are split over the pool.
+            parallel_for(p.size(), 1 << 15, [&](std::size_t j0, std::size_t j1) {
+                for (std::size_t j = j0; j < j1; ++j) {
+                    const T gj = l2 ? gd[j] + wd * pd[j] : gd[j];
+                    if (decoupled) pd[j] *= decay;
+                    m[j] = m[j] * beta1 + keep1 * gj;
+                    v[j] = v[j] * beta2 + keep2 * gj * gj;
+                    T second = v[j];
+                    if (vmax) second = vmax[j] = std::max(vmax[j], v[j]);
+                    const T denom = std::sqrt(second) / bc2_sqrt + eps;
+                    pd[j] += neg_step_size * m[j] / denom;
+                }
+            });
         });
     }
 }

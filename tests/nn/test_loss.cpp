@@ -157,6 +157,18 @@ TEST_CASE("mse_loss matches hand-computed values and passes gradcheck", "[loss][
     REQUIRE_GRADCHECK([](auto& v) { return mse_loss(v[0], v[1], Reduction::none); }, {x, y}, "mse none");
 }
 
+TEST_CASE("mse_loss in float32 sums a million terms without drift and scales its gradient", "[loss]") {
+    // 1e6 squared differences of 0.1: a float accumulator would stop near 2^18 · 0.01 and lose
+    // the rest; the fused loss sums in double.
+    const Tensor x = full({1000, 1000}, 0.1, kFloat32).requires_grad_();
+    const Tensor t = zeros({1000, 1000});
+    const Tensor loss = mse_loss(x, t, Reduction::sum);
+    CHECK(loss.item<float>() == Approx(1e6 * 0.1f * 0.1f).epsilon(1e-6));
+    loss.backward();
+    CHECK(x.grad().data_ptr<float>()[12345] == Approx(0.2f));
+    CHECK(std::isnan(mse_loss(zeros({0, 3}), zeros({0, 3})).item<float>()));
+}
+
 TEST_CASE("mse_loss rejects mismatched shapes and dtypes", "[loss][errors]") {
     CHECK_THROWS_WITH(mse_loss(zeros({2, 3}), zeros({3})),
                       Catch::Contains("mse_loss: input of shape (2, 3) and target of shape (3,)"));
