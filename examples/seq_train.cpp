@@ -238,12 +238,14 @@ int run(int argc, const char* const* argv) {
     std::int64_t train_tokens = 0, run_steps = 0;
     // Ranks must stop at the same step (a rank that left would leave the others waiting in a
     // collective): a Ctrl-C seen by any rank stops all of them after the step.
+    bool stop_signal = false;
     auto interrupted = [&] {
         std::vector<double> flag{g_interrupted ? 1.0 : 0.0};
 #ifdef XGRAD_WITH_MPI
         if (replicas) replicas->sum(flag);
 #endif
-        return flag[0] > 0;
+        stop_signal = flag[0] > 0;
+        return stop_signal;
     };
     while (trainer.step() < c.steps && !interrupted() && !(stop_after > 0 && run_steps >= stop_after)) {
         const auto t0 = std::chrono::steady_clock::now();
@@ -270,7 +272,7 @@ int run(int argc, const char* const* argv) {
     if (trainer.step() < c.steps) {
         fmt::print("stopped at step {} of {}; checkpoint in {} (continue with --resume)\n", trainer.step(), c.steps,
                    ckpt);
-        return g_interrupted ? 130 : 0;
+        return stop_signal ? 130 : 0;
     }
 
     const EvalResult e = evaluate(trainer.model(), held);
