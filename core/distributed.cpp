@@ -1,7 +1,6 @@
 #include "distributed.hpp"
 
 #include <algorithm>
-#include <climits>
 #include <cstdlib>
 #include <exception>
 #include <string>
