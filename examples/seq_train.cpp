@@ -233,7 +233,7 @@ int run(int argc, const char* const* argv) {
     // Evaluation runs on rank 0 only (it needs no other rank); the others go on to the next step.
     if (main_rank && trainer.step() == 0 && eval_every > 0) trainer.evaluate_held_out(held);  // the curve starts at 0
     std::signal(SIGINT, on_sigint);
-    Progress progress(c.steps, log_every);
+    Progress progress(c.steps, log_every, stdout, /*redraw=*/!distributed);
     double train_seconds = 0;
     std::int64_t train_tokens = 0, run_steps = 0;
     // Ranks must stop at the same step (a rank that left would leave the others waiting in a
