@@ -1,16 +1,27 @@
 // Trains a small Transformer encoder on a toy sequence task (copy, reverse or sort), shows its
 // progress, evaluates on a fixed held-out set and writes metrics.json, loss.svg, attention.svg
 // and a checkpoint to --out. --resume continues from the checkpoint bit for bit.
+// --distributed trains data-parallel over MPI: `mpirun -np 2 seq_train --distributed`.
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <memory>
+#include <thread>
 
 #include <xgrad/xgrad.hpp>
+
+#include "core/parallel.hpp"
 
 #include "common/cli.hpp"
 #include "common/data.hpp"
 #include "common/model.hpp"
 #include "common/train.hpp"
+
+#ifdef XGRAD_WITH_MPI
+#include "core/distributed.hpp"
+#include "nn/data_parallel.hpp"
+#endif
 
 using namespace xgrad;
 using namespace xgrad::examples;
@@ -94,13 +105,45 @@ std::string write_attention_plot(const std::string& path, SeqEncoder& model, con
     return fmt::format("{} => {}   (truth {})", join_tokens(input), join_tokens(pred), join_tokens(truth));
 }
 
+#ifdef XGRAD_WITH_MPI
+// The trainer's collectives over MPI: gradients summed in buckets by DistributedDataParallel
+// (summed, not averaged: each rank's loss is already its share of the global mean).
+class MpiReplicas : public ReplicaGroup {
+public:
+    explicit MpiReplicas(const nn::Module& model) : m_ddp(model, make_options()) {}
+    std::size_t rank() const override { return distributed::rank(); }
+    std::size_t world_size() const override { return distributed::world_size(); }
+    void sum_gradients() override { m_ddp.sync_gradients(); }
+    void sum(std::vector<double>& values) override { distributed::all_reduce(values.data(), values.size()); }
+    const nn::DistributedDataParallel& ddp() const { return m_ddp; }
+
+private:
+    static nn::DataParallelOptions make_options() {
+        nn::DataParallelOptions o;
+        o.average = false;
+        return o;
+    }
+    nn::DistributedDataParallel m_ddp;
+};
+
+// With N ranks on a host, each rank's own thread pool gets cores/N threads unless the user set
+// XGRAD_NUM_THREADS: N pools of `cores` threads each would fight over the same cores. Must run
+// before the first op creates the pool.
+void default_threads_per_rank() {
+    if (std::getenv("XGRAD_NUM_THREADS")) return;
+    const std::size_t cores = std::max(1u, std::thread::hardware_concurrency());
+    const std::size_t threads = std::max<std::size_t>(1, cores / distributed::local_world_size());
+    setenv("XGRAD_NUM_THREADS", std::to_string(threads).c_str(), 0);
+}
+#endif
+
 int run(int argc, const char* const* argv) {
     TrainConfig c;
     std::string task = "reverse", pos = pos_name(c.model.pos), out = "seq_train_out";
     std::size_t seed = 0;
     std::size_t held_out = 1000;
     std::int64_t eval_every = 25, log_every = 50, checkpoint_every = 0, stop_after = 0;
-    bool resume = false;
+    bool resume = false, distributed = false;
 
     Flags flags("seq_train",
                 "Trains a small Transformer encoder (embedding, positional encoding, N encoder blocks of\n"
@@ -134,38 +177,84 @@ int run(int argc, const char* const* argv) {
     flags.add("stop-after", stop_after, "stop after N steps of this run, with a checkpoint (0: run to --steps)");
     flags.add("out", out, "output folder");
     flags.add("resume", resume, "continue from --out/checkpoint.npz (same flags)");
+    flags.add("distributed", distributed,
+              "data-parallel over MPI: run under mpirun -np N; --batch is the global batch (a multiple of N)");
     if (!flags.parse(argc, argv)) return 0;
     c.task.task = parse_task(task);
     c.model.pos = parse_pos(pos);
     c.seed = seed;
     if (held_out == 0) throw Error("--held-out must be at least 1");
 
+    // Data-parallel: MPI from here to the end of run(). Only rank 0 prints and writes files.
+#ifdef XGRAD_WITH_MPI
+    std::unique_ptr<distributed::Environment> mpi;
+    std::shared_ptr<MpiReplicas> replicas;
+    if (distributed) {
+        mpi = std::make_unique<distributed::Environment>();
+        default_threads_per_rank();
+    }
+    const bool main_rank = !distributed || distributed::rank() == 0;
+#else
+    if (distributed)
+        throw Error("--distributed needs MPI, and this seq_train was built without it (install libopenmpi-dev "
+                    "and reconfigure with -DXGRAD_WITH_MPI=ON)");
+    const bool main_rank = true;
+#endif
     default_blas_threads(1);
-    std::filesystem::create_directories(out);
+    if (main_rank) std::filesystem::create_directories(out);
     const std::string ckpt = out + "/checkpoint.npz";
     Trainer trainer(c);
+    // Every rank reads the checkpoint: on several hosts --out must be on a shared filesystem.
     if (resume) {
         trainer.load(ckpt);
-        fmt::print("resumed from {} at step {}\n", ckpt, trainer.step());
+        if (main_rank) fmt::print("resumed from {} at step {}\n", ckpt, trainer.step());
     }
+#ifdef XGRAD_WITH_MPI
+    if (distributed) {
+        replicas = std::make_shared<MpiReplicas>(trainer.model());  // rank 0's parameters everywhere
+        trainer.set_replicas(replicas);
+    }
+#endif
+    std::size_t world = 1;
+#ifdef XGRAD_WITH_MPI
+    if (distributed) world = distributed::world_size();
+#endif
     const Batch held = held_out_set(c.task, held_out, c.seed);
-    fmt::print("task {}: lengths 1..{} over {} symbols; {} parameters; optimizer {}, lr {}, batch {}, {} steps\n",
-               task, c.task.max_len, c.task.num_symbols, trainer.model().num_parameters(), c.optimizer,
-               trainer.config().lr > 0 ? trainer.config().lr : default_lr(c.optimizer), c.batch, c.steps);
-    std::fflush(stdout);
+    if (main_rank) {
+        fmt::print("task {}: lengths 1..{} over {} symbols; {} parameters; optimizer {}, lr {}, batch {}, {} steps\n",
+                   task, c.task.max_len, c.task.num_symbols, trainer.model().num_parameters(), c.optimizer,
+                   trainer.config().lr > 0 ? trainer.config().lr : default_lr(c.optimizer), c.batch, c.steps);
+        if (distributed)
+            fmt::print("data-parallel over {} ranks: {} sequences per rank, {} thread(s) per rank\n", world,
+                       c.batch / world, num_threads());
+        std::fflush(stdout);
+    }
 
-    if (trainer.step() == 0 && eval_every > 0) trainer.evaluate_held_out(held);  // the curve starts at 0
+    // Evaluation runs on rank 0 only (it needs no other rank); the others go on to the next step.
+    if (main_rank && trainer.step() == 0 && eval_every > 0) trainer.evaluate_held_out(held);  // the curve starts at 0
     std::signal(SIGINT, on_sigint);
-    Progress progress(c.steps, log_every);
+    Progress progress(c.steps, log_every, stdout, /*redraw=*/!distributed);
     double train_seconds = 0;
     std::int64_t train_tokens = 0, run_steps = 0;
-    while (trainer.step() < c.steps && !g_interrupted && !(stop_after > 0 && run_steps >= stop_after)) {
+    // Ranks must stop at the same step (a rank that left would leave the others waiting in a
+    // collective): a Ctrl-C seen by any rank stops all of them after the step.
+    bool stop_signal = false;
+    auto interrupted = [&] {
+        std::vector<double> flag{g_interrupted ? 1.0 : 0.0};
+#ifdef XGRAD_WITH_MPI
+        if (replicas) replicas->sum(flag);
+#endif
+        stop_signal = flag[0] > 0;
+        return stop_signal;
+    };
+    while (trainer.step() < c.steps && !interrupted() && !(stop_after > 0 && run_steps >= stop_after)) {
         const auto t0 = std::chrono::steady_clock::now();
         const StepResult r = trainer.train_step();
         train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         train_tokens += r.tokens;
         ++run_steps;
         const std::int64_t s = trainer.step();
+        if (!main_rank) continue;
         progress.update(s, r.loss, r.token_acc, r.tokens);
         if ((eval_every > 0 && s % eval_every == 0) || s == c.steps) {
             const EvalResult e = trainer.evaluate_held_out(held);
@@ -176,20 +265,37 @@ int run(int argc, const char* const* argv) {
         }
         if (checkpoint_every > 0 && s % checkpoint_every == 0) trainer.save(ckpt);
     }
+    if (!main_rank) return 0;
     progress.finish();
     const double wall = progress.elapsed();
     trainer.save(ckpt);
     if (trainer.step() < c.steps) {
         fmt::print("stopped at step {} of {}; checkpoint in {} (continue with --resume)\n", trainer.step(), c.steps,
                    ckpt);
-        return g_interrupted ? 130 : 0;
+        return stop_signal ? 130 : 0;
     }
 
     const EvalResult e = evaluate(trainer.model(), held);
     const double tps = train_seconds > 0 ? static_cast<double>(train_tokens) / train_seconds : 0;
     const auto& h = trainer.history();
+    // Distributed: the time in the gradient all-reduce (rank 0's view, waiting for the other
+    // ranks included) and in the whole gradient sync (flatten, all-reduce, write back).
+    double allreduce_seconds = 0, sync_seconds = 0;
+    std::int64_t buckets = 0, sync_bytes = 0;
+#ifdef XGRAD_WITH_MPI
+    if (replicas) {
+        allreduce_seconds = replicas->ddp().allreduce_seconds();
+        sync_seconds = replicas->ddp().sync_seconds();
+        buckets = static_cast<std::int64_t>(replicas->ddp().num_buckets());
+        sync_bytes = static_cast<std::int64_t>(replicas->ddp().bytes_per_sync());
+    }
+#endif
     write_json(out + "/metrics.json",
                {{"task", task},
+                {"ranks", static_cast<std::int64_t>(world)},
+                {"threads_per_rank", static_cast<std::int64_t>(num_threads())},
+                {"allreduce_seconds", allreduce_seconds},
+                {"gradient_sync_seconds", sync_seconds},
                 {"optimizer", c.optimizer},
                 {"pos", pos},
                 {"scale_embeddings", std::int64_t{c.model.scale_embeddings}},
@@ -213,6 +319,11 @@ int run(int argc, const char* const* argv) {
                held_out, 100 * e.token_acc, 100 * e.seq_acc, e.loss);
     fmt::print("{} steps this run in {:.1f} s ({:.1f} s in training steps, {:.0f} tokens/s)\n", run_steps, wall,
                train_seconds, tps);
+    if (distributed && run_steps > 0)
+        fmt::print("{} ranks: {:.2f} ms per step, of which gradient all-reduce {:.3f} ms ({:.1f}%; whole sync "
+                   "{:.3f} ms), {} bucket(s), {} bytes per step\n", world, 1e3 * train_seconds / run_steps,
+                   1e3 * allreduce_seconds / run_steps, 100 * allreduce_seconds / train_seconds,
+                   1e3 * sync_seconds / run_steps, buckets, sync_bytes);
     fmt::print("example: {}\n", example);
     fmt::print("wrote {0}/metrics.json, {0}/loss.svg, {0}/attention.svg, {0}/checkpoint.npz\n", out);
     return 0;
@@ -225,6 +336,16 @@ int main(int argc, char** argv) {
         return run(argc, argv);
     } catch (const std::exception& e) {
         std::fflush(stdout);
+#ifdef XGRAD_WITH_MPI
+        // MPI is still up only when the error came with other ranks running (see Environment):
+        // name the rank and end the whole job rather than leave the others waiting.
+        if (distributed::is_initialized()) {
+            fmt::print(stderr, "\nseq_train: error on rank {} of {}: {}\n", distributed::rank(),
+                       distributed::world_size(), e.what());
+            std::fflush(stderr);
+            distributed::abort(1);
+        }
+#endif
         fmt::print(stderr, "\nseq_train: error: {}\n", e.what());
         return 1;
     }

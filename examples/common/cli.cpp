@@ -133,8 +133,8 @@ std::string format_duration(double seconds) {
     return fmt::format("{}:{:02}", s / 60, s % 60);
 }
 
-Progress::Progress(std::int64_t total, std::int64_t every, std::FILE* out)
-    : m_total(total), m_every(every < 1 ? 1 : every), m_out(out), m_tty(isatty(fileno(out)) != 0),
+Progress::Progress(std::int64_t total, std::int64_t every, std::FILE* out, bool redraw)
+    : m_total(total), m_every(every < 1 ? 1 : every), m_out(out), m_tty(redraw && isatty(fileno(out)) != 0),
       m_start(std::chrono::steady_clock::now()), m_last_draw(m_start) {}
 
 double Progress::elapsed() const {

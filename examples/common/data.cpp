@@ -4,6 +4,7 @@
 
 #include "core/creation.hpp"
 #include "core/error.hpp"
+#include "core/ops.hpp"
 
 namespace xgrad::examples {
 
@@ -62,6 +63,19 @@ Batch make_batch(const TaskSpec& spec, std::size_t batch, Generator& gen) {
         lens[b] = static_cast<std::int64_t>(len);
     }
     return {from_vector(X, {batch, T}), from_vector(Y, {batch, T}), from_vector(lens, {batch})};
+}
+
+Batch shard_batch(const Batch& global, std::size_t rank, std::size_t world) {
+    const std::size_t B = global.size();
+    if (world == 0 || rank >= world)
+        throw Error(fmt::format("shard_batch: expected 0 <= rank < world, got rank {} of world {}", rank, world));
+    if (B % world != 0)
+        throw Error(fmt::format("shard_batch: the global batch of {} sequences does not split evenly over {} ranks "
+                                "(use a batch that is a multiple of {})", B, world, world));
+    if (world == 1) return global;
+    const long per = static_cast<long>(B / world), begin = static_cast<long>(rank) * per;
+    return {slice(global.inputs, 0, begin, begin + per), slice(global.targets, 0, begin, begin + per),
+            slice(global.valid_lens, 0, begin, begin + per)};
 }
 
 Batch held_out_set(const TaskSpec& spec, std::size_t n, std::uint64_t seed) {

@@ -49,6 +49,13 @@ std::vector<std::int64_t> apply_task(Task task, std::vector<std::int64_t> seq);
 /// The same generator state gives the same batch.
 Batch make_batch(const TaskSpec& spec, std::size_t batch, Generator& gen);
 
+/// The rows one rank of a data-parallel run trains on: rows [rank·B/world, (rank+1)·B/world)
+/// of a global batch of B rows, in order, so the shards of ranks 0..world−1 put back together
+/// are the global batch. Every rank draws the same global batch (from the same (seed, step))
+/// and keeps its slice: no data moves between ranks. world 1 returns the batch itself.
+/// Throws xgrad::Error when world is 0, rank >= world, or world does not divide B.
+Batch shard_batch(const Batch& global, std::size_t rank, std::size_t world);
+
 /// A fixed held-out set of `n` sequences, a function of (spec, seed) only: drawn from its own
 /// generator, so it does not depend on how training draws its batches.
 Batch held_out_set(const TaskSpec& spec, std::size_t n, std::uint64_t seed);

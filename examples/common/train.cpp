@@ -132,25 +132,45 @@ Trainer::Trainer(TrainConfig config) : m_config(std::move(config)) {
 
 Trainer::~Trainer() = default;
 
+void Trainer::set_replicas(std::shared_ptr<ReplicaGroup> group) {
+    if (group && m_config.batch % group->world_size() != 0)
+        throw Error(fmt::format("train: the global batch of {} sequences does not split evenly over {} ranks "
+                                "(use a --batch that is a multiple of {})", m_config.batch, group->world_size(),
+                                group->world_size()));
+    m_replicas = std::move(group);
+}
+
 StepResult Trainer::train_step() {
-    Generator data_gen(mix_seed(m_config.seed, 1, static_cast<std::uint64_t>(m_step)));
-    manual_seed(mix_seed(m_config.seed, 2, static_cast<std::uint64_t>(m_step)));
-    const Batch batch = make_batch(m_config.task, m_config.batch, data_gen);
+    const auto step = static_cast<std::uint64_t>(m_step);
+    Generator data_gen(mix_seed(m_config.seed, 1, step));
+    const Batch global = make_batch(m_config.task, m_config.batch, data_gen);
+    const std::size_t rank = m_replicas ? m_replicas->rank() : 0;
+    const std::size_t world = m_replicas ? m_replicas->world_size() : 1;
+    // Rank 0 keeps the single-process dropout stream; the others get streams of their own.
+    manual_seed(rank == 0 ? mix_seed(m_config.seed, 2, step) : mix_seed(m_config.seed, 100 + rank, step));
+    const Batch batch = shard_batch(global, rank, world);
+    const std::int64_t global_tokens = global.num_tokens();
 
     m_model->train();
     const Tensor logits = (*m_model)(batch.inputs, batch.valid_lens);
-    const Tensor loss = nn::cross_entropy(logits, loss_targets(batch), nn::Reduction::mean, kIgnore);
+    // Distributed: this rank's share of the global mean (see ReplicaGroup), summed over ranks.
+    const Tensor loss = m_replicas ? nn::cross_entropy(logits, loss_targets(batch), nn::Reduction::sum, kIgnore) /
+                                         static_cast<double>(global_tokens)
+                                   : nn::cross_entropy(logits, loss_targets(batch), nn::Reduction::mean, kIgnore);
     m_optimizer->zero_grad();
     loss.backward();
+    if (m_replicas) m_replicas->sum_gradients();
     if (m_config.clip > 0) optim::clip_grad_norm(m_optimizer->parameters(), m_config.clip);
     StepResult r;
     r.lr = m_optimizer->lr();
     m_optimizer->step();
     m_scheduler->step();
 
-    r.loss = loss.item<double>();
-    r.tokens = batch.num_tokens();
-    r.token_acc = static_cast<double>(count_correct(logits, batch).first) / static_cast<double>(r.tokens);
+    std::vector<double> sums{loss.item<double>(), static_cast<double>(count_correct(logits, batch).first)};
+    if (m_replicas) m_replicas->sum(sums);
+    r.loss = sums[0];
+    r.tokens = global_tokens;
+    r.token_acc = sums[1] / static_cast<double>(r.tokens);
     ++m_step;
     m_history.step.push_back(static_cast<double>(m_step));
     m_history.loss.push_back(r.loss);

@@ -54,6 +54,36 @@ struct History {
 /// Runs the model on a batch in eval mode without a graph: loss, token and sequence accuracy.
 EvalResult evaluate(SeqEncoder& model, const Batch& data);
 
+/// The collectives a data-parallel run needs, as the trainer sees them. seq_train --distributed
+/// implements them over MPI with nn::DistributedDataParallel (nn/data_parallel.hpp); the
+/// trainer itself knows nothing of MPI, so this library builds without it.
+///
+/// How a step matches the single-process step on the same global batch of B rows:
+/// - every rank draws the whole global batch from (seed, step) and trains on its slice of
+///   B/world rows (shard_batch);
+/// - the single-process loss is the mean over the N valid target tokens of the global batch,
+///   L = (1/N) Σ_tokens ℓ. Each rank knows N (it holds the global batch) and computes
+///   L_r = (1/N) Σ_{its tokens} ℓ, so L = Σ_r L_r and ∇L = Σ_r ∇L_r: the gradients are
+///   SUMMED over the ranks, not averaged. (Averaging per-rank means would weight a token by
+///   1/N_r, wrong whenever the shards hold different numbers of tokens, which they do.)
+/// - after the sum every rank holds the same gradients, so clipping sees the global norm and
+///   every optimizer takes the same step from the same parameters;
+/// - the reported loss and token accuracy are sums over the ranks (one small all-reduce).
+/// The result equals the single-process run up to float rounding (the sums are split
+/// differently). Dropout is not equivalent: each rank draws masks for its own rows from its
+/// own per-(seed, step, rank) stream, rank 0 from the single-process stream; so with dropout
+/// > 0 the run is a valid data-parallel training with different masks, not the same run.
+class ReplicaGroup {
+public:
+    virtual ~ReplicaGroup() = default;
+    virtual std::size_t rank() const = 0;
+    virtual std::size_t world_size() const = 0;
+    /// Sums every model parameter's gradient over the ranks, in place, the same on every rank.
+    virtual void sum_gradients() = 0;
+    /// Element-wise sum of `values` over the ranks, in place.
+    virtual void sum(std::vector<double>& values) = 0;
+};
+
 class Trainer {
 public:
     /// Builds the model (parameters from the seed), the optimizer and the warm-up + cosine
@@ -74,6 +104,10 @@ public:
     /// configuration; on any failure the trainer is left as it was.
     void load(const std::string& path);
 
+    /// Makes the following steps data-parallel over `group` (see ReplicaGroup); nullptr goes back
+    /// to single-process steps. Throws xgrad::Error when the batch does not split evenly.
+    void set_replicas(std::shared_ptr<ReplicaGroup> group);
+
     std::int64_t step() const { return m_step; }
     const TrainConfig& config() const { return m_config; }
     SeqEncoder& model() { return *m_model; }
@@ -85,6 +119,7 @@ private:
     std::shared_ptr<SeqEncoder> m_model;
     std::unique_ptr<optim::Optimizer> m_optimizer;
     std::unique_ptr<optim::LRScheduler> m_scheduler;
+    std::shared_ptr<ReplicaGroup> m_replicas;
     std::int64_t m_step = 0;
     History m_history;
 };

@@ -13,3 +13,8 @@ run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/build
     -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}")
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 run(${WORK_DIR}/build/consumer)
+if(EXISTS ${WORK_DIR}/build/consumer_distributed)
+  # Open MPI keeps allocations until exit: in a sanitizer build, the MPI tests' suppressions.
+  set(ENV{LSAN_OPTIONS} "suppressions=${SOURCE_DIR}/tests/distributed/lsan.supp:fast_unwind_on_malloc=0:print_suppressions=0")
+  run(${WORK_DIR}/build/consumer_distributed)
+endif()

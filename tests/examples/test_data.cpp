@@ -83,3 +83,38 @@ TEST_CASE("task names, tokens and bad input") {
     CHECK(mix_seed(1, 2, 3) != mix_seed(1, 2, 4));
     CHECK(mix_seed(1, 2, 3) == mix_seed(1, 2, 3));
 }
+
+TEST_CASE("shard_batch: contiguous equal slices that put back together make the global batch") {
+    TaskSpec spec{Task::reverse, 6, 9};
+    Generator gen(3);
+    const Batch global = make_batch(spec, 12, gen);
+    const auto X = global.inputs.to_vector<std::int64_t>(), Y = global.targets.to_vector<std::int64_t>();
+    const auto L = global.valid_lens.to_vector<std::int64_t>();
+    for (std::size_t world : {1, 2, 3, 4, 12}) {
+        std::vector<std::int64_t> x, y, l;
+        std::int64_t tokens = 0;
+        for (std::size_t rank = 0; rank < world; ++rank) {
+            const Batch s = shard_batch(global, rank, world);
+            REQUIRE(s.size() == 12 / world);
+            REQUIRE(s.inputs.shape() == Shape{12 / world, 6});
+            for (auto v : s.inputs.to_vector<std::int64_t>()) x.push_back(v);
+            for (auto v : s.targets.to_vector<std::int64_t>()) y.push_back(v);
+            for (auto v : s.valid_lens.to_vector<std::int64_t>()) l.push_back(v);
+            tokens += s.num_tokens();
+        }
+        CHECK(x == X);
+        CHECK(y == Y);
+        CHECK(l == L);
+        CHECK(tokens == global.num_tokens());
+    }
+}
+
+TEST_CASE("shard_batch: a batch that does not split evenly or a bad rank is refused") {
+    TaskSpec spec;
+    Generator gen(3);
+    const Batch global = make_batch(spec, 10, gen);
+    CHECK_THROWS_WITH(shard_batch(global, 0, 4),
+                      Catch::Contains("shard_batch") && Catch::Contains("10 sequences") && Catch::Contains("4 ranks"));
+    CHECK_THROWS_WITH(shard_batch(global, 2, 2), Catch::Contains("shard_batch") && Catch::Contains("rank 2 of world 2"));
+    CHECK_THROWS_WITH(shard_batch(global, 0, 0), Catch::Contains("shard_batch") && Catch::Contains("world 0"));
+}

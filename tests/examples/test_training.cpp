@@ -185,3 +185,45 @@ TEST_CASE("Trainer: a negative or NaN lr or clip is refused, not read as the def
     zero.clip = 0;
     CHECK_NOTHROW(Trainer(zero));
 }
+
+namespace {
+
+// A group of `world` ranks of which this process is rank 0 and the only one: its collectives
+// leave the values as they are (what MPI does in a world of one rank).
+struct LoneReplica : ReplicaGroup {
+    explicit LoneReplica(std::size_t world) : m_world(world) {}
+    std::size_t rank() const override { return 0; }
+    std::size_t world_size() const override { return m_world; }
+    void sum_gradients() override { ++gradient_sums; }
+    void sum(std::vector<double>&) override { ++sums; }
+    std::size_t m_world;
+    int gradient_sums = 0, sums = 0;
+};
+
+}  // namespace
+
+TEST_CASE("Trainer: the data-parallel step on one rank matches the single-process step") {
+    // With dropout: rank 0 draws the single-process masks.
+    TrainConfig c = small_config(20);
+    c.model.dropout = 0.1;
+    Trainer plain(c);
+    Trainer replicated(c);
+    auto group = std::make_shared<LoneReplica>(1);
+    replicated.set_replicas(group);
+    for (int s = 0; s < 8; ++s) {
+        const StepResult a = plain.train_step(), b = replicated.train_step();
+        // sum / N instead of mean: the same up to the rounding of the division
+        CHECK(b.loss == Approx(a.loss).epsilon(1e-6));
+        CHECK(b.token_acc == a.token_acc);
+        CHECK(b.tokens == a.tokens);
+    }
+    CHECK(group->gradient_sums == 8);
+    CHECK(group->sums == 8);
+}
+
+TEST_CASE("Trainer: a global batch that does not split over the ranks is refused") {
+    Trainer trainer(small_config(10));  // batch 32
+    CHECK_THROWS_WITH(trainer.set_replicas(std::make_shared<LoneReplica>(3)),
+                      Catch::Contains("32 sequences") && Catch::Contains("3 ranks"));
+    CHECK_NOTHROW(trainer.set_replicas(std::make_shared<LoneReplica>(4)));
+}
