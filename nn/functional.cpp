@@ -54,12 +54,13 @@ std::vector<std::size_t> kept_prefix(const AttentionMask& mask, std::size_t batc
 }
 
 // Which keys each row r = b·queries + i of scores (batch, queries, keys) keeps: the first
-// prefix[r] (every key, valid lengths, causal), or, when prefix is empty, the true entries of a
-// bool mask (batch, queries, keys) or (queries, keys) that the kernels get as a pointer (the
-// mask tensor is a parent of the op, so it lives as long as the backward needs it).
+// prefix[r] (every key, valid lengths, causal), or, when by_mask, the true entries of a bool
+// mask (batch, queries, keys) or (queries, keys) that the kernels get as a pointer (the mask
+// tensor is a parent of the op, so it lives as long as the backward needs it).
 struct kept_keys {
     std::size_t queries = 0, keys = 0;
     std::vector<std::size_t> prefix;
+    bool by_mask = false;
     bool shared = false;  // a (queries, keys) mask, one for the whole batch
     const bool* row(const bool* where, std::size_t r) const {
         return where + (shared ? r % queries : r) * keys;
@@ -79,6 +80,7 @@ kept_keys kept_keys_of(const AttentionMask& mask, std::size_t batch, std::size_t
             k.prefix = kept_prefix(mask, batch, queries, keys);
             break;
         case AttentionMask::Kind::attend_where:
+            k.by_mask = true;
             k.shared = mask.tensor().dim() == 2;
             break;
     }
@@ -87,7 +89,7 @@ kept_keys kept_keys_of(const AttentionMask& mask, std::size_t batch, std::size_t
 
 // The bool mask's values when the mask is one (it is then the op's parent `index`), else null.
 const bool* where_of(const Node& self, const kept_keys& k, std::size_t index) {
-    return k.prefix.empty() ? values<bool>(self.parents[index]).data() : nullptr;
+    return k.by_mask ? values<bool>(self.parents[index]).data() : nullptr;
 }
 
 // One row of n scores x → y (y may be x): softmax with keys j ≥ L scored kMaskedScore. The
@@ -119,7 +121,7 @@ template <class T> void softmax_row_where(const T* x, T* y, std::size_t n, const
 
 template <class T>
 void softmax_row(const kept_keys& k, const bool* where, std::size_t r, const T* x, T* y) {
-    if (where)
+    if (k.by_mask)
         softmax_row_where(x, y, k.keys, k.row(where, r));
     else
         softmax_row_prefix(x, y, k.keys, k.prefix[r]);
@@ -131,7 +133,7 @@ void softmax_row_grad(const kept_keys& k, const bool* where, std::size_t r, cons
     const std::size_t n = k.keys;
     T dot = 0;
     for (std::size_t j = 0; j < n; ++j) dot += g[j] * y[j];
-    if (where) {
+    if (k.by_mask) {
         const bool* keep = k.row(where, r);
         for (std::size_t j = 0; j < n; ++j) d[j] = keep[j] ? y[j] * (g[j] - dot) : T(0);
     } else {
@@ -147,11 +149,11 @@ Tensor softmax_kept(const Tensor& X, const AttentionMask& mask) {
     const std::size_t n = X.size(2);
     kept_keys kept = kept_keys_of(mask, X.size(0), X.size(1), n);
     std::vector<Tensor> inputs{X};
-    if (kept.prefix.empty()) inputs.push_back(mask.tensor());
+    if (kept.by_mask) inputs.push_back(mask.tensor());
     return dispatch_floating("masked_softmax", X.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         const T* x = values<T>(X).data();
-        const bool* where = kept.prefix.empty() ? values<bool>(mask.tensor()).data() : nullptr;
+        const bool* where = kept.by_mask ? values<bool>(mask.tensor()).data() : nullptr;
         xt::xarray<T> out = xt::empty<T>(X.shape());
         T* y = out.data();
         const std::size_t rows = X.size(0) * X.size(1);
@@ -339,15 +341,15 @@ Tensor head_attention_weights(const Tensor& queries, const Tensor& keys, std::si
     check_attention_mask(op, mask, B, Lq, Lk);
     kept_keys kept = kept_keys_of(mask, B, Lq, Lk);
     std::vector<Tensor> inputs{queries, keys};
-    if (kept.prefix.empty()) inputs.push_back(mask.tensor());
+    if (kept.by_mask) inputs.push_back(mask.tensor());
     return dispatch_floating(op, queries.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         const T* Q = values<T>(queries).data();
         const T* K = values<T>(keys).data();
-        const bool* where = kept.prefix.empty() ? values<bool>(mask.tensor()).data() : nullptr;
+        const bool* where = kept.by_mask ? values<bool>(mask.tensor()).data() : nullptr;
         const T alpha = static_cast<T>(scale);
         const std::size_t grain = pair_grain(Lq, Lk, d);
-        xt::xarray<T> out = xt::empty<T>({B * H, Lq, Lk});
+        xt::xarray<T> out = xt::empty<T>(Shape{B * H, Lq, Lk});
         T* W = out.data();
         // Q_bh = Q[b, :, h·d:(h+1)·d] and K_bh likewise: row length D as stored.
         parallel_for(B * H, grain, [&](std::size_t p0, std::size_t p1) {
@@ -372,8 +374,8 @@ Tensor head_attention_weights(const Tensor& queries, const Tensor& keys, std::si
                 const T* K = values<T>(self.parents[1]).data();
                 // every element of dQ and dK is written by exactly one (b, h) product
                 xt::xarray<T> dq, dk;
-                if (need_q) dq = xt::empty<T>({B, Lq, D});
-                if (need_k) dk = xt::empty<T>({B, Lk, D});
+                if (need_q) dq = xt::empty<T>(Shape{B, Lq, D});
+                if (need_k) dk = xt::empty<T>(Shape{B, Lk, D});
                 parallel_for(B * H, grain, [&](std::size_t p0, std::size_t p1) {
                     std::vector<T> dS(Lq * Lk);  // one (b, h) at a time
                     for (std::size_t p = p0; p < p1; ++p) {
@@ -414,7 +416,7 @@ Tensor head_attention_combine(const Tensor& weights, const Tensor& values, std::
         const T* W = xgrad::values<T>(weights).data();
         const T* V = xgrad::values<T>(values).data();  // qualified: the argument hides the function
         const std::size_t grain = pair_grain(Lq, dv, Lk);
-        xt::xarray<T> out = xt::empty<T>({B, Lq, E});
+        xt::xarray<T> out = xt::empty<T>(Shape{B, Lq, E});
         // out_bh = out[b, :, h·dv:(h+1)·dv] = W_bh·V_bh : (Lq, Lk)·(Lk, dv), row length E as stored
         parallel_for(B * H, grain, [&](std::size_t p0, std::size_t p1) {
             for (std::size_t p = p0; p < p1; ++p) {
@@ -430,8 +432,8 @@ Tensor head_attention_combine(const Tensor& weights, const Tensor& values, std::
                                   const T* V = xgrad::values<T>(self.parents[1]).data();
                                   const T* G = grad_as<T>(gs).data();
                                   xt::xarray<T> dw, dval;
-                                  if (need_w) dw = xt::empty<T>({B * H, Lq, Lk});
-                                  if (need_v) dval = xt::empty<T>({B, Lk, E});
+                                  if (need_w) dw = xt::empty<T>(Shape{B * H, Lq, Lk});
+                                  if (need_v) dval = xt::empty<T>(Shape{B, Lk, E});
                                   parallel_for(B * H, grain, [&](std::size_t p0, std::size_t p1) {
                                       for (std::size_t p = p0; p < p1; ++p) {
                                           const std::size_t b = p / H, h = p % H;

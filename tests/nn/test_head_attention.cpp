@@ -42,7 +42,7 @@ std::vector<MaskCase> mask_cases(std::size_t B, std::size_t Lq, std::size_t Lk) 
                      [l1](std::size_t b, std::size_t, std::size_t j) { return j < static_cast<std::size_t>(l1[b]); }});
     std::vector<std::int64_t> l2(B * Lq);
     for (std::size_t r = 0; r < B * Lq; ++r) l2[r] = static_cast<std::int64_t>((r * 2 + 1) % (Lk + 2));
-    cases.push_back({"valid_lens (batch, Lq)", AttentionMask::valid_lens(lens2(l2, B)),
+    cases.push_back({"valid_lens (batch, Lq)", AttentionMask::valid_lens(from_vector(l2, {B, Lq})),
                      [l2, Lq](std::size_t b, std::size_t i, std::size_t j) {
                          return j < static_cast<std::size_t>(l2[b * Lq + i]);
                      }});
@@ -213,6 +213,24 @@ TEST_CASE("masked_softmax with a bool mask equals softmax of masked_fill, gradie
         (want * g).sum().backward();
         CHECK_THAT(vals(X.grad()), tight(vals(R.grad())));
         REQUIRE_GRADCHECK([&](auto& x) { return masked_softmax(x[0], mc.mask); }, {X}, "masked_softmax " + mc.name);
+    }
+}
+
+TEST_CASE("head attention ops accept empty batches, queries and keys", "[heads]") {
+    for (const Sizes& s : {Sizes{0, 3, 4, 2, 2}, Sizes{2, 0, 4, 2, 2}, Sizes{2, 3, 0, 2, 2}}) {
+        INFO("B = " << s.B << ", Lq = " << s.Lq << ", Lk = " << s.Lk);
+        for (const MaskCase& mc : mask_cases(s.B, s.Lq, s.Lk)) {
+            INFO("mask " << mc.name);
+            const Tensor q = param({s.B, s.Lq, 4}), k = param({s.B, s.Lk, 4}), v = param({s.B, s.Lk, 4});
+            const Tensor w = head_attention_weights(q, k, 2, 1.0, mc.mask);
+            CHECK(w.shape() == Shape{s.B * 2, s.Lq, s.Lk});
+            const Tensor out = head_attention_combine(w, v, 2);
+            CHECK(out.shape() == Shape{s.B, s.Lq, 4});
+            out.sum().backward();
+            CHECK(q.grad().shape() == q.shape());
+            CHECK(k.grad().shape() == k.shape());
+            CHECK(v.grad().shape() == v.shape());
+        }
     }
 }
 
