@@ -119,6 +119,26 @@ TEST_CASE("head_attention_weights and head_attention_combine equal the split-hea
             }
 }
 
+TEST_CASE("head attention ops with (b, h) pairs split over the pool equal the composition", "[heads]") {
+    // 24 pairs of 64×64×32 products: several chunks of parallel_for when it has threads
+    const std::size_t B = 4, H = 6, L = 64, d = 32;
+    const Tensor q = param({B, L, H * d}, -1, 1, 1), k = param({B, L, H * d}, -1, 1, 2),
+                 v = param({B, L, H * d}, -1, 1, 3);
+    const Tensor rq = q.detach().requires_grad_(true), rk = k.detach().requires_grad_(true),
+                 rv = v.detach().requires_grad_(true);
+    const MaskCase causal{"causal", AttentionMask::causal(),
+                          [](std::size_t, std::size_t i, std::size_t j) { return j <= i; }};
+    const Tensor out = head_attention_combine(head_attention_weights(q, k, H, 0.2, causal.mask), v, H);
+    const Tensor want = reference_combine(reference_weights(rq, rk, H, 0.2, causal), rv, H);
+    CHECK_THAT(vals(out), tight(vals(want)));
+    const Tensor g = param(out.shape(), -1, 1, 4).detach();
+    (out * g).sum().backward();
+    (want * g).sum().backward();
+    CHECK_THAT(vals(q.grad()), tight(vals(rq.grad())));
+    CHECK_THAT(vals(k.grad()), tight(vals(rk.grad())));
+    CHECK_THAT(vals(v.grad()), tight(vals(rv.grad())));
+}
+
 TEST_CASE("head_attention_combine's weight gradient equals the composition's", "[heads]") {
     for (std::size_t H : {1, 2, 3}) {
         const Tensor w = param({2 * H, 3, 4}, 0, 1, 5), v = param({2, 4, H * 2}, -1, 1, 6);
