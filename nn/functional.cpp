@@ -309,6 +309,11 @@ void check_divisible(const char* op, const char* arg, const Tensor& t, std::size
                                 t.size(2), num_heads, shape_str(t.shape())));
 }
 
+// A head's block of a packed output (rows of H·d, d of them its own) is written by one product.
+// Such outputs start zeroed, in one contiguous pass, and the products add into them (beta = 1):
+// with beta = 0 OpenBLAS first clears the strided block itself, row by row (sgemm_beta: 0.9% of
+// the samples of a bench_mha --config large run; gone with the zero fill, memset unchanged).
+//
 // (b, h) pairs per parallel chunk: about 2^20 multiply-adds each, as the batched products.
 std::size_t pair_grain(std::size_t rows, std::size_t cols, std::size_t inner) {
     return std::max<std::size_t>(1, (std::size_t(1) << 20) / std::max<std::size_t>(1, rows * cols * inner));
@@ -372,10 +377,10 @@ Tensor head_attention_weights(const Tensor& queries, const Tensor& keys, std::si
                 const T* G = grad_as<T>(gs).data();
                 const T* Q = values<T>(self.parents[0]).data();
                 const T* K = values<T>(self.parents[1]).data();
-                // every element of dQ and dK is written by exactly one (b, h) product
+                // every element of dQ and dK is added by exactly one (b, h) product, into zeros
                 xt::xarray<T> dq, dk;
-                if (need_q) dq = xt::empty<T>(Shape{B, Lq, D});
-                if (need_k) dk = xt::empty<T>(Shape{B, Lk, D});
+                if (need_q) dq = xt::zeros<T>(Shape{B, Lq, D});
+                if (need_k) dk = xt::zeros<T>(Shape{B, Lk, D});
                 parallel_for(B * H, grain, [&](std::size_t p0, std::size_t p1) {
                     std::vector<T> dS(Lq * Lk);  // one (b, h) at a time
                     for (std::size_t p = p0; p < p1; ++p) {
@@ -385,10 +390,10 @@ Tensor head_attention_weights(const Tensor& queries, const Tensor& keys, std::si
                             softmax_row_grad(kept, where, b * Lq + i, W + w0 + i * Lk, G + w0 + i * Lk,
                                              dS.data() + i * Lk);
                         if (need_q)  // dQ_bh = scale·dS·K_bh : (Lq, Lk)·(Lk, d)
-                            blas::gemm<T>(false, false, Lq, d, Lk, alpha, dS.data(), Lk, K + k0, D, T(0),
+                            blas::gemm<T>(false, false, Lq, d, Lk, alpha, dS.data(), Lk, K + k0, D, T(1),
                                           dq.data() + q0, D);
                         if (need_k)  // dK_bh = scale·dSᵀ·Q_bh : (Lk, Lq)·(Lq, d)
-                            blas::gemm<T>(true, false, Lk, d, Lq, alpha, dS.data(), Lk, Q + q0, D, T(0),
+                            blas::gemm<T>(true, false, Lk, d, Lq, alpha, dS.data(), Lk, Q + q0, D, T(1),
                                           dk.data() + k0, D);
                     }
                 });
@@ -416,12 +421,12 @@ Tensor head_attention_combine(const Tensor& weights, const Tensor& values, std::
         const T* W = xgrad::values<T>(weights).data();
         const T* V = xgrad::values<T>(values).data();  // qualified: the argument hides the function
         const std::size_t grain = pair_grain(Lq, dv, Lk);
-        xt::xarray<T> out = xt::empty<T>(Shape{B, Lq, E});
+        xt::xarray<T> out = xt::zeros<T>(Shape{B, Lq, E});
         // out_bh = out[b, :, h·dv:(h+1)·dv] = W_bh·V_bh : (Lq, Lk)·(Lk, dv), row length E as stored
         parallel_for(B * H, grain, [&](std::size_t p0, std::size_t p1) {
             for (std::size_t p = p0; p < p1; ++p) {
                 const std::size_t b = p / H, h = p % H;
-                blas::gemm<T>(false, false, Lq, dv, Lk, T(1), W + p * Lq * Lk, Lk, V + b * Lk * E + h * dv, E, T(0),
+                blas::gemm<T>(false, false, Lq, dv, Lk, T(1), W + p * Lq * Lk, Lk, V + b * Lk * E + h * dv, E, T(1),
                               out.data() + b * Lq * E + h * dv, E);
             }
         });
@@ -433,7 +438,7 @@ Tensor head_attention_combine(const Tensor& weights, const Tensor& values, std::
                                   const T* G = grad_as<T>(gs).data();
                                   xt::xarray<T> dw, dval;
                                   if (need_w) dw = xt::empty<T>(Shape{B * H, Lq, Lk});
-                                  if (need_v) dval = xt::empty<T>(Shape{B, Lk, E});
+                                  if (need_v) dval = xt::zeros<T>(Shape{B, Lk, E});
                                   parallel_for(B * H, grain, [&](std::size_t p0, std::size_t p1) {
                                       for (std::size_t p = p0; p < p1; ++p) {
                                           const std::size_t b = p / H, h = p % H;
@@ -443,7 +448,7 @@ Tensor head_attention_combine(const Tensor& weights, const Tensor& values, std::
                                                             T(0), dw.data() + p * Lq * Lk, Lk);
                                           if (need_v)  // dV_bh = W_bhᵀ·G_bh : (Lk, Lq)·(Lq, dv)
                                               blas::gemm<T>(true, false, Lk, dv, Lq, T(1), W + p * Lq * Lk, Lk,
-                                                            G + g0, E, T(0), dval.data() + v0, E);
+                                                            G + g0, E, T(1), dval.data() + v0, E);
                                       }
                                   });
                                   if (need_w) accumulate<T>("head_attention_combine", self.parents[0], std::move(dw));
