@@ -17,19 +17,24 @@ Tensor DotProductAttention::forward(const Tensor& queries, const Tensor& keys, c
 
 Tensor DotProductAttention::forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
                                     const AttentionMask& mask) {
-    // queries: (batch, Tq, d), keys: (batch, Tk, d), values: (batch, Tk, v)
-    check_attention_inputs("DotProductAttention", queries, keys, values);
+    return forward_heads(queries, keys, values, 1, mask);
+}
+
+Tensor DotProductAttention::forward_heads(const Tensor& queries, const Tensor& keys, const Tensor& values,
+                                          std::size_t num_heads, const AttentionMask& mask) {
+    // queries: (batch, Tq, H·d), keys: (batch, Tk, H·d), values: (batch, Tk, H·v)
+    constexpr const char* who = "DotProductAttention";
+    check_attention_inputs(who, queries, keys, values);
     if (queries.size(2) != keys.size(2))
         throw Error(
             fmt::format("DotProductAttention: queries and keys must have the same last axis, got "
                         "queries {} and keys {}",
                         shape_str(queries.shape()), shape_str(keys.shape())));
-    check_attention_mask("DotProductAttention", mask, queries.size(0), queries.size(1), keys.size(1));
-    const double d = static_cast<double>(queries.size(2));
-    // (batch, Tq, Tk): q·kᵀ/√d in one gemm per batch, k read transposed in place
-    const Tensor scores = matmul_t(queries, keys, false, true, 1.0 / std::sqrt(d));
-    m_attention_weights = masked_softmax(scores, mask);
-    return bmm(m_dropout->forward(m_attention_weights), values);  // (batch, Tq, v)
+    check_head_split(who, queries, values, num_heads);
+    check_attention_mask(who, mask, queries.size(0), queries.size(1), keys.size(1));
+    const double d = static_cast<double>(queries.size(2) / num_heads);
+    m_attention_weights = head_attention_weights(queries, keys, num_heads, 1.0 / std::sqrt(d), mask);
+    return head_attention_combine(m_dropout->forward(m_attention_weights), values, num_heads);  // (batch, Tq, H·v)
 }
 
 }  // namespace xgrad::nn

@@ -8,10 +8,11 @@
 
 namespace xgrad::nn {
 
-/// scores = Q·Kᵀ/√d → masked_softmax (-1e6 where masked) → dropout → ·V.
+/// weights = masked_softmax(Q·Kᵀ/√d) (-1e6 where masked) → dropout → ·V.
 /// Shapes: queries (batch, Tq, d), keys (batch, Tk, d), values (batch, Tk, v) → (batch, Tq, v).
 /// valid_lens: undefined, (batch,) or (batch, Tq) (see AttentionMask for the other masks).
-/// attention_weights() keeps the weights of the last forward, before dropout.
+/// attention_weights() keeps the weights of the last forward, before dropout. The scores and
+/// the softmax are one op (head_attention_weights): no scores tensor is kept for backward.
 /// Prints as `DotProductAttention(\n  (dropout): Dropout(p=0.5, inplace=False)\n)`.
 class DotProductAttention : public Module {
 public:
@@ -22,7 +23,17 @@ public:
     Tensor forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
                    const AttentionMask& mask);
 
-    /// (batch, Tq, Tk) from the last forward; part of that forward's graph (detach() to keep a copy
+    /// The same for each of num_heads heads packed along the features, as Linear projections
+    /// give them: head h of queries (batch, Tq, H·d) is columns h·d:(h+1)·d, likewise keys
+    /// (batch, Tk, H·d) and values (batch, Tk, H·v); scaled by 1/√d; → (batch, Tq, H·v) with
+    /// head h's output in columns h·v:(h+1)·v. The mask of batch row b serves all its heads.
+    /// Equals transpose_output(forward(transpose_qkv(·, H)...), H) without those copies
+    /// (see head_attention_weights / head_attention_combine). forward() is num_heads = 1.
+    Tensor forward_heads(const Tensor& queries, const Tensor& keys, const Tensor& values, std::size_t num_heads,
+                         const AttentionMask& mask = AttentionMask());
+
+    /// (batch·H, Tq, Tk) from the last forward (H = 1 for forward()), head h of batch row b at
+    /// row b·H + h; part of that forward's graph (detach() to keep a copy
     /// apart from it); undefined before the first forward.
     const Tensor& attention_weights() const { return m_attention_weights; }
 

@@ -1,7 +1,7 @@
 #pragma once
 /// Masking functions with d2l's semantics (sequence_mask, masked_softmax), the AttentionMask
-/// that the attention layers accept, and the input checks they share. All are compositions of
-/// core ops: their gradients come from masked_fill and softmax.
+/// that the attention layers accept, the fused per-head attention ops (head_attention_weights,
+/// head_attention_combine) and the input checks they share.
 #include <cstddef>
 
 #include "core/tensor.hpp"
@@ -61,8 +61,31 @@ Tensor sequence_mask(const Tensor& X, const Tensor& valid_len, double value = 0.
 /// any rank), (batch,) or (batch, queries). A valid length of 0 gives a uniform row; masked
 /// positions get probability 0 (to within e^-1e6) and gradient 0.
 Tensor masked_softmax(const Tensor& X, const Tensor& valid_lens);
-/// The same with any AttentionMask; X (batch, queries, keys) unless the mask is all.
+/// The same with any AttentionMask; X (batch, queries, keys) unless the mask is all. One fused
+/// op for every mask but all (a plain softmax): saves its output (and a bool mask) for backward.
 Tensor masked_softmax(const Tensor& X, const AttentionMask& mask);
+
+// --- multi-head attention with the heads read and written in place ------------------------
+// The H heads of a packed projection X (batch, n, H·d) are its column blocks
+// X_bh = X[b, :, h·d:(h+1)·d]; the ops below hand them to gemm with row length H·d, so neither
+// d2l's transpose_qkv nor transpose_output copies is made. Head (b, h) is row b·H + h of the
+// weights, the order of transpose_qkv.
+
+/// Attention weights of every head, scores and softmax in one op:
+///   weights[b·H + h] = masked_softmax(scale · Q_bh · K_bhᵀ, mask of batch row b).
+/// Shapes: queries (batch, Tq, H·d), keys (batch, Tk, H·d) → weights (batch·H, Tq, Tk).
+/// The mask (as for masked_softmax, per batch row) applies to all heads of its row; masked
+/// scores count as -1e6 (a row with nothing to attend is uniform) and get no gradient.
+/// The scores are computed into the output and softmaxed in place: nothing but the weights
+/// (and a bool mask) is saved for backward, and no (batch·H, Tq, Tk) scores tensor is kept.
+Tensor head_attention_weights(const Tensor& queries, const Tensor& keys, std::size_t num_heads, double scale,
+                              const AttentionMask& mask = AttentionMask());
+
+/// Each head's weights applied to its values, written in the merged layout:
+///   out[b, :, h·dv:(h+1)·dv] = weights[b·H + h] · V_bh.
+/// Shapes: weights (batch·H, Tq, Tk), values (batch, Tk, H·dv) → (batch, Tq, H·dv), what
+/// transpose_output(bmm(weights, transpose_qkv(values, H)), H) gives. Saves only its inputs.
+Tensor head_attention_combine(const Tensor& weights, const Tensor& values, std::size_t num_heads);
 
 // --- checks shared by the attention layers; `who` names the caller in messages ---------------
 
@@ -78,6 +101,10 @@ void check_attention_mask(const char* who, const AttentionMask& mask, std::size_
 /// Throws unless queries, keys and values are 3-D (batch, n, features) with one batch size and
 /// keys and values of the same length n.
 void check_attention_inputs(const char* who, const Tensor& queries, const Tensor& keys, const Tensor& values);
+
+/// Throws unless num_heads > 0 and it divides the last axes of queries and values:
+/// "DotProductAttention: values' last axis (5) must be divisible by num_heads (2), got shape (2, 4, 5)".
+void check_head_split(const char* who, const Tensor& queries, const Tensor& values, std::size_t num_heads);
 
 /// Throws unless t's last axis is `size`:
 /// "MultiHeadAttention: keys must have last axis key_size = 3, got shape (2, 6, 4)".

@@ -102,20 +102,11 @@ Tensor MultiHeadAttention::forward(const Tensor& queries, const Tensor& keys, co
     check_last_axis(who, "values", values, "value_size", m_value_size);
     check_attention_mask(who, mask, queries.size(0), queries.size(1), keys.size(1));
 
-    // After transpose_qkv: (batch·H, Tq or Tk, num_hiddens/H)
-    const Tensor q = transpose_qkv(m_W_q->forward(queries), m_num_heads);
-    const Tensor k = transpose_qkv(m_W_k->forward(keys), m_num_heads);
-    const Tensor v = transpose_qkv(m_W_v->forward(values), m_num_heads);
-
-    // Per-batch masks become per-(batch, head) rows: row b·H + h takes batch row b's.
-    AttentionMask per_head = mask;
-    if (mask.kind() == AttentionMask::Kind::valid_lens)
-        per_head = AttentionMask::valid_lens(repeat_interleave(mask.tensor(), m_num_heads, 0));
-    else if (mask.kind() == AttentionMask::Kind::attend_where && mask.tensor().dim() == 3)
-        per_head = AttentionMask::attend_where(repeat_interleave(mask.tensor(), m_num_heads, 0));
-
-    const Tensor out = m_attention->forward(q, k, v, per_head);  // (batch·H, Tq, num_hiddens/H)
-    return m_W_o->forward(transpose_output(out, m_num_heads));   // (batch, Tq, num_hiddens)
+    // The heads stay packed in the projections (batch, T, num_hiddens); the attention reads
+    // them in place and writes its output merged, (batch, Tq, num_hiddens).
+    const Tensor out = m_attention->forward_heads(m_W_q->forward(queries), m_W_k->forward(keys),
+                                                  m_W_v->forward(values), m_num_heads, mask);
+    return m_W_o->forward(out);  // (batch, Tq, num_hiddens)
 }
 
 Tensor MultiHeadAttention::attention_weights() const {

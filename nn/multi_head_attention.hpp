@@ -25,9 +25,10 @@ Tensor transpose_output(const Tensor& X, std::size_t num_heads);
 /// Dropout masks come from the default generator (manual_seed), as in PyTorch.
 /// Shapes: queries (batch, Tq, query_size), keys (batch, Tk, key_size), values (batch, Tk,
 /// value_size) → (batch, Tq, num_hiddens).
-/// valid_lens: undefined, (batch,) or (batch, Tq); repeated per head with repeat_interleave
-/// (row b·H + h gets batch row b's lengths, matching transpose_qkv). For a boolean mask
-/// (TRUE = MAY ATTEND) or a causal mask use the AttentionMask overload.
+/// valid_lens: undefined, (batch,) or (batch, Tq), shared by the heads of each batch row (as
+/// d2l's repeat_interleave does). For a boolean mask (TRUE = MAY ATTEND) or a causal mask use
+/// the AttentionMask overload. The heads are never split into or merged from copies:
+/// DotProductAttention::forward_heads reads them from the projections in place.
 class MultiHeadAttention : public Module {
 public:
     MultiHeadAttention(std::size_t key_size, std::size_t query_size, std::size_t value_size,
