@@ -1,6 +1,8 @@
 #include "alloc.hpp"
 
+#include <cstdint>
 #include <cstdlib>
+#include <iterator>
 #include <list>
 #include <mutex>
 #include <unordered_map>
@@ -62,6 +64,8 @@ public:
 
     void* alloc(std::size_t bytes) {
         if (bytes < kSmall) return system_alloc(bytes == 0 ? 1 : bytes);
+        // Past this the size-class arithmetic would wrap, and no system has the memory.
+        if (bytes > static_cast<std::size_t>(PTRDIFF_MAX)) throw std::bad_alloc();
         const std::size_t cls = size_class(bytes);
         {
             std::lock_guard<std::mutex> lock(m_mutex);
@@ -77,7 +81,12 @@ public:
             }
             ++m_misses;
         }
-        return system_alloc(cls);
+        try {
+            return system_alloc(cls);
+        } catch (const std::bad_alloc&) {
+            empty();  // the idle cached blocks may be what stands in the way: retry once without them
+            return system_alloc(cls);
+        }
     }
 
     void free(void* p, std::size_t bytes) noexcept {
@@ -87,46 +96,36 @@ public:
             return;
         }
         const std::size_t cls = size_class(bytes);
-        std::vector<void*> release;
-        try {
+        std::list<Block> release;
+        void* uncached = nullptr;
+        {
             std::lock_guard<std::mutex> lock(m_mutex);
-            if (cls > m_limit) {
-                release.push_back(p);
-            } else {
-                m_order.push_front(Block{p, cls});
-                try {
-                    m_by_class[cls].push_back(m_order.begin());
-                } catch (...) {
-                    m_order.pop_front();
-                    throw;
-                }
-                m_cached += cls;
+            if (cls > m_limit || !insert(p, cls))
+                uncached = p;
+            else
                 trim(m_limit, release);
-            }
-        } catch (...) {  // out of memory for the bookkeeping: give the block back instead
-            std::free(p);
-            return;
         }
-        for (void* q : release) std::free(q);
+        std::free(uncached);
+        release_all(release);
     }
 
     void set_limit(std::size_t bytes) {
-        std::vector<void*> release;
+        std::list<Block> release;
         {
             std::lock_guard<std::mutex> lock(m_mutex);
             m_limit = bytes;
             trim(m_limit, release);
         }
-        for (void* q : release) std::free(q);
+        release_all(release);
     }
 
     void empty() {
-        std::vector<void*> release;
+        std::list<Block> release;
         {
             std::lock_guard<std::mutex> lock(m_mutex);
             trim(0, release);
         }
-        for (void* q : release) std::free(q);
+        release_all(release);
     }
 
     AllocCacheStats stats() {
@@ -135,17 +134,36 @@ public:
     }
 
 private:
-    // Drops the least recently freed blocks until at most `keep` bytes are cached; the caller
-    // frees them after unlocking.
-    void trim(std::size_t keep, std::vector<void*>& release) {
-        while (m_cached > keep) {
-            const Block b = m_order.back();
-            auto& list = m_by_class[b.bytes];
-            list.erase(list.begin());  // the class's oldest is the overall oldest of its class
-            m_order.pop_back();
-            m_cached -= b.bytes;
-            release.push_back(b.ptr);
+    // Puts p on the free lists; false, with nothing changed, when the bookkeeping itself could
+    // not get memory. Called with the lock held.
+    bool insert(void* p, std::size_t cls) noexcept {
+        try {
+            auto& list = m_by_class[cls];
+            list.reserve(list.size() + 1);
+            m_order.push_front(Block{p, cls});
+            list.push_back(m_order.begin());  // cannot throw after the reserve
+        } catch (...) {
+            if (!m_order.empty() && m_order.front().ptr == p) m_order.pop_front();
+            return false;
         }
+        m_cached += cls;
+        return true;
+    }
+
+    // Moves the least recently freed blocks to `release` until at most `keep` bytes are cached,
+    // without allocating (list nodes are spliced); the caller frees them after unlocking.
+    void trim(std::size_t keep, std::list<Block>& release) noexcept {
+        while (m_cached > keep) {
+            const auto oldest = std::prev(m_order.end());
+            auto& list = m_by_class.find(oldest->bytes)->second;  // exists: the block is on it
+            list.erase(list.begin());  // the class's oldest is the overall oldest of its class
+            m_cached -= oldest->bytes;
+            release.splice(release.begin(), m_order, oldest);
+        }
+    }
+
+    static void release_all(std::list<Block>& blocks) noexcept {
+        for (const Block& b : blocks) std::free(b.ptr);
     }
 
     std::mutex m_mutex;

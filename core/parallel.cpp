@@ -29,7 +29,7 @@ std::size_t threads_wanted() {
 }
 
 // A job hands chunk i to worker i - 1 and the caller runs chunk 0, then waits for the count of
-// finished chunks. Both sides spin for a short while (spin_budget) before sleeping on a
+// finished chunks. Both sides spin for a short while (m_spin) before sleeping on a
 // condition variable: in a training step one parallel loop follows another within
 // microseconds, and waking a sleeping thread costs tens of microseconds in a VM, more than
 // a small loop's whole chunk.

@@ -106,4 +106,9 @@ TEST_CASE("a training-like loop reuses its buffers: once warm, a step allocates 
 TEST_CASE("an allocation too large to count throws bad_alloc, not a short block", "[alloc]") {
     cache_allocator<double> alloc;
     CHECK_THROWS_AS(alloc.allocate(SIZE_MAX / 4), std::bad_array_new_length);
+    // Counts that fit in size_t bytes but not in any memory: bad_alloc, not a wrapped size class
+    cache_allocator<float> floats;
+    CHECK_THROWS_AS(floats.allocate(SIZE_MAX / 4), std::bad_alloc);
+    CHECK_THROWS_AS(cached_alloc(SIZE_MAX - 100), std::bad_alloc);
+    CHECK_THROWS_AS(zeros({std::size_t(1) << 61}), std::bad_alloc);
 }
