@@ -46,18 +46,18 @@ constexpr std::size_t kChunk = std::size_t{1} << 30;
 template <class T>
 void all_reduce_impl(T* data, std::size_t n, ReduceOp op, MPI_Datatype type) {
     require_init("all_reduce");
+    if constexpr (!std::is_floating_point_v<T>)
+        if (op == ReduceOp::mean)  // before the reduce, so the caller's values stay as they were
+            throw Error("distributed::all_reduce: mean needs floating-point values, got integers");
     for (std::size_t i = 0; i < n; i += kChunk) {
         const int count = static_cast<int>(std::min(kChunk, n - i));
         check(MPI_Allreduce(MPI_IN_PLACE, data + i, count, type, mpi_op(op), MPI_COMM_WORLD), "MPI_Allreduce");
     }
-    if (op == ReduceOp::mean) {
-        if constexpr (std::is_floating_point_v<T>) {
+    if constexpr (std::is_floating_point_v<T>)
+        if (op == ReduceOp::mean) {
             const T inv = T(1) / static_cast<T>(world_size());
             for (std::size_t i = 0; i < n; ++i) data[i] *= inv;
-        } else {
-            throw Error("distributed::all_reduce: mean needs floating-point values, got integers");
         }
-    }
 }
 
 void broadcast_bytes(void* data, std::size_t bytes, std::size_t root) {

@@ -2,6 +2,8 @@
 // progress, evaluates on a fixed held-out set and writes metrics.json, loss.svg, attention.svg
 // and a checkpoint to --out. --resume continues from the checkpoint bit for bit.
 // --distributed trains data-parallel over MPI: `mpirun -np 2 seq_train --distributed`.
+#include <sched.h>
+
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -127,12 +129,18 @@ private:
 };
 
 // With N ranks on a host, each rank's own thread pool gets cores/N threads unless the user set
-// XGRAD_NUM_THREADS: N pools of `cores` threads each would fight over the same cores. Must run
-// before the first op creates the pool.
+// XGRAD_NUM_THREADS: N pools of `cores` threads each would fight over the same cores. And never
+// more than the CPUs the rank is bound to (mpirun binds each rank to one core for -np <= 2).
+// Must run before the first op creates the pool.
 void default_threads_per_rank() {
+    // A collective: every rank calls it, whatever its environment says.
+    const std::size_t local = distributed::local_world_size();
     if (std::getenv("XGRAD_NUM_THREADS")) return;
     const std::size_t cores = std::max(1u, std::thread::hardware_concurrency());
-    const std::size_t threads = std::max<std::size_t>(1, cores / distributed::local_world_size());
+    std::size_t threads = std::max<std::size_t>(1, cores / local);
+    cpu_set_t bound;
+    if (sched_getaffinity(0, sizeof bound, &bound) == 0)
+        threads = std::min<std::size_t>(threads, std::max(1, CPU_COUNT(&bound)));
     setenv("XGRAD_NUM_THREADS", std::to_string(threads).c_str(), 0);
 }
 #endif

@@ -42,13 +42,24 @@ DistributedDataParallel::DistributedDataParallel(std::vector<Tensor> parameters,
         throw Error("DistributedDataParallel: MPI is not initialised (create a xgrad::distributed::Environment "
                     "first)");
     if (m_options.bucket_bytes == 0) throw Error("DistributedDataParallel: bucket_bytes must be at least 1, got 0");
-    for (std::size_t i = 0; i < m_params.size(); ++i) {
+    // A bad parameter on one rank must stop every rank: the others would wait forever in the
+    // collectives below. So the local verdict is shared first, and all ranks throw together.
+    std::string bad;
+    for (std::size_t i = 0; i < m_params.size() && bad.empty(); ++i) {
         const Tensor& p = m_params[i];
-        if (!p.defined()) throw Error(fmt::format("DistributedDataParallel: parameter {} is undefined", i));
-        if (p.dtype() != kFloat32 && p.dtype() != kFloat64)
-            throw Error(fmt::format("DistributedDataParallel: parameter {} must be float32 or float64, got {} {}", i,
-                                    dtype_name(p.dtype()), shape_str(p.shape())));
+        if (!p.defined())
+            bad = fmt::format("DistributedDataParallel: parameter {} is undefined", i);
+        else if (p.dtype() != kFloat32 && p.dtype() != kFloat64)
+            bad = fmt::format("DistributedDataParallel: parameter {} must be float32 or float64, got {} {}", i,
+                              dtype_name(p.dtype()), shape_str(p.shape()));
     }
+    std::uint64_t any_bad = bad.empty() ? 0 : 1;
+    distributed::all_reduce(&any_bad, 1, distributed::ReduceOp::max);
+    if (!bad.empty()) throw Error(bad);
+    if (any_bad)
+        throw Error(fmt::format("DistributedDataParallel: another rank's parameters are invalid (it reports "
+                                "which); rank {}'s are fine",
+                                distributed::rank()));
     check_same_parameters();
     plan();
     broadcast_parameters();

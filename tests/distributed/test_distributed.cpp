@@ -57,6 +57,7 @@ TEST_CASE("distributed: all_reduce refuses what it cannot reduce") {
     CHECK_THROWS_WITH(dist::all_reduce(b), Catch::Contains("all_reduce") && Catch::Contains("bool"));
     Tensor i = from_vector(std::vector<std::int64_t>{1, 2}, {2});
     CHECK_THROWS_WITH(dist::all_reduce(i, dist::ReduceOp::mean), Catch::Contains("mean") && Catch::Contains("floating"));
+    CHECK(i.to_vector<std::int64_t>() == std::vector<std::int64_t>{1, 2});  // refused before reducing
     Tensor f = full({1}, 1.0);
     CHECK_THROWS_WITH(dist::broadcast(f, dist::world_size()), Catch::Contains("broadcast") && Catch::Contains("root"));
 }
@@ -175,6 +176,11 @@ TEST_CASE("DistributedDataParallel: bad options, parameters and a model that dif
         if (dist::rank() == 0) ps.push_back(leaf({2}, 0, kFloat32));
         CHECK_THROWS_WITH(nn::DistributedDataParallel(ps), Catch::Contains("different parameters") &&
                                                                Catch::Contains("1..2 parameters"));
+        // Only the last rank holds an int64 parameter: it names it, the others name the rank.
+        const bool last = dist::rank() + 1 == dist::world_size();
+        const Tensor p = last ? ints : leaf({2, 1}, 0, kFloat32);
+        CHECK_THROWS_WITH(nn::DistributedDataParallel({p}),
+                          last ? Catch::Contains("int64 (2, 1)") : Catch::Contains("another rank's parameters"));
     } else {
         CHECK_NOTHROW(nn::DistributedDataParallel({leaf(shape, 0, kFloat32)}));
     }
