@@ -91,6 +91,16 @@ struct Sizes {
 
 const Sizes sizes[] = {{2, 3, 5, 2, 3}, {1, 4, 2, 3, 1}, {3, 1, 4, 1, 2}};
 
+// Backward of Σ out⊙g and of Σ want⊙g (g random): the gradients reaching `inputs` through
+// the fused ops equal those reaching `reference` (their detached twins) through the composition.
+void check_same_gradients(const Tensor& out, const Tensor& want, const std::vector<Tensor>& inputs,
+                          const std::vector<Tensor>& reference) {
+    const Tensor g = param(out.shape(), -1, 1, 4).detach();
+    (out * g).sum().backward();
+    (want * g).sum().backward();
+    for (std::size_t i = 0; i < inputs.size(); ++i) CHECK_THAT(vals(inputs[i].grad()), tight(vals(reference[i].grad())));
+}
+
 }  // namespace
 
 TEST_CASE("head_attention_weights and head_attention_combine equal the split-heads composition", "[heads]") {
@@ -110,12 +120,7 @@ TEST_CASE("head_attention_weights and head_attention_combine equal the split-hea
                 const Tensor out = head_attention_combine(w, v, H), want = reference_combine(want_w, rv, H);
                 REQUIRE(out.shape() == Shape{s.B, s.Lq, H * s.dv});
                 CHECK_THAT(vals(out), tight(vals(want)));
-                const Tensor g = param(out.shape(), -1, 1, 4).detach();
-                (out * g).sum().backward();
-                (want * g).sum().backward();
-                CHECK_THAT(vals(q.grad()), tight(vals(rq.grad())));
-                CHECK_THAT(vals(k.grad()), tight(vals(rk.grad())));
-                CHECK_THAT(vals(v.grad()), tight(vals(rv.grad())));
+                check_same_gradients(out, want, {q, k, v}, {rq, rk, rv});
             }
 }
 
@@ -131,12 +136,7 @@ TEST_CASE("head attention ops with (b, h) pairs split over the pool equal the co
     const Tensor out = head_attention_combine(head_attention_weights(q, k, H, 0.2, causal.mask), v, H);
     const Tensor want = reference_combine(reference_weights(rq, rk, H, 0.2, causal), rv, H);
     CHECK_THAT(vals(out), tight(vals(want)));
-    const Tensor g = param(out.shape(), -1, 1, 4).detach();
-    (out * g).sum().backward();
-    (want * g).sum().backward();
-    CHECK_THAT(vals(q.grad()), tight(vals(rq.grad())));
-    CHECK_THAT(vals(k.grad()), tight(vals(rk.grad())));
-    CHECK_THAT(vals(v.grad()), tight(vals(rv.grad())));
+    check_same_gradients(out, want, {q, k, v}, {rq, rk, rv});
 }
 
 TEST_CASE("head_attention_combine's weight gradient equals the composition's", "[heads]") {
