@@ -37,6 +37,14 @@ void check_length_values(const char* who, const char* arg, const Tensor& lens) {
     }
 }
 
+// A defined tensor of 3 axes (batch, length, features), or an error naming op and argument.
+void check_3d(const char* op, const char* arg, const Tensor& t) {
+    if (!t.defined()) throw Error(fmt::format("{}: {} is an undefined tensor", op, arg));
+    if (t.dim() != 3)
+        throw Error(fmt::format("{}: {} must be 3-D (batch, length, features), got shape {}", op, arg,
+                                shape_str(t.shape())));
+}
+
 // For masks that keep a prefix of each row (valid lengths, causal): how many leading keys each
 // row of X (batch, queries, keys), flattened to batch·queries rows, keeps.
 std::vector<std::size_t> kept_prefix(const AttentionMask& mask, std::size_t batch, std::size_t queries,
@@ -231,14 +239,9 @@ void check_attention_mask(const char* who, const AttentionMask& mask, std::size_
 
 void check_attention_inputs(const char* who, const Tensor& queries, const Tensor& keys,
                             const Tensor& values) {
-    const std::pair<const char*, const Tensor*> args[] = {
-        {"queries", &queries}, {"keys", &keys}, {"values", &values}};
-    for (const auto& [name, t] : args) {
-        if (!t->defined()) throw Error(fmt::format("{}: {} is an undefined tensor", who, name));
-        if (t->dim() != 3)
-            throw Error(fmt::format("{}: {} must be 3-D (batch, length, features), got shape {}", who, name,
-                                    shape_str(t->shape())));
-    }
+    check_3d(who, "queries", queries);
+    check_3d(who, "keys", keys);
+    check_3d(who, "values", values);
     if (queries.size(0) != keys.size(0) || keys.size(0) != values.size(0))
         throw Error(
             fmt::format("{}: queries, keys and values must have the same batch size, got {}, {} and {}", who,
@@ -291,13 +294,6 @@ Tensor masked_softmax(const Tensor& X, const AttentionMask& mask) {
 // --- heads read and written in place -------------------------------------------------------
 
 namespace {
-
-void check_3d(const char* op, const char* arg, const Tensor& t) {
-    if (!t.defined()) throw Error(fmt::format("{}: {} is an undefined tensor", op, arg));
-    if (t.dim() != 3)
-        throw Error(fmt::format("{}: {} must be 3-D (batch, length, features), got shape {}", op, arg,
-                                shape_str(t.shape())));
-}
 
 void check_num_heads(const char* op, std::size_t num_heads) {
     if (num_heads == 0) throw Error(fmt::format("{}: num_heads must be positive, got 0", op));
