@@ -1,4 +1,4 @@
-#include "broadcast.hpp"
+#include "core/broadcast.hpp"
 
 namespace xgrad {
 

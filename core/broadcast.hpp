@@ -1,7 +1,7 @@
 #pragma once
 /// numpy broadcasting: the result shape of two operands, and the reduction of a gradient
 /// back to an operand's shape (every broadcasting op's backward goes through sum_to).
-#include "node.hpp"
+#include "core/node.hpp"
 
 namespace xgrad {
 

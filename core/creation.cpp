@@ -1,11 +1,11 @@
-#include "creation.hpp"
+#include "core/creation.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
 
-#include "node.hpp"
+#include "core/node.hpp"
 
 namespace xgrad {
 

@@ -5,8 +5,8 @@
 #include <initializer_list>
 #include <vector>
 
-#include "random.hpp"
-#include "tensor.hpp"
+#include "core/random.hpp"
+#include "core/tensor.hpp"
 
 namespace xgrad {
 

@@ -1,10 +1,10 @@
-#include "gradcheck.hpp"
+#include "core/gradcheck.hpp"
 
 #include <cmath>
 
-#include "creation.hpp"
-#include "node.hpp"
-#include "ops.hpp"
+#include "core/creation.hpp"
+#include "core/node.hpp"
+#include "core/ops.hpp"
 
 namespace xgrad {
 

@@ -13,7 +13,8 @@
 #include <utility>
 #include <variant>
 
-#include "xt.hpp"
+#include "core/dispatch.hpp"
+#include "core/xt.hpp"
 
 namespace xgrad {
 
@@ -47,33 +48,6 @@ struct Node {
 
     Dtype dtype() const { return static_cast<Dtype>(data.index()); }
 };
-
-/// Tag that carries a scalar type through a generic lambda: `[&](auto tag) { using T =
-/// typename decltype(tag)::type; ... }`.
-template <class T> struct type_tag { using type = T; };
-
-/// Calls f(type_tag<T>{}) for float32 / float64, and throws for other dtypes:
-/// "<op>: expected a floating-point tensor (float32 or float64), got int64".
-template <class F> decltype(auto) dispatch_floating(const char* op, Dtype d, F&& f) {
-    switch (d) {
-        case Dtype::Float32: return f(type_tag<float>{});
-        case Dtype::Float64: return f(type_tag<double>{});
-        default: break;
-    }
-    throw Error(fmt::format("{}: expected a floating-point tensor (float32 or float64), got {}", op,
-                            dtype_name(d)));
-}
-
-/// Calls f(type_tag<T>{}) for any of the four dtypes (shape ops, copies, printing).
-template <class F> decltype(auto) dispatch_all(Dtype d, F&& f) {
-    switch (d) {
-        case Dtype::Float32: return f(type_tag<float>{});
-        case Dtype::Float64: return f(type_tag<double>{});
-        case Dtype::Int64: return f(type_tag<std::int64_t>{});
-        case Dtype::Bool: break;
-    }
-    return f(type_tag<bool>{});
-}
 
 /// Throws "<op>: dtypes differ: float32 and float64 (convert one with .to())".
 void check_same_dtype(const char* op, const Tensor& a, const Tensor& b);

@@ -9,7 +9,8 @@
 #include <optional>
 #include <vector>
 
-#include "tensor.hpp"
+#include "core/attention_mask.hpp"
+#include "core/tensor.hpp"
 
 namespace xgrad {
 
@@ -117,6 +118,57 @@ Tensor matmul_t(const Tensor& a, const Tensor& b, bool transpose_a, bool transpo
 Tensor softmax(const Tensor& a, long axis);
 /// x - max - log Σ exp(x - max). Backward: gx = g − softmax ⊙ Σ g.
 Tensor log_softmax(const Tensor& a, long axis);
+/// d2l's masked_softmax: softmax over the last axis of X (batch, queries, keys) after setting
+/// the scores of keys the mask leaves out to -1e6 (see AttentionMask). A row with nothing to
+/// attend is uniform; masked positions get probability 0 (to within e^-1e6) and gradient 0.
+/// One fused op (softmax(masked_fill(X, ...)) without the filled copy); saves its output.
+/// With AttentionMask() (every key) it is softmax(X, -1), of any rank.
+Tensor masked_softmax(const Tensor& X, const AttentionMask& mask);
+/// d2l's signature: valid_lens undefined (every key), (batch,) or (batch, queries).
+Tensor masked_softmax(const Tensor& X, const Tensor& valid_lens);
+/// With a mask already resolved for X's shape (no host copy, no re-check of the mask).
+Tensor masked_softmax(const Tensor& X, const ResolvedMask& mask);
+
+// --- multi-head attention, heads in place (ops_attention.cpp) -----------------------------
+// The H heads of a packed projection X (batch, n, H·d) are its column blocks
+// X_bh = X[b, :, h·d:(h+1)·d]; the ops hand them to gemm with row length H·d, so neither d2l's
+// transpose_qkv nor transpose_output copy is made. Head (b, h) is row b·H + h of the weights.
+
+/// Attention weights of every head, scores and softmax in one op:
+///   weights[b·H + h] = masked_softmax(scale · Q_bh · K_bhᵀ, mask of batch row b).
+/// Shapes: queries (batch, Tq, H·d), keys (batch, Tk, H·d) → weights (batch·H, Tq, Tk).
+/// The mask of batch row b applies to all its heads. The scores are computed into the output
+/// and softmaxed in place: only the weights and the mask are saved for backward.
+Tensor head_attention_weights(const Tensor& queries, const Tensor& keys, std::size_t num_heads, double scale,
+                              const AttentionMask& mask = AttentionMask());
+Tensor head_attention_weights(const Tensor& queries, const Tensor& keys, std::size_t num_heads, double scale,
+                              const ResolvedMask& mask);
+/// Each head's weights applied to its values, written in the merged layout:
+///   out[b, :, h·dv:(h+1)·dv] = weights[b·H + h] · V_bh.
+/// Shapes: weights (batch·H, Tq, Tk), values (batch, Tk, H·dv) → (batch, Tq, H·dv), what
+/// transpose_output(bmm(weights, transpose_qkv(values, H)), H) gives. Saves only its inputs.
+Tensor head_attention_combine(const Tensor& weights, const Tensor& values, std::size_t num_heads);
+
+// --- losses (ops_loss.cpp): fused, as torch.nn.functional's --------------------------------
+
+/// How a loss reduces its per-element values: keep them (none), average (mean) or add (sum).
+enum class Reduction { none, mean, sum };
+
+/// Cross-entropy of integer class targets under softmax(logits), fused with the log-softmax
+/// for stability:  loss_i = logsumexp(logits_i) − logits_i[targets_i]  (0 where ignored).
+/// logits: (..., C) with the class axis LAST — (N, C) or (B, T, V). (torch wants the classes
+///         on axis 1; here the (B, T, V) output of a sequence model goes in as it is.)
+/// targets: int64 of logits' shape without the class axis, each in [0, C) or ignore_index.
+/// Result: none → the targets' shape; sum → 0-d; mean → the sum over the targets that are not
+///         ignore_index divided by their count (NaN when all are, as torch).
+/// Backward: softmax(logits_i) − one_hot(targets_i), times the upstream gradient (divided by
+///         the count for mean). Saves the per-row logsumexp.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction reduction = Reduction::mean,
+                     std::int64_t ignore_index = -100);
+/// Mean squared error: (input − target)², reduced. input and target have one shape and one
+/// floating dtype; both may require grad. sum and mean are one fused op, summed in double; an
+/// empty input's mean is NaN, as in torch.
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);
 
 // --- indexing (ops_index.cpp) -----------------------------------------------------------
 /// Each element repeated `repeats` times along axis (torch.repeat_interleave; any dtype):

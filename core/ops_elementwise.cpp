@@ -2,8 +2,8 @@
 // input's gradient to that input's shape with sum_to.
 #include <cmath>
 
-#include "broadcast.hpp"
-#include "ops.hpp"
+#include "core/broadcast.hpp"
+#include "core/ops.hpp"
 
 namespace xgrad {
 

@@ -1,7 +1,7 @@
 // Indexing: repeat_interleave, index_select (embedding lookup) and gather. Any dtype forward;
 // float inputs get gradients, which scatter-add back (repeated picks sum).
-#include "ops.hpp"
-#include "ops_util.hpp"
+#include "core/ops.hpp"
+#include "core/ops_util.hpp"
 
 namespace xgrad {
 

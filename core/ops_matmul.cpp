@@ -1,10 +1,10 @@
 // Matrix products on BLAS gemm. Forward and backward use gemm's transpose flags, so no
 // transposed copy is ever made, and accumulate with beta = 1 where a broadcast operand's
 // gradient sums over batches.
-#include "blas.hpp"
-#include "broadcast.hpp"
-#include "ops.hpp"
-#include "parallel.hpp"
+#include "core/runtime/blas.hpp"
+#include "core/broadcast.hpp"
+#include "core/ops.hpp"
+#include "core/runtime/parallel.hpp"
 
 namespace xgrad {
 

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <numeric>
 
-#include "ops.hpp"
-#include "ops_util.hpp"
+#include "core/ops.hpp"
+#include "core/ops_util.hpp"
 
 namespace xgrad {
 

@@ -1,7 +1,7 @@
 // Selection by a bool mask: where and masked_fill. Any dtype forward; float inputs get gradients.
-#include "broadcast.hpp"
-#include "ops.hpp"
-#include "ops_util.hpp"
+#include "core/broadcast.hpp"
+#include "core/ops.hpp"
+#include "core/ops_util.hpp"
 
 namespace xgrad {
 

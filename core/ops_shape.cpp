@@ -2,9 +2,9 @@
 // row-major copies (nodes own their arrays), so later ops never see strided views.
 #include <algorithm>
 
-#include "broadcast.hpp"
-#include "ops.hpp"
-#include "ops_util.hpp"
+#include "core/broadcast.hpp"
+#include "core/ops.hpp"
+#include "core/ops_util.hpp"
 
 namespace xgrad {
 

@@ -3,7 +3,7 @@
 /// Internal to core/: includes xtensor through node.hpp.
 #include <type_traits>
 
-#include "node.hpp"
+#include "core/node.hpp"
 
 namespace xgrad {
 

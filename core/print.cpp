@@ -2,7 +2,7 @@
 #include <cmath>
 #include <ostream>
 
-#include "node.hpp"
+#include "core/node.hpp"
 
 namespace xgrad {
 

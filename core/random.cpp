@@ -1,4 +1,4 @@
-#include "random.hpp"
+#include "core/random.hpp"
 
 #include <cmath>
 

@@ -1,14 +1,14 @@
 // The Tensor handle, graph nodes, and the reverse-mode engine.
-#include "tensor.hpp"
+#include "core/tensor.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <ostream>
 #include <unordered_set>
 
-#include "creation.hpp"
-#include "node.hpp"
-#include "ops.hpp"
+#include "core/creation.hpp"
+#include "core/node.hpp"
+#include "core/ops.hpp"
 
 namespace xgrad {
 
@@ -217,6 +217,8 @@ void Tensor::set_grad(const Tensor& g) {
 
 void Tensor::zero_grad() { node().grad.reset(); }
 
+bool Tensor::has_grad() const { return node().grad.has_value(); }
+
 std::string Tensor::op_name() const { return node().op; }
 
 Tensor Tensor::detach() const {
@@ -240,7 +242,47 @@ template <class T> std::vector<T> Tensor::to_vector() const {
 template <class T> T* Tensor::data_ptr() { return array<T>(*this).data(); }
 template <class T> const T* Tensor::data_ptr() const { return array<T>(*this).data(); }
 
+namespace {
+
+template <class T> xt::xarray<T>* grad_array(const Node& n, const char* op) {
+    if (n.dtype() != dtype_of<T>())
+        throw Error(fmt::format("{}: tensor holds {}, asked for {}", op, dtype_name(n.dtype()),
+                                dtype_name(dtype_of<T>())));
+    if (!n.grad) return nullptr;
+    return const_cast<xt::xarray<T>*>(&std::get<xt::xarray<T>>(*n.grad));
+}
+
+}  // namespace
+
+template <class T> T* Tensor::grad_ptr() {
+    auto* g = grad_array<T>(node(), "grad_ptr");
+    return g ? g->data() : nullptr;
+}
+
+template <class T> const T* Tensor::grad_ptr() const {
+    const auto* g = grad_array<T>(node(), "grad_ptr");
+    return g ? g->data() : nullptr;
+}
+
+template <class T> T* Tensor::mutable_grad_ptr() {
+    Node& n = node();
+    if (!grad_array<T>(n, "mutable_grad_ptr")) n.grad = Storage(xt::xarray<T>(xt::zeros<T>(n.shape)));
+    return std::get<xt::xarray<T>>(*n.grad).data();
+}
+
+void Tensor::set_data(const Tensor& values) const {
+    Node& n = node();
+    if (!values.defined()) throw Error("set_data: values is an undefined tensor");
+    if (&n == &values.node()) return;
+    if (n.grad && (values.shape() != n.shape || values.dtype() != n.dtype())) n.grad.reset();
+    n.data = values.node().data;
+    n.shape = values.shape();
+}
+
 #define XGRAD_INSTANTIATE(T)                               \
+    template T* Tensor::grad_ptr<T>();                     \
+    template const T* Tensor::grad_ptr<T>() const;         \
+    template T* Tensor::mutable_grad_ptr<T>();             \
     template T Tensor::item<T>() const;                    \
     template std::vector<T> Tensor::to_vector<T>() const;  \
     template T* Tensor::data_ptr<T>();                     \

@@ -15,8 +15,8 @@
 
 #include <fmt/format.h>
 
-#include "dtype.hpp"
-#include "error.hpp"
+#include "core/dtype.hpp"
+#include "core/error.hpp"
 
 namespace xgrad {
 
@@ -64,8 +64,17 @@ public:
     Tensor grad() const;
     /// Replaces the gradient (an undefined tensor clears it); shape and dtype must match.
     void set_grad(const Tensor& g);
+    /// Whether a gradient is held (torch: grad().defined(), without the copy grad() makes).
+    bool has_grad() const;
     /// Drops the gradient (PyTorch's zero_grad(set_to_none=True)).
     void zero_grad();
+    /// The gradient's storage, row-major, for code that updates or communicates it in place
+    /// (optimisers, gradient all-reduce): null when there is no gradient. T must be the
+    /// tensor's own type (checked).
+    template <class T> T* grad_ptr();
+    template <class T> const T* grad_ptr() const;
+    /// The same, first making a zero gradient when there is none.
+    template <class T> T* mutable_grad_ptr();
     /// Reverse-mode sweep from this tensor. A scalar needs no `gradient`; a non-scalar
     /// needs one of its own shape. The graph is freed afterwards unless `retain_graph`.
     void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
@@ -82,6 +91,11 @@ public:
     /// Row-major contiguous storage. T must be the tensor's own type (checked).
     template <class T> T* data_ptr();
     template <class T> const T* data_ptr() const;
+    /// Replaces this tensor's values with a copy of `values`' (shape and dtype may change),
+    /// keeping the handle, its requires_grad and its place as a leaf, as torch's set_data:
+    /// how Module::to and load_state_dict change a parameter that an optimiser also holds.
+    /// A gradient of another shape or dtype is dropped.
+    void set_data(const Tensor& values) const;
     /// A copy with another element type (a differentiable cast between float types).
     Tensor to(Dtype d) const;
     /// An independent copy of the values (differentiable, like torch.clone).

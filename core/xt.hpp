@@ -6,9 +6,9 @@
 /// node, captured for backward or returned is an xt::xarray (assigned, or passed through
 /// xt::eval), never an `auto` expression.
 ///
-/// Every xarray here allocates through xgrad's caching allocator (core/alloc.hpp). The macro
+/// Every xarray here allocates through xgrad's caching allocator (core/runtime/alloc.hpp). The macro
 /// must be set before xtensor's configuration is read, so xtensor is included only here.
-#include "alloc.hpp"
+#include "core/runtime/alloc.hpp"
 #if defined(XTENSOR_CONFIG_HPP) && !defined(XGRAD_XTENSOR_ALLOCATOR)
 #error "core/xt.hpp must be included before any xtensor header (it sets xtensor's allocator)"
 #endif
@@ -20,7 +20,7 @@
 #include <xtensor/xmath.hpp>
 #include <xtensor/xview.hpp>
 
-#include "tensor.hpp"
+#include "core/tensor.hpp"
 
 namespace xgrad {
 

@@ -13,7 +13,7 @@
 
 #include <xgrad/xgrad.hpp>
 
-#include "core/parallel.hpp"
+#include "core/runtime/parallel.hpp"
 
 #include "common/cli.hpp"
 #include "common/data.hpp"
@@ -21,8 +21,8 @@
 #include "common/train.hpp"
 
 #ifdef XGRAD_WITH_MPI
-#include "core/distributed.hpp"
-#include "nn/data_parallel.hpp"
+#include "nn/distributed/process_group.hpp"
+#include "nn/distributed/data_parallel.hpp"
 #endif
 
 using namespace xgrad;

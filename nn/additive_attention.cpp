@@ -25,13 +25,13 @@ Tensor AdditiveAttention::forward(const Tensor& queries, const Tensor& keys, con
     check_attention_inputs("AdditiveAttention", queries, keys, values);
     check_last_axis("AdditiveAttention", "queries", queries, "query_size", m_query_size);
     check_last_axis("AdditiveAttention", "keys", keys, "key_size", m_key_size);
-    check_attention_mask("AdditiveAttention", mask, queries.size(0), queries.size(1), keys.size(1));
+    const ResolvedMask kept = mask.resolve("AdditiveAttention", queries.size(0), queries.size(1), keys.size(1));
     const Tensor q = m_W_q->forward(queries);  // (batch, Tq, h)
     const Tensor k = m_W_k->forward(keys);     // (batch, Tk, h)
     // Every query against every key by broadcasting: (batch, Tq, 1, h) + (batch, 1, Tk, h).
     const Tensor features = tanh(unsqueeze(q, 2) + unsqueeze(k, 1));  // (batch, Tq, Tk, h)
     const Tensor scores = squeeze(m_w_v->forward(features), -1);      // (batch, Tq, Tk)
-    m_attention_weights = masked_softmax(scores, mask);
+    m_attention_weights = masked_softmax(scores, kept);
     return bmm(m_dropout->forward(m_attention_weights), values);  // (batch, Tq, v)
 }
 

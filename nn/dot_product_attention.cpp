@@ -26,12 +26,19 @@ Tensor DotProductAttention::forward_heads(const Tensor& queries, const Tensor& k
     constexpr const char* who = "DotProductAttention";
     check_attention_inputs(who, queries, keys, values);
     if (queries.size(2) != keys.size(2))
-        throw Error(
-            fmt::format("DotProductAttention: queries and keys must have the same last axis, got "
-                        "queries {} and keys {}",
-                        shape_str(queries.shape()), shape_str(keys.shape())));
-    check_head_split(who, queries, values, num_heads);
-    check_attention_mask(who, mask, queries.size(0), queries.size(1), keys.size(1));
+        throw Error(fmt::format("{}: queries and keys must have the same last axis, got queries {} and keys {}", who,
+                                shape_str(queries.shape()), shape_str(keys.shape())));
+    if (num_heads == 0) throw Error(fmt::format("{}: num_heads must be positive, got 0", who));
+    for (const auto& [arg, t] : {std::pair{"queries", &queries}, std::pair{"values", &values}})
+        if (t->size(2) % num_heads != 0)
+            throw Error(fmt::format("{}: {}' last axis ({}) must be divisible by num_heads ({}), got shape {}", who,
+                                    arg, t->size(2), num_heads, shape_str(t->shape())));
+    return forward_heads(queries, keys, values, num_heads,
+                         mask.resolve(who, queries.size(0), queries.size(1), keys.size(1)));
+}
+
+Tensor DotProductAttention::forward_heads(const Tensor& queries, const Tensor& keys, const Tensor& values,
+                                          std::size_t num_heads, const ResolvedMask& mask) {
     const double d = static_cast<double>(queries.size(2) / num_heads);
     m_attention_weights = head_attention_weights(queries, keys, num_heads, 1.0 / std::sqrt(d), mask);
     return head_attention_combine(m_dropout->forward(m_attention_weights), values, num_heads);  // (batch, Tq, H·v)

@@ -32,6 +32,11 @@ public:
     Tensor forward_heads(const Tensor& queries, const Tensor& keys, const Tensor& values, std::size_t num_heads,
                          const AttentionMask& mask = AttentionMask());
 
+    /// forward_heads for a caller that checked its inputs and resolved the mask at its own
+    /// entry (MultiHeadAttention): nothing is checked or copied to the host again.
+    Tensor forward_heads(const Tensor& queries, const Tensor& keys, const Tensor& values, std::size_t num_heads,
+                         const ResolvedMask& mask);
+
     /// (batch·H, Tq, Tk) from the last forward (H = 1 for forward()), head h of batch row b at
     /// row b·H + h; part of that forward's graph (detach() to keep a copy
     /// apart from it); undefined before the first forward.

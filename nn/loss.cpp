@@ -3,94 +3,9 @@
 #include <cmath>
 
 #include "core/creation.hpp"
-#include "core/node.hpp"
 #include "core/ops.hpp"
 
 namespace xgrad::nn {
-
-namespace {
-
-// "(1, 3)": the position of flat element `flat` in a row-major array of `shape`.
-std::string position(std::size_t flat, const Shape& shape) { return shape_str(unravel_index(flat, shape)); }
-
-}  // namespace
-
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction reduction, std::int64_t ignore_index) {
-    constexpr const char* op = "cross_entropy";
-    if (logits.dim() == 0 || logits.shape().back() == 0)
-        throw Error(fmt::format("{}: expected logits with a non-empty class axis last, (N, C) or (B, T, V), "
-                                "got shape {}",
-                                op, shape_str(logits.shape())));
-    const Shape rows_shape(logits.shape().begin(), logits.shape().end() - 1);
-    if (targets.dtype() != kInt64)
-        throw Error(fmt::format("{}: targets must be int64 class indices, got {}", op, dtype_name(targets.dtype())));
-    if (targets.shape() != rows_shape)
-        throw Error(fmt::format("{}: targets of shape {} do not fit logits of shape {}: expected targets of shape {} "
-                                "(the class axis of logits is the last one)",
-                                op, shape_str(targets.shape()), shape_str(logits.shape()), shape_str(rows_shape)));
-    const auto classes = static_cast<std::int64_t>(logits.shape().back());
-    const std::size_t rows = targets.numel();
-    const std::int64_t* target = targets.data_ptr<std::int64_t>();
-    std::size_t count = 0;
-    for (std::size_t r = 0; r < rows; ++r) {
-        if (target[r] == ignore_index) continue;
-        if (target[r] < 0 || target[r] >= classes)
-            throw Error(fmt::format("{}: target {} at position {} is out of range for {} classes (expected 0..{} or "
-                                    "ignore_index {})",
-                                    op, target[r], position(r, rows_shape), classes, classes - 1, ignore_index));
-        ++count;
-    }
-
-    return dispatch_floating(op, logits.dtype(), [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        const auto C = static_cast<std::size_t>(classes);
-        const T* x = values<T>(logits).data();
-        // Per row: lse = m + log Σ exp(x − m), m the row's maximum; worked in double.
-        xt::xarray<T> lse = xt::zeros<T>(Shape{rows});
-        xt::xarray<T> loss = xt::zeros<T>(rows_shape);
-        double total = 0;
-        for (std::size_t r = 0; r < rows; ++r) {
-            const T* row = x + r * C;
-            double m = row[0];
-            for (std::size_t c = 1; c < C; ++c) m = std::max(m, static_cast<double>(row[c]));
-            double s = 0;
-            for (std::size_t c = 0; c < C; ++c) s += std::exp(static_cast<double>(row[c]) - m);
-            const double row_lse = m + std::log(s);
-            lse.data()[r] = static_cast<T>(row_lse);
-            if (target[r] == ignore_index) continue;
-            const double l = row_lse - static_cast<double>(row[target[r]]);
-            loss.data()[r] = static_cast<T>(l);
-            total += l;
-        }
-        xt::xarray<T> value = xt::zeros<T>(Shape{});
-        if (reduction == Reduction::none)
-            value = std::move(loss);
-        else
-            value() = static_cast<T>(reduction == Reduction::sum ? total : total / static_cast<double>(count));
-
-        auto backward = [lse = std::move(lse), reduction, ignore_index, count, C](Node& self, const Storage& gs) {
-            // d loss_r / d x_rc = softmax_rc − [c == target_r], softmax_rc = exp(x_rc − lse_r).
-            const auto& xs = values<T>(self.parents[0]);
-            const std::int64_t* t = values<std::int64_t>(self.parents[1]).data();
-            const auto& g = grad_as<T>(gs);
-            xt::xarray<T> dx = xt::zeros<T>(xs.shape());
-            const std::size_t n = lse.size();
-            for (std::size_t r = 0; r < n; ++r) {
-                if (t[r] == ignore_index) continue;
-                double scale = reduction == Reduction::none ? g.data()[r] : g();
-                if (reduction == Reduction::mean) scale /= static_cast<double>(count);
-                const T* row = xs.data() + r * C;
-                T* out = dx.data() + r * C;
-                const double row_lse = lse.data()[r];
-                for (std::size_t c = 0; c < C; ++c)
-                    out[c] = static_cast<T>(scale * std::exp(static_cast<double>(row[c]) - row_lse));
-                out[t[r]] -= static_cast<T>(scale);
-            }
-            accumulate<T>("cross_entropy", self.parents[0], std::move(dx));
-        };
-        return make_result<T>(std::move(value), {logits, targets}, op, std::move(backward));
-    });
-}
 
 Tensor masked_softmax_ce_loss(const Tensor& pred, const Tensor& label, const Tensor& valid_len) {
     constexpr const char* op = "masked_softmax_ce_loss";
@@ -110,61 +25,6 @@ Tensor masked_softmax_ce_loss(const Tensor& pred, const Tensor& label, const Ten
         for (std::size_t t = 0; t < steps; ++t) mask[b * steps + t] = static_cast<double>(t) < lens[b] ? 1 : 0;
     const Tensor weights = from_vector(mask, label.shape(), pred.dtype());
     return mean(unweighted * weights, {1});
-}
-
-Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
-    constexpr const char* op = "mse_loss";
-    if (input.shape() != target.shape())
-        throw Error(fmt::format("{}: input of shape {} and target of shape {} differ (expected equal shapes)", op,
-                                shape_str(input.shape()), shape_str(target.shape())));
-    if (!is_floating(input.dtype()) || input.dtype() != target.dtype())
-        throw Error(fmt::format("{}: expected input and target of one floating-point dtype, got {} and {}", op,
-                                dtype_name(input.dtype()), dtype_name(target.dtype())));
-    if (reduction == Reduction::none) {
-        const Tensor diff = input - target;
-        return diff * diff;
-    }
-    // Fused for sum and mean: one pass forward and one backward, where sub, mul and mean made
-    // five passes and three full-size temporaries. The difference is recomputed in backward
-    // rather than kept: a subtraction costs less than holding a copy of the input.
-    return dispatch_floating(op, input.dtype(), [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        const std::size_t n = input.numel();
-        const T* x = values<T>(input).data();
-        const T* t = values<T>(target).data();
-        // Summed in double (a float sum over millions of terms drifts), in 8 independent
-        // partial sums so the adds do not wait on each other.
-        double part[8] = {};
-        std::size_t i = 0;
-        for (; i + 8 <= n; i += 8)
-            for (std::size_t l = 0; l < 8; ++l) {
-                const double d = static_cast<double>(x[i + l]) - static_cast<double>(t[i + l]);
-                part[l] += d * d;
-            }
-        for (; i < n; ++i) {
-            const double d = static_cast<double>(x[i]) - static_cast<double>(t[i]);
-            part[0] += d * d;
-        }
-        double total = 0;
-        for (double p : part) total += p;
-        const double scale = reduction == Reduction::mean ? 1.0 / static_cast<double>(n) : 1.0;
-        xt::xarray<T> value = xt::zeros<T>(Shape{});
-        value() = static_cast<T>(n == 0 && reduction == Reduction::mean ? NAN : total * scale);
-        return make_result<T>(std::move(value), {input, target}, op, [scale, n](Node& self, const Storage& gs) {
-            // d/dx = 2·(x − t)·scale·g, d/dt = −d/dx
-            const T k = static_cast<T>(2 * scale * static_cast<double>(grad_as<T>(gs)()));
-            const T* x = values<T>(self.parents[0]).data();
-            const T* t = values<T>(self.parents[1]).data();
-            xt::xarray<T> dx = xt::empty<T>(self.parents[0].shape());
-            T* d = dx.data();
-            for (std::size_t i = 0; i < n; ++i) d[i] = k * (x[i] - t[i]);
-            if (needs_grad(self, 1)) {
-                xt::xarray<T> dt = -dx;
-                accumulate<T>("mse_loss", self.parents[1], std::move(dt));
-            }
-            if (needs_grad(self, 0)) accumulate<T>("mse_loss", self.parents[0], std::move(dx));
-        });
-    });
 }
 
 }  // namespace xgrad::nn

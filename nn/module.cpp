@@ -4,7 +4,6 @@
 #include <map>
 #include <ostream>
 
-#include "core/node.hpp"  // to(): converts a parameter's storage in place, keeping its handle
 #include "core/ops.hpp"
 
 namespace xgrad::nn {
@@ -130,9 +129,8 @@ Module& Module::to(Dtype dtype) {
     NoGradGuard no_grad;
     for (auto& p : parameters()) {
         if (p.dtype() == dtype) continue;
-        Node& node = p.node();
-        node.data = std::move(cast(p, dtype).node().data);
-        node.grad.reset();
+        p.set_data(cast(p, dtype));
+        p.zero_grad();
     }
     return *this;
 }
@@ -186,7 +184,7 @@ void Module::load_state_dict(const NamedTensors& state) {
     for (const auto& [name, t] : state) by_name.emplace(name, &t);
     for (const auto& [name, p] : params) {
         const Tensor& src = *by_name.at(name);
-        if (!src.is_same(p)) p.node().data = src.node().data;
+        if (!src.is_same(p)) p.set_data(src);
     }
 }
 

@@ -20,7 +20,7 @@
 
 #include <fmt/format.h>
 
-#include "core/npz.hpp"
+#include "core/io/npz.hpp"
 #include "core/tensor.hpp"
 
 namespace xgrad::nn {

@@ -1,6 +1,5 @@
 #include "transformer.hpp"
 
-#include "core/creation.hpp"
 #include "core/ops.hpp"
 
 namespace xgrad::nn {
@@ -107,12 +106,10 @@ Tensor TransformerDecoderBlock::forward(const Tensor& X, const Tensor& enc_outpu
                         X.size(0), X.size(2), shape_str(X.shape()), shape_str(cache.shape())));
     const Tensor key_values = cache.defined() ? concat({cache, X}, 1) : X;  // (batch, t0 + T, d)
     cache = key_values;
-    const std::size_t batch = X.size(0), steps = X.size(1), t0 = key_values.size(1) - steps;
-    // dec_valid_lens (batch, T): row [t0+1, ..., t0+T], the same for every batch row.
-    const Tensor row = arange(static_cast<double>(t0 + 1), static_cast<double>(t0 + steps + 1), 1.0, kInt64);
-    const Tensor dec_valid_lens = expand(reshape(row, {1, -1}), {batch, steps});
-
-    const Tensor Y = m_addnorm1->forward(X, m_attention1->forward(X, key_values, key_values, dec_valid_lens));
+    // Causal, bottom-right aligned: step t0+i sees itself and every earlier step (d2l's
+    // dec_valid_lens row [t0+1, ..., t0+T]).
+    const Tensor Y =
+        m_addnorm1->forward(X, m_attention1->forward(X, key_values, key_values, AttentionMask::causal()));
     const Tensor Z =
         m_addnorm2->forward(Y, m_attention2->forward(Y, enc_outputs, enc_outputs, enc_valid_lens));
     return m_addnorm3->forward(Z, m_ffn->forward(Z));

@@ -4,8 +4,8 @@
 #include <cmath>
 
 #include "core/creation.hpp"
-#include "core/node.hpp"
-#include "core/parallel.hpp"
+#include "core/dispatch.hpp"
+#include "core/runtime/parallel.hpp"
 
 namespace xgrad::optim {
 
@@ -41,16 +41,14 @@ AdamOptions Adam::options() const {
 void Adam::step() {
     NoGradGuard no_grad;
     for (std::size_t i = 0; i < m_params.size(); ++i) {
-        Node& node = m_params[i].node();
-        if (!node.grad) continue;
-        dispatch_floating("Adam.step", node.dtype(), [&](auto tag) {
+        Tensor& p = m_params[i];
+        if (!p.has_grad()) continue;
+        dispatch_floating("Adam.step", p.dtype(), [&](auto tag) {
             using T = typename decltype(tag)::type;
-            xt::xarray<T>& p = values<T>(node);
-            const xt::xarray<T>& g = grad_as<T>(*node.grad);
             if (m_step[i] == 0) {
-                m_exp_avg[i] = from_array<T>(xt::zeros<T>(p.shape()));
-                m_exp_avg_sq[i] = from_array<T>(xt::zeros<T>(p.shape()));
-                if (m_amsgrad) m_max_exp_avg_sq[i] = from_array<T>(xt::zeros<T>(p.shape()));
+                m_exp_avg[i] = zeros(p.shape(), p.dtype());
+                m_exp_avg_sq[i] = zeros(p.shape(), p.dtype());
+                if (m_amsgrad) m_max_exp_avg_sq[i] = zeros(p.shape(), p.dtype());
             }
             const auto t = static_cast<double>(++m_step[i]);
             // The scalars are worked out in double, as torch does in Python, then used in T.
@@ -66,13 +64,13 @@ void Adam::step() {
             const bool l2 = !m_decoupled && m_weight_decay != 0;
             const bool decoupled = m_decoupled && m_weight_decay != 0;
 
-            T* pd = p.data();
-            const T* gd = g.data();
-            T* m = array<T>(m_exp_avg[i]).data();
-            T* v = array<T>(m_exp_avg_sq[i]).data();
-            T* vmax = m_amsgrad ? array<T>(m_max_exp_avg_sq[i]).data() : nullptr;
+            T* pd = p.data_ptr<T>();
+            const T* gd = p.grad_ptr<T>();
+            T* m = m_exp_avg[i].data_ptr<T>();
+            T* v = m_exp_avg_sq[i].data_ptr<T>();
+            T* vmax = m_amsgrad ? m_max_exp_avg_sq[i].data_ptr<T>() : nullptr;
             // Elements are independent: large parameters are split over the pool.
-            parallel_for(p.size(), 1 << 15, [&](std::size_t j0, std::size_t j1) {
+            parallel_for(p.numel(), 1 << 15, [&](std::size_t j0, std::size_t j1) {
                 for (std::size_t j = j0; j < j1; ++j) {
                     const T gj = l2 ? gd[j] + wd * pd[j] : gd[j];
                     if (decoupled) pd[j] *= decay;

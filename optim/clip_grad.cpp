@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/node.hpp"
+#include "core/dispatch.hpp"
 
 namespace xgrad::optim {
 
@@ -23,14 +23,14 @@ double clip_grad_norm(const std::vector<Tensor>& parameters, double max_norm, do
     double total = 0;
     bool any = false;
     for (const Tensor& p : parameters) {
-        const Node& node = p.node();
-        if (!node.grad) continue;
+        if (!p.has_grad()) continue;
         any = true;
-        const double norm = dispatch_floating("clip_grad_norm", node.dtype(), [&](auto tag) {
+        const double norm = dispatch_floating("clip_grad_norm", p.dtype(), [&](auto tag) {
             using T = typename decltype(tag)::type;
-            const xt::xarray<T>& g = grad_as<T>(*node.grad);
+            const T* g = p.grad_ptr<T>();
             double acc = 0;
-            for (const T x : g) {
+            for (std::size_t j = 0, n = p.numel(); j < n; ++j) {
+                const T x = g[j];
                 const double a = std::abs(static_cast<double>(x));
                 if (inf)
                     acc = nan_max(acc, a);
@@ -52,12 +52,12 @@ double clip_grad_norm(const std::vector<Tensor>& parameters, double max_norm, do
 
     const double coef = max_norm / (total + 1e-6);
     if (!(coef >= 1)) {  // a NaN norm spreads to the gradients, as in torch
-        for (const Tensor& p : parameters) {
-            Node& node = p.node();
-            if (!node.grad) continue;
-            dispatch_floating("clip_grad_norm", node.dtype(), [&](auto tag) {
+        for (Tensor p : parameters) {
+            if (!p.has_grad()) continue;
+            dispatch_floating("clip_grad_norm", p.dtype(), [&](auto tag) {
                 using T = typename decltype(tag)::type;
-                std::get<xt::xarray<T>>(*node.grad) *= static_cast<T>(coef);
+                T* g = p.grad_ptr<T>();
+                for (std::size_t j = 0, n = p.numel(); j < n; ++j) g[j] *= static_cast<T>(coef);
             });
         }
     }

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/npz.hpp"
+#include "core/io/npz.hpp"
 #include "core/tensor.hpp"
 
 namespace xgrad::optim {

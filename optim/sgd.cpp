@@ -2,7 +2,8 @@
 
 #include <cmath>
 
-#include "core/node.hpp"
+#include "core/creation.hpp"
+#include "core/dispatch.hpp"
 
 namespace xgrad::optim {
 
@@ -35,15 +36,13 @@ SGDOptions SGD::options() const {
 void SGD::step() {
     NoGradGuard no_grad;
     for (std::size_t i = 0; i < m_params.size(); ++i) {
-        Node& node = m_params[i].node();
-        if (!node.grad) continue;
-        dispatch_floating("SGD.step", node.dtype(), [&](auto tag) {
+        Tensor& p = m_params[i];
+        if (!p.has_grad()) continue;
+        dispatch_floating("SGD.step", p.dtype(), [&](auto tag) {
             using T = typename decltype(tag)::type;
-            xt::xarray<T>& p = values<T>(node);
-            const xt::xarray<T>& g = grad_as<T>(*node.grad);
-            T* pd = p.data();
-            const T* gd = g.data();
-            const std::size_t n = p.size();
+            T* pd = p.data_ptr<T>();
+            const T* gd = p.grad_ptr<T>();
+            const std::size_t n = p.numel();
             const T lr = static_cast<T>(m_lr);
             const T wd = static_cast<T>(m_weight_decay);
             const bool decay = m_weight_decay != 0;
@@ -56,8 +55,8 @@ void SGD::step() {
             }
             // torch starts the buffer as a plain copy of the (decayed) gradient: no dampening on step 1.
             const bool first = !m_momentum_buffer[i].defined();
-            if (first) m_momentum_buffer[i] = from_array<T>(xt::zeros<T>(p.shape()));
-            T* bd = array<T>(m_momentum_buffer[i]).data();
+            if (first) m_momentum_buffer[i] = zeros(p.shape(), p.dtype());
+            T* bd = m_momentum_buffer[i].data_ptr<T>();
             const T momentum = static_cast<T>(m_momentum);
             const T keep = static_cast<T>(1 - m_dampening);
             for (std::size_t j = 0; j < n; ++j) {

@@ -26,7 +26,7 @@
 
 #include <xgrad/xgrad.hpp>
 
-#include "core/blas.hpp"
+#include "core/runtime/blas.hpp"
 #include "nn/loss.hpp"
 #include "optim/adam.hpp"
 

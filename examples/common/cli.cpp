@@ -8,8 +8,8 @@
 
 #include <fmt/format.h>
 
-#include "core/atomic_file.hpp"
-#include "core/blas.hpp"
+#include "core/io/atomic_file.hpp"
+#include "core/runtime/blas.hpp"
 #include "core/error.hpp"
 
 namespace xgrad::examples {

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "core/creation.hpp"
-#include "core/npz.hpp"
+#include "core/io/npz.hpp"
 #include "core/ops.hpp"
 #include "nn/loss.hpp"
 #include "optim/adam.hpp"

@@ -55,7 +55,7 @@ struct History {
 EvalResult evaluate(SeqEncoder& model, const Batch& data);
 
 /// The collectives a data-parallel run needs, as the trainer sees them. seq_train --distributed
-/// implements them over MPI with nn::DistributedDataParallel (nn/data_parallel.hpp); the
+/// implements them over MPI with nn::DistributedDataParallel (nn/distributed/data_parallel.hpp); the
 /// trainer itself knows nothing of MPI, so this library builds without it.
 ///
 /// How a step matches the single-process step on the same global batch of B rows:

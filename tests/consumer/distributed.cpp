@@ -2,8 +2,8 @@
 // of a Linear layer with gradients summed over the ranks (here run as a world of one rank).
 #include <xgrad/xgrad.hpp>
 
-#include <xgrad/core/distributed.hpp>
-#include <xgrad/nn/data_parallel.hpp>
+#include <xgrad/nn/distributed/process_group.hpp>
+#include <xgrad/nn/distributed/data_parallel.hpp>
 
 using namespace xgrad;
 

@@ -3,7 +3,7 @@
 // more than its limit. Each test sets the limit it needs and restores the default after.
 #include <cstdint>
 
-#include "core/alloc.hpp"
+#include "core/runtime/alloc.hpp"
 #include "helpers.hpp"
 
 using namespace xgrad;

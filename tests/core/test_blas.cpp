@@ -1,7 +1,7 @@
 // The BLAS that xgrad loads at run time: products large enough to take OpenBLAS's blocked
 // kernels match a naive triple loop, and blas_info() reports the core they run on.
-#include "core/blas.hpp"
-#include "core/parallel.hpp"
+#include "core/runtime/blas.hpp"
+#include "core/runtime/parallel.hpp"
 #include "helpers.hpp"
 
 #include <algorithm>

@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "helpers.hpp"
-#include "core/npz.hpp"
+#include "core/io/npz.hpp"
 
 using namespace xgrad;
 namespace fs = std::filesystem;

@@ -12,7 +12,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/creation.hpp"
-#include "core/npz.hpp"
+#include "core/io/npz.hpp"
 
 using namespace xgrad;
 namespace fs = std::filesystem;

@@ -10,7 +10,7 @@
 #include <limits>
 
 #include "core/creation.hpp"
-#include "core/svg.hpp"
+#include "core/plot/svg.hpp"
 
 using namespace xgrad;
 namespace fs = std::filesystem;

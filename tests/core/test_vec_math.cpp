@@ -1,5 +1,5 @@
 // The vectorised float row kernels behind masked_softmax, against std::exp and std::max.
-#include "core/vec_math.hpp"
+#include "core/runtime/vec_math.hpp"
 #include "helpers.hpp"
 
 #include <cmath>

@@ -11,7 +11,7 @@
 
 #include <xgrad/xgrad.hpp>
 
-#include "core/npz.hpp"
+#include "core/io/npz.hpp"
 
 using namespace xgrad;
 

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "core/distributed.hpp"
+#include "nn/distributed/process_group.hpp"
 
 int main(int argc, char** argv) {
     xgrad::distributed::Environment mpi(argc, argv);

@@ -3,10 +3,10 @@
 #include <cmath>
 
 #include "core/creation.hpp"
-#include "core/distributed.hpp"
+#include "nn/distributed/process_group.hpp"
 #include "core/ops.hpp"
 #include "helpers.hpp"
-#include "nn/data_parallel.hpp"
+#include "nn/distributed/data_parallel.hpp"
 #include "nn/linear.hpp"
 
 using namespace xgrad;

@@ -8,7 +8,7 @@
 #include <filesystem>
 
 #include "common/cli.hpp"
-#include "core/atomic_file.hpp"
+#include "core/io/atomic_file.hpp"
 #include "helpers.hpp"
 
 using namespace xgrad;

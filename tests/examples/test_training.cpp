@@ -7,7 +7,7 @@
 
 #include "common/model.hpp"
 #include "common/train.hpp"
-#include "core/atomic_file.hpp"
+#include "core/io/atomic_file.hpp"
 #include "helpers.hpp"
 
 using namespace xgrad;

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "core/creation.hpp"
-#include "core/npz.hpp"
+#include "core/io/npz.hpp"
 #include "core/ops.hpp"
 #include "nn/linear.hpp"
 

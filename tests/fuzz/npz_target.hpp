@@ -8,7 +8,7 @@
 // hang or a large allocation is a bug.
 #include <string_view>
 
-#include "core/npz.hpp"
+#include "core/io/npz.hpp"
 #include "core/ops.hpp"
 #include "nn/linear.hpp"
 

@@ -4,7 +4,7 @@
 #include <functional>
 #include <memory>
 
-#include "core/npz.hpp"
+#include "core/io/npz.hpp"
 #include "helpers.hpp"
 #include "optim/adam.hpp"
 #include "optim/sgd.hpp"

@@ -1,4 +1,4 @@
-#include "parallel.hpp"
+#include "core/runtime/parallel.hpp"
 
 #include <sched.h>
 

@@ -1,15 +1,15 @@
 // .npy and .npz. Byte layouts: numpy's NEP 1 (doc/neps/nep-0001-npy-format.rst) and PKWARE's
 // APPNOTE.TXT sections 4.3.7 (local header), 4.3.12 (central directory), 4.3.16 (end record).
-#include "npz.hpp"
+#include "core/io/npz.hpp"
 
 #include <array>
 #include <cstring>
 #include <limits>
 #include <set>
 
-#include "atomic_file.hpp"
-#include "inflate.hpp"
-#include "node.hpp"
+#include "core/io/atomic_file.hpp"
+#include "core/io/inflate.hpp"
+#include "core/node.hpp"
 
 namespace xgrad {
 

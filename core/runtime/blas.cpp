@@ -1,6 +1,6 @@
-#include "blas.hpp"
+#include "core/runtime/blas.hpp"
 
-#include "parallel.hpp"
+#include "core/runtime/parallel.hpp"
 
 #include <dlfcn.h>
 
@@ -138,7 +138,7 @@ Blas load() {
                          b.info.detected.c_str(), name_of_level(cpu), coretype_for(cpu));
     }
     b.info.core = b.corename();
-    // xgrad splits large products over its own pool (core/parallel.hpp); OpenBLAS's pool
+    // xgrad splits large products over its own pool (core/runtime/parallel.hpp); OpenBLAS's pool
     // beside it would oversubscribe the cores, so it runs one thread unless the user says.
     if (env("OPENBLAS_NUM_THREADS").empty() && env("GOTO_NUM_THREADS").empty() && env("OMP_NUM_THREADS").empty())
         b.set_num_threads(1);

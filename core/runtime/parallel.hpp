@@ -3,7 +3,7 @@
 /// parallel_for(n, f) calls f(begin, end) on contiguous chunks of [0, n), one per thread, the
 /// caller taking the first; calls made from inside a chunk run inline, so kernels nest safely.
 /// Threads: XGRAD_NUM_THREADS if set, else the CPUs this process may run on, at most 8. OpenBLAS
-/// is then kept to 1 thread of its own (core/blas.cpp) so the two pools never oversubscribe.
+/// is then kept to 1 thread of its own (core/runtime/blas.cpp) so the two pools never oversubscribe.
 /// Between loops the threads poll for XGRAD_POOL_SPIN_US microseconds (default 100, 0 for
 /// never) before sleeping, so back-to-back loops do not pay a thread wake-up each.
 #include <cstddef>

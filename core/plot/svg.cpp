@@ -1,4 +1,4 @@
-#include "svg.hpp"
+#include "core/plot/svg.hpp"
 
 #include <algorithm>
 #include <array>
@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "atomic_file.hpp"
+#include "core/io/atomic_file.hpp"
 
 namespace xgrad::svg {
 

@@ -4,8 +4,8 @@
 #include <chrono>
 #include <string>
 
-#include "core/distributed.hpp"
-#include "core/node.hpp"
+#include "nn/distributed/process_group.hpp"
+#include "core/dispatch.hpp"
 
 namespace xgrad::nn {
 
@@ -147,11 +147,10 @@ void DistributedDataParallel::sync_gradients() {
             std::vector<T>& buf = buffer_of<T>(k.f32, k.f64);
             const std::size_t np = k.params.size();
             for (std::size_t j = 0; j < np; ++j) {
-                Node& node = m_params[k.params[j]].node();
+                const Tensor& p = m_params[k.params[j]];
                 const auto first = buf.begin() + static_cast<long>(k.offsets[j]);
-                if (node.grad) {
-                    const auto& g = std::get<xt::xarray<T>>(*node.grad);
-                    std::copy(g.begin(), g.end(), first);
+                if (const T* g = p.grad_ptr<T>()) {
+                    std::copy(g, g + p.numel(), first);
                     buf[k.numel + j] = T(1);
                 } else {
                     std::fill(first, first + static_cast<long>(m_params[k.params[j]].numel()), T(0));
@@ -167,11 +166,9 @@ void DistributedDataParallel::sync_gradients() {
             }
             for (std::size_t j = 0; j < np; ++j) {
                 if (buf[k.numel + j] == T(0)) continue;  // no rank had a gradient
-                Node& node = m_params[k.params[j]].node();
-                if (!node.grad) node.grad = xt::xarray<T>::from_shape(node.shape);
-                auto& g = std::get<xt::xarray<T>>(*node.grad);
+                Tensor& p = m_params[k.params[j]];
                 const auto first = buf.begin() + static_cast<long>(k.offsets[j]);
-                std::copy(first, first + static_cast<long>(g.size()), g.begin());
+                std::copy(first, first + static_cast<long>(p.numel()), p.mutable_grad_ptr<T>());
             }
         });
     }

@@ -1,4 +1,4 @@
-#include "alloc.hpp"
+#include "core/runtime/alloc.hpp"
 
 #include <cstdint>
 #include <cstdlib>

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "tensor.hpp"
+#include "core/tensor.hpp"
 
 namespace xgrad::svg {
 

@@ -23,7 +23,7 @@
 #include <utility>
 #include <vector>
 
-#include "tensor.hpp"
+#include "core/tensor.hpp"
 
 namespace xgrad {
 

@@ -1,4 +1,4 @@
-#include "vec_math.hpp"
+#include "core/runtime/vec_math.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -8,7 +8,8 @@ namespace xgrad::vec {
 float exp_shifted_sum(const float* x, float m, float* y, std::size_t n) {
     for (std::size_t j = 0; j < n; ++j) {
         const float t0 = x[j] - m;
-        const float t = std::max(t0, -87.0f);
+        // NaN takes the -87 path here (its exponent bits would be undefined) and is put back below
+        const float t = t0 > -87.0f ? t0 : -87.0f;
         // t = k·ln2 + r, |r| ≤ ln2/2; k rounded to nearest by the 1.5·2^23 trick
         const float k = (t * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
         float r = t - k * 0.693359375f;
@@ -22,7 +23,7 @@ float exp_shifted_sum(const float* x, float m, float* y, std::size_t n) {
         p = p * r * r + r + 1.0f;
         const float two_k = __builtin_bit_cast(float, (static_cast<std::int32_t>(k) + 127) << 23);
         const float v = p * two_k;
-        y[j] = t0 >= -87.0f ? v : 0.0f;
+        y[j] = t0 >= -87.0f ? v : (t0 == t0 ? 0.0f : t0);
     }
     // eight partial sums: a vector of adds instead of one serial chain
     float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};

@@ -1,4 +1,4 @@
-#include "distributed.hpp"
+#include "nn/distributed/process_group.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -9,7 +9,7 @@
 
 #include <mpi.h>
 
-#include "core/node.hpp"
+#include "core/dispatch.hpp"
 
 namespace xgrad::distributed {
 
@@ -167,7 +167,10 @@ void broadcast(std::int64_t* data, std::size_t n, std::size_t root) { broadcast_
 void broadcast(std::uint64_t* data, std::size_t n, std::size_t root) { broadcast_bytes(data, n * sizeof *data, root); }
 
 void broadcast(Tensor& t, std::size_t root) {
-    std::visit([&](auto& a) { broadcast_bytes(a.data(), a.size() * sizeof(*a.data()), root); }, t.node().data);
+    dispatch_all(t.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        broadcast_bytes(t.data_ptr<T>(), t.numel() * sizeof(T), root);
+    });
 }
 
 }  // namespace xgrad::distributed

@@ -3,7 +3,7 @@
 /// holds a replica of the model, trains on its own slice of the global batch, and after
 /// backward the gradients are reduced over the ranks so every replica takes the same step.
 ///
-/// Part of the optional library xgrad::distributed (needs MPI; see core/distributed.hpp).
+/// Part of the optional library xgrad::distributed (needs MPI; see nn/distributed/process_group.hpp).
 ///
 ///   auto model = std::make_shared<MyNet>(...);
 ///   nn::DistributedDataParallel ddp(*model);      // rank 0's parameters on every rank

@@ -1,7 +1,7 @@
 // A raw-deflate decoder in the manner of Mark Adler's puff.c: canonical Huffman codes decoded
 // bit by bit. Every read is bounds-checked, and the output grows with what is decoded (never
 // sized up front from the caller's claim), stopping with an error beyond `expected` bytes.
-#include "inflate.hpp"
+#include "core/io/inflate.hpp"
 
 #include <array>
 #include <cstdint>

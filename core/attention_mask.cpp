@@ -1,0 +1,91 @@
+#include "core/attention_mask.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace xgrad {
+
+AttentionMask AttentionMask::valid_lens(const Tensor& lens) {
+    return lens.defined() ? AttentionMask(Kind::valid_lens, lens) : AttentionMask();
+}
+
+AttentionMask AttentionMask::attend_where(const Tensor& mask) {
+    if (!mask.defined()) throw Error("AttentionMask::attend_where: the mask is an undefined tensor");
+    return AttentionMask(Kind::attend_where, mask);
+}
+
+AttentionMask AttentionMask::causal() { return AttentionMask(Kind::causal, Tensor()); }
+
+namespace {
+
+// The lengths as keys kept per row: whole, finite, non-negative, capped at `keys`.
+std::vector<std::size_t> kept_lengths(const char* who, const Tensor& lens, std::size_t batch,
+                                      std::size_t queries, std::size_t keys) {
+    const bool shape_ok = (lens.dim() == 1 && lens.size(0) == batch) ||
+                          (lens.dim() == 2 && lens.shape() == Shape{batch, queries});
+    if (!shape_ok)
+        throw Error(fmt::format("{}: valid_lens must have shape ({},) or ({}, {}), got {}", who, batch, batch,
+                                queries, shape_str(lens.shape())));
+    if (lens.dtype() == kBool)
+        throw Error(fmt::format("{}: valid_lens must hold whole numbers (int64, float32 or float64), got bool", who));
+    const auto v = lens.to_vector<double>();
+    for (std::size_t k = 0; k < v.size(); ++k) {
+        const auto where = [&] { return fmt::format("[{}]", fmt::join(unravel_index(k, lens.shape()), ", ")); };
+        if (!std::isfinite(v[k]) || v[k] != std::floor(v[k]))
+            throw Error(fmt::format("{}: valid_lens must be whole numbers, got {} at {}", who, v[k], where()));
+        if (v[k] < 0)
+            throw Error(fmt::format("{}: valid_lens must be non-negative, got {} at {}", who, v[k], where()));
+    }
+    const bool per_query = lens.dim() == 2;
+    std::vector<std::size_t> keep(batch * queries);
+    for (std::size_t r = 0; r < keep.size(); ++r)
+        keep[r] = static_cast<std::size_t>(std::min(static_cast<double>(keys), v[per_query ? r : r / queries]));
+    return keep;
+}
+
+}  // namespace
+
+ResolvedMask AttentionMask::resolve(const char* who, std::size_t batch, std::size_t queries,
+                                    std::size_t keys) const {
+    ResolvedMask r;
+    r.m_batch = batch;
+    r.m_queries = queries;
+    r.m_keys = keys;
+    switch (m_kind) {
+        case Kind::all:
+            r.m_prefix.assign(batch * queries, keys);
+            break;
+        case Kind::valid_lens:
+            r.m_prefix = kept_lengths(who, m_tensor, batch, queries, keys);
+            break;
+        case Kind::causal:
+            if (keys < queries)
+                throw Error(fmt::format("{}: a causal mask needs at least as many keys as queries, got {} queries "
+                                        "and {} keys",
+                                        who, queries, keys));
+            // aligned bottom-right: query i keeps keys j <= i + keys - queries
+            r.m_prefix.resize(batch * queries);
+            for (std::size_t row = 0; row < r.m_prefix.size(); ++row)
+                r.m_prefix[row] = row % queries + keys - queries + 1;
+            break;
+        case Kind::attend_where:
+            if (m_tensor.dtype() != kBool)
+                throw Error(fmt::format("{}: mask must be a bool tensor (true = attend), got {}", who,
+                                        dtype_name(m_tensor.dtype())));
+            if (m_tensor.shape() != Shape{batch, queries, keys} && m_tensor.shape() != Shape{queries, keys})
+                throw Error(fmt::format("{}: mask must have shape {} or {}, got {}", who,
+                                        shape_str({batch, queries, keys}), shape_str({queries, keys}),
+                                        shape_str(m_tensor.shape())));
+            r.m_where = m_tensor;
+            break;
+    }
+    return r;
+}
+
+void ResolvedMask::check_fits(const char* op, std::size_t batch, std::size_t queries, std::size_t keys) const {
+    if (batch != m_batch || queries != m_queries || keys != m_keys)
+        throw Error(fmt::format("{}: the mask was resolved for scores {}, got {}", op,
+                                shape_str({m_batch, m_queries, m_keys}), shape_str({batch, queries, keys})));
+}
+
+}  // namespace xgrad

@@ -1,0 +1,171 @@
+// Multi-head attention with the heads read and written in place: the H heads of a packed
+// projection X (batch, n, H·d) are its column blocks X[b, :, h·d:(h+1)·d], handed to gemm with
+// row length H·d, so neither d2l's transpose_qkv nor transpose_output copy is made. Head (b, h)
+// is row b·H + h of the weights, the order of transpose_qkv.
+#include "core/ops.hpp"
+#include "core/node.hpp"
+#include "core/runtime/blas.hpp"
+#include "core/runtime/parallel.hpp"
+#include "core/softmax_row.hpp"
+
+namespace xgrad {
+
+namespace {
+
+void check_3d(const char* op, const char* arg, const Tensor& t) {
+    if (!t.defined()) throw Error(fmt::format("{}: {} is an undefined tensor", op, arg));
+    if (t.dim() != 3)
+        throw Error(fmt::format("{}: {} must be 3-D (batch, length, features), got shape {}", op, arg,
+                                shape_str(t.shape())));
+}
+
+void check_heads(const char* op, const char* arg, const Tensor& t, std::size_t num_heads) {
+    if (num_heads == 0) throw Error(fmt::format("{}: num_heads must be positive, got 0", op));
+    if (t.size(2) % num_heads != 0)
+        throw Error(fmt::format("{}: {}' last axis ({}) must be divisible by num_heads ({}), got shape {}", op, arg,
+                                t.size(2), num_heads, shape_str(t.shape())));
+}
+
+// A head's block of a packed output (rows of H·d, d of them its own) is written by one product.
+// Such outputs start zeroed, in one contiguous pass, and the products add into them (beta = 1):
+// with beta = 0 OpenBLAS first clears the strided block itself, row by row.
+//
+// (b, h) pairs per parallel chunk: about 2^20 multiply-adds each, as the batched products.
+std::size_t pair_grain(std::size_t rows, std::size_t cols, std::size_t inner) {
+    return std::max<std::size_t>(1, (std::size_t(1) << 20) / std::max<std::size_t>(1, rows * cols * inner));
+}
+
+}  // namespace
+
+Tensor head_attention_weights(const Tensor& queries, const Tensor& keys, std::size_t num_heads, double scale,
+                              const AttentionMask& mask) {
+    check_3d("head_attention_weights", "queries", queries);
+    check_3d("head_attention_weights", "keys", keys);
+    return head_attention_weights(
+        queries, keys, num_heads, scale,
+        mask.resolve("head_attention_weights", queries.size(0), queries.size(1), keys.size(1)));
+}
+
+Tensor head_attention_weights(const Tensor& queries, const Tensor& keys, std::size_t num_heads, double scale,
+                              const ResolvedMask& mask) {
+    constexpr const char* op = "head_attention_weights";
+    check_3d(op, "queries", queries);
+    check_3d(op, "keys", keys);
+    if (queries.size(0) != keys.size(0))
+        throw Error(fmt::format("{}: queries and keys must have the same batch size, got {} and {}", op,
+                                shape_str(queries.shape()), shape_str(keys.shape())));
+    if (queries.size(2) != keys.size(2))
+        throw Error(fmt::format("{}: queries and keys must have the same last axis, got queries {} and keys {}", op,
+                                shape_str(queries.shape()), shape_str(keys.shape())));
+    check_heads(op, "queries", queries, num_heads);
+    check_same_dtype(op, queries, keys);
+    const std::size_t B = queries.size(0), Lq = queries.size(1), Lk = keys.size(1), D = queries.size(2);
+    const std::size_t H = num_heads, d = D / H;
+    mask.check_fits(op, B, Lq, Lk);
+    return dispatch_floating(op, queries.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* Q = values<T>(queries).data();
+        const T* K = values<T>(keys).data();
+        const T alpha = static_cast<T>(scale);
+        const std::size_t grain = pair_grain(Lq, Lk, d);
+        const kernel::MaskedRows kept(mask);
+        xt::xarray<T> out = xt::empty<T>(Shape{B * H, Lq, Lk});
+        T* W = out.data();
+        parallel_for(B * H, grain, [&](std::size_t p0, std::size_t p1) {
+            for (std::size_t p = p0; p < p1; ++p) {
+                const std::size_t b = p / H, h = p % H;
+                T* S = W + p * Lq * Lk;
+                // S = scale·Q_bh·K_bhᵀ : (Lq, d)·(d, Lk), then the masked softmax in place row by row
+                blas::gemm<T>(false, true, Lq, Lk, d, alpha, Q + b * Lq * D + h * d, D, K + b * Lk * D + h * d, D,
+                              T(0), S, Lk);
+                for (std::size_t i = 0; i < Lq; ++i) kept.forward(b * Lq + i, S + i * Lk, S + i * Lk);
+            }
+        });
+        // Saves only the weights (its output) and the resolved mask: no scores tensor is kept.
+        return make_result<T>(
+            std::move(out), {queries, keys}, op, [mask, B, H, Lq, Lk, D, d, alpha, grain](Node& self, const Storage& gs) {
+                const bool need_q = needs_grad(self, 0), need_k = needs_grad(self, 1);
+                if (!need_q && !need_k) return;
+                const kernel::MaskedRows kept(mask);
+                const T* W = values<T>(self).data();
+                const T* G = grad_as<T>(gs).data();
+                const T* Q = values<T>(self.parents[0]).data();
+                const T* K = values<T>(self.parents[1]).data();
+                // every element of dQ and dK is added by exactly one (b, h) product, into zeros
+                xt::xarray<T> dq, dk;
+                if (need_q) dq = xt::zeros<T>(Shape{B, Lq, D});
+                if (need_k) dk = xt::zeros<T>(Shape{B, Lk, D});
+                parallel_for(B * H, grain, [&](std::size_t p0, std::size_t p1) {
+                    std::vector<T> dS(Lq * Lk);  // one (b, h) at a time
+                    for (std::size_t p = p0; p < p1; ++p) {
+                        const std::size_t b = p / H, h = p % H;
+                        const std::size_t w0 = p * Lq * Lk, q0 = b * Lq * D + h * d, k0 = b * Lk * D + h * d;
+                        for (std::size_t i = 0; i < Lq; ++i)
+                            kept.backward(b * Lq + i, W + w0 + i * Lk, G + w0 + i * Lk, dS.data() + i * Lk);
+                        if (need_q)  // dQ_bh = scale·dS·K_bh : (Lq, Lk)·(Lk, d)
+                            blas::gemm<T>(false, false, Lq, d, Lk, alpha, dS.data(), Lk, K + k0, D, T(1),
+                                          dq.data() + q0, D);
+                        if (need_k)  // dK_bh = scale·dSᵀ·Q_bh : (Lk, Lq)·(Lq, d)
+                            blas::gemm<T>(true, false, Lk, d, Lq, alpha, dS.data(), Lk, Q + q0, D, T(1),
+                                          dk.data() + k0, D);
+                    }
+                });
+                if (need_q) accumulate<T>("head_attention_weights", self.parents[0], std::move(dq));
+                if (need_k) accumulate<T>("head_attention_weights", self.parents[1], std::move(dk));
+            });
+    });
+}
+
+Tensor head_attention_combine(const Tensor& weights, const Tensor& values, std::size_t num_heads) {
+    constexpr const char* op = "head_attention_combine";
+    check_3d(op, "weights", weights);
+    check_3d(op, "values", values);
+    check_heads(op, "values", values, num_heads);
+    const std::size_t B = values.size(0), Lk = values.size(1), E = values.size(2), H = num_heads;
+    if (weights.size(0) != B * H || weights.size(2) != Lk)
+        throw Error(fmt::format("{}: weights must have shape (batch·num_heads, queries, keys) = ({}, queries, {}) "
+                                "for values {} and num_heads {}, got {}",
+                                op, B * H, Lk, shape_str(values.shape()), H, shape_str(weights.shape())));
+    check_same_dtype(op, weights, values);
+    const std::size_t Lq = weights.size(1), dv = E / H;
+    return dispatch_floating(op, values.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* W = xgrad::values<T>(weights).data();
+        const T* V = xgrad::values<T>(values).data();  // qualified: the argument hides the function
+        const std::size_t grain = pair_grain(Lq, dv, Lk);
+        xt::xarray<T> out = xt::zeros<T>(Shape{B, Lq, E});
+        // out_bh = out[b, :, h·dv:(h+1)·dv] = W_bh·V_bh : (Lq, Lk)·(Lk, dv), row length E as stored
+        parallel_for(B * H, grain, [&](std::size_t p0, std::size_t p1) {
+            for (std::size_t p = p0; p < p1; ++p) {
+                const std::size_t b = p / H, h = p % H;
+                blas::gemm<T>(false, false, Lq, dv, Lk, T(1), W + p * Lq * Lk, Lk, V + b * Lk * E + h * dv, E, T(1),
+                              out.data() + b * Lq * E + h * dv, E);
+            }
+        });
+        return make_result<T>(std::move(out), {weights, values}, op, [B, H, Lq, Lk, E, dv, grain](Node& self, const Storage& gs) {
+            const bool need_w = needs_grad(self, 0), need_v = needs_grad(self, 1);
+            const T* W = xgrad::values<T>(self.parents[0]).data();
+            const T* V = xgrad::values<T>(self.parents[1]).data();
+            const T* G = grad_as<T>(gs).data();
+            xt::xarray<T> dw, dval;
+            if (need_w) dw = xt::empty<T>(Shape{B * H, Lq, Lk});
+            if (need_v) dval = xt::zeros<T>(Shape{B, Lk, E});
+            parallel_for(B * H, grain, [&](std::size_t p0, std::size_t p1) {
+                for (std::size_t p = p0; p < p1; ++p) {
+                    const std::size_t b = p / H, h = p % H;
+                    const std::size_t g0 = b * Lq * E + h * dv, v0 = b * Lk * E + h * dv;
+                    if (need_w)  // dW_bh = G_bh·V_bhᵀ : (Lq, dv)·(dv, Lk)
+                        blas::gemm<T>(false, true, Lq, Lk, dv, T(1), G + g0, E, V + v0, E, T(0),
+                                      dw.data() + p * Lq * Lk, Lk);
+                    if (need_v)  // dV_bh = W_bhᵀ·G_bh : (Lk, Lq)·(Lq, dv)
+                        blas::gemm<T>(true, false, Lk, dv, Lq, T(1), W + p * Lq * Lk, Lk, G + g0, E, T(1),
+                                      dval.data() + v0, E);
+                }
+            });
+            if (need_w) accumulate<T>("head_attention_combine", self.parents[0], std::move(dw));
+            if (need_v) accumulate<T>("head_attention_combine", self.parents[1], std::move(dval));
+        });
+    });
+}
+
+}  // namespace xgrad
