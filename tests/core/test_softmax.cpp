@@ -38,3 +38,45 @@ TEST_CASE("softmax rejects a bad axis and integer input", "[softmax][errors]") {
                                                     Catch::Contains("(2, 3)"));
     CHECK_THROWS_WITH(log_softmax(ones({2}, kInt64), 0), Catch::Contains("log_softmax") && Catch::Contains("int64"));
 }
+
+TEST_CASE("every softmax runs one kernel: float32 along an inner axis matches float64", "[softmax]") {
+    // The last axis runs the rows in place, other axes gather each line first: both paths, in
+    // float32 (the vectorised exp) against float64 (std::exp).
+    const Tensor x = param({3, 5, 4}, -4, 4);
+    for (long axis : {0L, 1L, 2L}) {
+        INFO("axis " << axis);
+        CHECK_THAT(vals(softmax(x.to(kFloat32), axis)), approx(vals(softmax(x, axis)), 1e-6));
+        CHECK_THAT(vals(log_softmax(x.to(kFloat32), axis)), approx(vals(log_softmax(x, axis)), 1e-5));
+    }
+}
+
+TEST_CASE("NaN propagates through every softmax in every dtype", "[softmax][nan]") {
+    // A NaN score poisons its row (as torch), never gets weight 0; the other rows are untouched.
+    for (Dtype d : {kFloat32, kFloat64}) {
+        INFO(dtype_name(d));
+        Tensor x = tensor({{{1, NAN, 3, 0.5}, {1, 2, 3, 4}}}, d);  // (1, 2, 4)
+        const auto lens = from_vector(std::vector<std::int64_t>{4}, {1});
+        for (const Tensor& y : {softmax(x, -1), log_softmax(x, -1), masked_softmax(x, lens),
+                                masked_softmax(x, AttentionMask::causal())}) {
+            const auto v = vals(y);
+            INFO(y.op_name());
+            for (int j = 0; j < 4; ++j) CHECK(std::isnan(v[j]));
+            for (int j = 4; j < 8; ++j) CHECK(std::isfinite(v[j]));
+        }
+        const auto w = vals(softmax(x, 1));  // along the other axis only column 1 is NaN
+        CHECK(std::isnan(w[1]));
+        CHECK(std::isnan(w[5]));
+        CHECK(std::isfinite(w[0]));
+    }
+}
+
+TEST_CASE("a resolved mask fits only the scores it was resolved for", "[softmax][errors]") {
+    const ResolvedMask m = AttentionMask::causal().resolve("attend", 2, 3, 4);
+    CHECK(masked_softmax(zeros({2, 3, 4}), m).shape() == Shape{2, 3, 4});
+    CHECK_THROWS_WITH(masked_softmax(zeros({2, 3, 5}), m),
+                      Catch::Contains("masked_softmax: the mask was resolved for scores (2, 3, 4), got (2, 3, 5)"));
+    CHECK_THROWS_WITH(head_attention_weights(zeros({1, 3, 4}), zeros({1, 4, 4}), 2, 1.0, m),
+                      Catch::Contains("head_attention_weights: the mask was resolved for scores (2, 3, 4), got (1, 3, 4)"));
+    CHECK_THROWS_WITH(AttentionMask::causal().resolve("attend", 2, 4, 3),
+                      Catch::Contains("attend: a causal mask needs at least as many keys as queries"));
+}

@@ -232,3 +232,32 @@ TEST_CASE("float32 rand stays below 1 and uniform below high", "[tensor]") {
     CHECK(top < 1.0f);
     CHECK(uniform({3}, 2.0, 2.0, kFloat32, gen).to_vector<float>() == std::vector<float>{2, 2, 2});
 }
+
+TEST_CASE("set_data replaces the values behind every handle, keeping the leaf", "[tensor]") {
+    Tensor p = ones({2, 3}).requires_grad_();
+    Tensor alias = p;
+    (p * 2.0).sum().backward();
+    REQUIRE(p.has_grad());
+    p.set_data(full({2, 3}, 5.0));  // same shape and dtype: the gradient stays
+    CHECK(alias.to_vector<double>() == std::vector<double>(6, 5.0));
+    CHECK(p.has_grad());
+    CHECK(p.is_leaf());
+    CHECK(p.requires_grad());
+    p.set_data(zeros({4}, kFloat64));  // another shape and dtype: the old gradient cannot stay
+    CHECK(alias.shape() == Shape{4});
+    CHECK(alias.dtype() == kFloat64);
+    CHECK_FALSE(p.has_grad());
+    CHECK_THROWS_WITH(p.set_data(Tensor()), Catch::Contains("set_data: values is an undefined tensor"));
+}
+
+TEST_CASE("grad_ptr reads and writes the gradient in place", "[tensor]") {
+    Tensor p = zeros({3}).requires_grad_();
+    CHECK(p.grad_ptr<float>() == nullptr);
+    float* g = p.mutable_grad_ptr<float>();  // made, as zeros
+    CHECK(std::vector<float>(g, g + 3) == std::vector<float>(3, 0.0f));
+    g[1] = 7;
+    CHECK(p.grad().to_vector<double>() == std::vector<double>{0, 7, 0});
+    (p * 1.0).sum().backward();  // accumulates into what is there
+    CHECK(p.grad().to_vector<double>() == std::vector<double>{1, 8, 1});
+    CHECK_THROWS_WITH(p.grad_ptr<double>(), Catch::Contains("grad_ptr: tensor holds float32, asked for float64"));
+}

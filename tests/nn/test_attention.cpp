@@ -420,6 +420,11 @@ TEST_CASE("bad input: valid_lens that are not whole numbers", "[mha][bad]") {
     CHECK_THROWS_WITH(
         m.forward(ones({2, 4, 4}), ones({2, 6, 4}), ones({2, 6, 4}), tensor({3.0, 1.5})),
         Catch::Contains("MultiHeadAttention: valid_lens must be whole numbers, got 1.5 at [1]"));
+    // inf once masked nothing (it was cast to an integer); NaN and inf are refused alike
+    for (double bad : {INFINITY, -INFINITY, NAN})
+        CHECK_THROWS_WITH(m.forward(ones({2, 4, 4}), ones({2, 6, 4}), ones({2, 6, 4}), tensor({3.0, bad})),
+                          Catch::Contains("MultiHeadAttention: valid_lens must be whole numbers") &&
+                              Catch::Contains("at [1]"));
     CHECK_THROWS_WITH(
         m.forward(ones({2, 4, 4}), ones({2, 6, 4}), ones({2, 6, 4}), gt(tensor({3.0, 1.5}), 2.0)),
         Catch::Contains("MultiHeadAttention: valid_lens") && Catch::Contains("bool"));
