@@ -119,6 +119,7 @@ double replay_seconds(const std::vector<BlasProduct>& products, double seconds) 
 
 struct Result {
     std::string config;
+    std::string shape;  // for tables: "batch×queries×keys, d, heads"
     double train_ms = 0, infer_ms = 0, train_cpu_ms = 0, infer_cpu_ms = 0;
     std::size_t train_reps = 0, infer_reps = 0;
     double base_rss_mb = 0, peak_rss_mb = 0;
@@ -128,6 +129,7 @@ struct Result {
 Result run(const Config& c, double seconds) {
     Result r;
     r.config = c.name;
+    r.shape = fmt::format("{}×{}×{}, d {}, {} heads", c.batch, c.queries, c.keys, c.hiddens, c.heads);
     r.base_rss_mb = peak_rss_mb();
     Generator gen(42);
     const std::size_t h = c.hiddens;
@@ -194,16 +196,18 @@ void write_json(const std::vector<Result>& results, const char* path) {
         std::exit(1);
     }
     const BlasInfo& b = blas_info();
-    std::fprintf(f, "{\"framework\": \"xgrad\", \"blas_core\": \"%s\", \"blas_threads\": %d, \"results\": [\n",
-                 b.core.c_str(), b.num_threads);
+    std::fprintf(f,
+                 "{\"framework\": \"xgrad\", \"blas_library\": \"%s\", \"blas_core\": \"%s\", \"blas_threads\": %d, "
+                 "\"threads\": %zu, \"results\": [\n",
+                 b.library.c_str(), b.core.c_str(), b.num_threads, num_threads());
     for (std::size_t i = 0; i < results.size(); ++i) {
         const Result& r = results[i];
         std::fprintf(f,
-                     "  {\"config\": \"%s\", \"train_ms\": %.4f, \"train_reps\": %zu, \"infer_ms\": %.4f, "
+                     "  {\"config\": \"%s\", \"shape\": \"%s\", \"train_ms\": %.4f, \"train_reps\": %zu, \"infer_ms\": %.4f, "
                      "\"infer_reps\": %zu, \"train_cpu_ms\": %.4f, \"infer_cpu_ms\": %.4f, \"base_rss_mb\": %.1f, \"peak_rss_mb\": %.1f, \"gflop_per_step\": %.4f, "
                      "\"gemm_ms_per_step\": %.4f, \"in_gemm_gflops\": %.2f, \"step_gflops\": %.2f, "
                      "\"raw_gflops\": %.2f}%s\n",
-                     r.config.c_str(), r.train_ms, r.train_reps, r.infer_ms, r.infer_reps, r.train_cpu_ms,
+                     r.config.c_str(), r.shape.c_str(), r.train_ms, r.train_reps, r.infer_ms, r.infer_reps, r.train_cpu_ms,
                      r.infer_cpu_ms, r.base_rss_mb,
                      r.peak_rss_mb, r.gflop_per_step, r.gemm_ms_per_step, r.in_gemm_gflops, r.step_gflops,
                      r.raw_gflops, i + 1 < results.size() ? "," : "");

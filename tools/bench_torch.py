@@ -7,9 +7,11 @@
 d2l's MultiHeadAttention (bias=False, dropout 0) in float32 with torch.set_num_threads(2):
 one training step (forward with 1-D valid_lens, mse_loss against a fixed target, backward,
 Adam step, zero_grad) and one inference forward under torch.no_grad(), each the median over
-~S seconds after a warm-up. Installs Debian's python3-torch with apt-get if torch is missing.
+~S seconds after a warm-up. --json also records the OpenBLAS core and threads torch ran on.
+Installs Debian's python3-torch with apt-get if torch is missing.
 """
 import argparse
+import ctypes
 import json
 import math
 import resource
@@ -103,6 +105,29 @@ class MultiHeadAttention(nn.Module):
         return X.reshape(X.shape[0], X.shape[1], -1)
 
 
+def openblas_in_use():
+    """Each OpenBLAS this process has loaded (torch links it as libblas.so.3 and libopenblas.so.0,
+    which may be two copies): library path, the core it runs and its thread count. Asked of
+    the libraries themselves, so the table says what ran, not what OPENBLAS_CORETYPE asked for.
+    Empty when torch runs another BLAS."""
+    paths = set()
+    with open("/proc/self/maps") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) >= 6 and "blas" in fields[5].rsplit("/", 1)[-1]:
+                paths.add(fields[5])
+    found = []
+    for path in sorted(paths):
+        lib = ctypes.CDLL(path)  # already loaded: the same instance torch uses
+        try:
+            corename = lib.openblas_get_corename
+        except AttributeError:
+            continue
+        corename.restype = ctypes.c_char_p
+        found.append({"library": path, "core": corename().decode(), "threads": lib.openblas_get_num_threads()})
+    return found
+
+
 def peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
 
@@ -174,8 +199,8 @@ def main():
         print(f"{n:7} {r['train_ms']:10.3f} {r['infer_ms']:10.3f} {r['peak_rss_mb']:9.1f}", flush=True)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"framework": "pytorch", "version": torch.__version__,
-                       "threads": torch.get_num_threads(), "results": results}, f, indent=1)
+            json.dump({"framework": "pytorch", "version": torch.__version__, "threads": torch.get_num_threads(),
+                       "openblas": openblas_in_use(), "results": results}, f, indent=1)
 
 
 if __name__ == "__main__":
