@@ -1,4 +1,4 @@
-// Attention pooling as kernel regression (d2l 10.2, "Nadaraya-Watson Kernel Regression", the
+// 4. Attention pooling as kernel regression (d2l 10.2, "Nadaraya-Watson Kernel Regression", the
 // parametric version). Each test input x is a query; the training inputs are the keys and the
 // training outputs the values. The prediction is a softmax-weighted average of the values:
 //
@@ -8,6 +8,8 @@
 // the training set itself, each point predicted from the other 49 (leave-one-out, as d2l).
 //
 //   nadaraya_watson [--epochs 5] [--lr 0.5] [--seed 0] [--out out/nadaraya_watson]
+//
+// Next: seq2seq, whole Transformer blocks.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

@@ -1,4 +1,4 @@
-// An encoder-decoder Transformer (d2l 11.7) that learns to write numbers given in words as
+// 5. An encoder-decoder Transformer (d2l 11.7) that learns to write numbers given in words as
 // digits: "three hundred twelve thousand five" => 312005.
 //
 // The encoder reads the words (self-attention limited to the real words by valid lengths); the
@@ -10,6 +10,8 @@
 //
 //   seq2seq [--steps 1000] [--lr 0.003] [--batch 64] [--hidden 64] [--heads 4] [--layers 2]
 //           [--digits 6] [--seed 0] [--out out/seq2seq]
+//
+// Next: seq_train, a training program with progress, checkpoints and data-parallel runs.
 #include <chrono>
 #include <cmath>
 #include <cstdlib>

@@ -1,7 +1,7 @@
-// Trains a small Transformer encoder on a toy sequence task (copy, reverse or sort), shows its
+// 6. Trains a small Transformer encoder on a toy sequence task (copy, reverse or sort), shows its
 // progress, evaluates on a fixed held-out set and writes metrics.json, loss.svg, attention.svg
 // and a checkpoint to --out. --resume continues from the checkpoint bit for bit.
-// --distributed trains data-parallel over MPI: `mpirun -np 2 seq_train --distributed`
+// 7. --distributed trains data-parallel over MPI: `mpirun -np 2 seq_train --distributed`
 // (distributed.hpp says how the ranks share a step).
 //
 // The training loop is train() in train.cpp; this file reads the flags, sets the run up and
