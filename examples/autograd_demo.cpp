@@ -1,4 +1,5 @@
-// A first look at xgrad: build a small graph, run backward, print values and gradients.
+// 2. What backward() computes: build a small graph, run backward, print values and gradients.
+// Next: mha_shapes.
 #include <xgrad/xgrad.hpp>
 
 using namespace xgrad;

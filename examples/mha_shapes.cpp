@@ -1,5 +1,6 @@
-// The seeds' multi-head attention cell (d2l 10.5) in C++: build the layer, print its module tree,
-// and check that 2 sequences of 4 queries attending over 6 key-value pairs give (2, 4, 100).
+// 3. The seeds' multi-head attention cell (d2l 10.5) in C++: build the layer, print its module
+// tree, and check that 2 sequences of 4 queries attending over 6 key-value pairs give (2, 4, 100).
+// Next: nadaraya_watson, attention pooling trained on a regression.
 #include <xgrad/xgrad.hpp>
 
 using namespace xgrad;

@@ -1,4 +1,4 @@
-// Attention pooling as kernel regression (d2l 10.2, "Nadaraya-Watson Kernel Regression", the
+// 4. Attention pooling as kernel regression (d2l 10.2, "Nadaraya-Watson Kernel Regression", the
 // parametric version). Each test input x is a query; the training inputs are the keys and the
 // training outputs the values. The prediction is a softmax-weighted average of the values:
 //
@@ -8,8 +8,11 @@
 // the training set itself, each point predicted from the other 49 (leave-one-out, as d2l).
 //
 //   nadaraya_watson [--epochs 5] [--lr 0.5] [--seed 0] [--out out/nadaraya_watson]
+//
+// Next: seq2seq, whole Transformer blocks.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -17,7 +20,10 @@
 
 #include <xgrad/xgrad.hpp>
 
+#include "common/flags.hpp"
+
 using namespace xgrad;
+namespace flags = xgrad::examples::flags;
 
 namespace {
 
@@ -51,54 +57,22 @@ private:
 
 std::vector<double> values_of(const Tensor& t) { return t.to_vector<double>(); }
 
-void usage() {
-    fmt::print(
-        "usage: nadaraya_watson [options]\n"
-        "  Fits the kernel width of Nadaraya-Watson attention pooling to 50 noisy samples of\n"
-        "  f(x) = 2 sin(x) + x^0.8 (d2l 10.2) and plots the fit and the attention weights.\n"
-        "  --epochs N   full-batch SGD steps (default 5)\n"
-        "  --lr X       learning rate (default 0.5)\n"
-        "  --seed N     seed for the data and the initial w (default 0)\n"
-        "  --out DIR    where the pictures go (default out/nadaraya_watson)\n"
-        "  --help       this text\n");
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-    int epochs = 5;
+    std::int64_t epochs = 5;
     double lr = 0.5;
-    unsigned long seed = 0;
+    std::uint64_t seed = 0;
     std::string out = "out/nadaraya_watson";
-    for (int i = 1; i < argc; ++i) {
-        const std::string arg = argv[i];
-        const bool has_value = i + 1 < argc;
-        if (arg == "--help" || arg == "-h") {
-            usage();
-            return 0;
-        } else if ((arg == "--epochs" || arg == "--lr" || arg == "--seed") && has_value) {
-            // The whole text must be the number: std::stoi threw out of main (an abort) on "abc",
-            // took "5x" as 5 and std::stoul "-1" as 2^64 - 1.
-            const std::string v = argv[++i];
-            std::size_t used = 0;
-            try {
-                if (arg == "--epochs") epochs = std::stoi(v, &used);
-                else if (arg == "--lr") lr = std::stod(v, &used);
-                else if (v.find('-') == std::string::npos) seed = std::stoul(v, &used);
-            } catch (const std::logic_error&) {
-                used = 0;
-            }
-            if (used != v.size() || used == 0 || epochs < 0 || !(lr >= 0)) {
-                fmt::print(stderr, "nadaraya_watson: {} needs a number >= 0, got '{}'\n", arg, v);
-                return 2;
-            }
-        } else if (arg == "--out" && has_value) {
-            out = argv[++i];
-        } else {
-            fmt::print(stderr, "nadaraya_watson: unknown or incomplete option '{}' (see --help)\n", arg);
-            return 2;
-        }
-    }
+    CLI::App app("Fits the kernel width of Nadaraya-Watson attention pooling to 50 noisy samples of\n"
+                 "f(x) = 2 sin(x) + x^0.8 (d2l 10.2) and plots the fit and the attention weights.",
+                 "nadaraya_watson");
+    flags::setup(app);
+    app.add_option("--epochs", epochs, "full-batch SGD steps")->check(flags::whole(0, flags::kMaxCount));
+    app.add_option("--lr", lr, "learning rate")->check(flags::real(0));
+    app.add_option("--seed", seed, "seed for the data and the initial w")->check(flags::seed());
+    app.add_option("--out", out, "where the pictures go");
+    if (const auto exit_code = flags::parse(app, argc, argv)) return *exit_code;
     Generator gen(seed);
 
     // Data: 50 sorted inputs uniform in [0, 5), outputs with N(0, 0.5) noise; test inputs on a grid.
@@ -126,7 +100,7 @@ int main(int argc, char** argv) {
     NWKernelRegression net(gen);
     optim::SGD trainer(net.parameters(), lr);
     fmt::print("w at start {:.4f}\n", net.w());
-    for (int epoch = 0; epoch < epochs; ++epoch) {
+    for (std::int64_t epoch = 0; epoch < epochs; ++epoch) {
         trainer.zero_grad();
         const Tensor l = nn::mse_loss(net.forward(x_tr, keys, values), y_tr, nn::Reduction::none);
         l.sum().backward();

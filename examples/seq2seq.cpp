@@ -1,4 +1,4 @@
-// An encoder-decoder Transformer (d2l 11.7) that learns to write numbers given in words as
+// 5. An encoder-decoder Transformer (d2l 11.7) that learns to write numbers given in words as
 // digits: "three hundred twelve thousand five" => 312005.
 //
 // The encoder reads the words (self-attention limited to the real words by valid lengths); the
@@ -10,6 +10,8 @@
 //
 //   seq2seq [--steps 1000] [--lr 0.003] [--batch 64] [--hidden 64] [--heads 4] [--layers 2]
 //           [--digits 6] [--seed 0] [--out out/seq2seq]
+//
+// Next: seq_train, a training program with progress, checkpoints and data-parallel runs.
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -19,15 +21,18 @@
 #include <vector>
 
 #include <xgrad/xgrad.hpp>
+
+#include "common/flags.hpp"
 #include "number_words.hpp"
 
 using namespace xgrad;
+namespace flags = xgrad::examples::flags;
 using number_words::Batch;
 
 namespace {
 
 struct Config {
-    int steps = 1000;
+    std::int64_t steps = 1000;
     double lr = 3e-3;
     std::size_t batch = 64;
     std::size_t hidden = 64;
@@ -36,7 +41,7 @@ struct Config {
     int digits = 6;
     double dropout = 0.0;
     std::size_t held_out = 500;  // numbers kept out of training, decoded to measure accuracy
-    int log_every = 100;
+    std::int64_t log_every = 100;
     std::uint64_t seed = 0;
     std::string out = "out/seq2seq";
 };
@@ -143,107 +148,34 @@ double exact_match(Seq2SeqTransformer& net, const std::vector<std::int64_t>& num
     return double(correct) / double(numbers.size());
 }
 
-void usage() {
-    const Config d;
-    fmt::print(
-        "usage: seq2seq [options]\n"
-        "  Trains an encoder-decoder Transformer to turn number words into digits\n"
-        "  (\"three hundred twelve thousand five\" => 312005), then decodes held-out numbers greedily.\n"
-        "  --steps N     training steps (default {})\n"
-        "  --lr X        peak learning rate of Adam, with warm-up and cosine decay (default {})\n"
-        "  --batch N     sequences per step (default {})\n"
-        "  --hidden N    model width (default {})\n"
-        "  --heads N     attention heads (default {})\n"
-        "  --layers N    encoder and decoder blocks each (default {})\n"
-        "  --digits N    numbers have 1 to N digits, N <= 6 (default {})\n"
-        "  --dropout X   dropout probability (default {})\n"
-        "  --held-out N  numbers kept out of training and decoded at each report (default {})\n"
-        "  --seed N      seed for the initial weights and the training samples (default {})\n"
-        "  --out DIR     where loss.svg and attention.svg go (default {})\n"
-        "  --help        this text\n",
-        d.steps, d.lr, d.batch, d.hidden, d.heads, d.layers, d.digits, d.dropout, d.held_out, d.seed, d.out);
-}
-
-// Whole text as a number: std::stoul reads "-1" as 2^64 - 1 (--batch -1 then ran forever) and
-// every std::sto* stops at trailing text ("5x" was 5). Throws std::invalid_argument.
-long long whole_number(const std::string& v, bool allow_negative) {
-    std::size_t used = 0;
-    const long long n = std::stoll(v, &used);
-    if (used != v.size() || (n < 0 && !allow_negative)) throw std::invalid_argument(v);
-    return n;
-}
-std::uint64_t seed_number(const std::string& v) {
-    std::size_t used = 0;
-    const auto n = std::stoull(v, &used);
-    if (used != v.size() || v.find('-') != std::string::npos) throw std::invalid_argument(v);
-    return n;
-}
-double real_number(const std::string& v) {
-    std::size_t used = 0;
-    const double x = std::stod(v, &used);
-    if (used != v.size()) throw std::invalid_argument(v);
-    return x;
-}
-
-// Returns false (after a message) for a bad command line.
-bool parse(int argc, char** argv, Config& c, bool& help) {
-    for (int i = 1; i < argc; ++i) {
-        const std::string arg = argv[i];
-        if (arg == "--help" || arg == "-h") {
-            help = true;
-            return true;
-        }
-        if (i + 1 >= argc) {
-            fmt::print(stderr, "seq2seq: unknown or incomplete option '{}' (see --help)\n", arg);
-            return false;
-        }
-        const std::string v = argv[++i];
-        try {
-            if (arg == "--steps") c.steps = static_cast<int>(whole_number(v, true));
-            else if (arg == "--lr") c.lr = real_number(v);
-            else if (arg == "--batch") c.batch = static_cast<std::size_t>(whole_number(v, false));
-            else if (arg == "--hidden") c.hidden = static_cast<std::size_t>(whole_number(v, false));
-            else if (arg == "--heads") c.heads = static_cast<std::size_t>(whole_number(v, false));
-            else if (arg == "--layers") c.layers = static_cast<std::size_t>(whole_number(v, false));
-            else if (arg == "--digits") c.digits = static_cast<int>(whole_number(v, true));
-            else if (arg == "--dropout") c.dropout = real_number(v);
-            else if (arg == "--held-out") c.held_out = static_cast<std::size_t>(whole_number(v, false));
-            else if (arg == "--seed") c.seed = seed_number(v);
-            else if (arg == "--out") c.out = v;
-            else {
-                fmt::print(stderr, "seq2seq: unknown option '{}' (see --help)\n", arg);
-                return false;
-            }
-        } catch (const std::logic_error&) {
-            fmt::print(stderr, "seq2seq: {} needs a number, got '{}'\n", arg, v);
-            return false;
-        }
-    }
-    std::string problem;
-    if (c.steps < 1) problem = "--steps must be at least 1";
-    else if (c.batch < 1) problem = "--batch must be at least 1";
-    else if (c.digits < 1 || c.digits > 6) problem = "--digits must lie in 1..6";
-    else if (c.heads < 1 || c.hidden % c.heads != 0)
-        problem = fmt::format("--hidden ({}) must be a multiple of --heads ({})", c.hidden, c.heads);
-    else if (c.layers < 1) problem = "--layers must be at least 1";
-    else if (c.held_out < 1) problem = "--held-out must be at least 1";
-    if (!problem.empty()) {
-        fmt::print(stderr, "seq2seq: {}\n", problem);
-        return false;
-    }
-    return true;
+void add_flags(CLI::App& app, Config& c) {
+    using flags::kMaxCount, flags::kMaxSize, flags::whole;
+    app.add_option("--steps", c.steps, "training steps")->check(whole(1, kMaxCount));
+    app.add_option("--lr", c.lr, "peak learning rate of Adam, with warm-up and cosine decay")->check(flags::real(0));
+    app.add_option("--batch", c.batch, "sequences per step")->check(whole(1, kMaxSize));
+    app.add_option("--hidden", c.hidden, "model width")->check(whole(1, kMaxSize));
+    app.add_option("--heads", c.heads, "attention heads (must divide --hidden)")->check(whole(1, kMaxSize));
+    app.add_option("--layers", c.layers, "encoder and decoder blocks each")->check(whole(1, kMaxSize));
+    app.add_option("--digits", c.digits, "numbers have 1 to N digits")->check(whole(1, 6));
+    app.add_option("--dropout", c.dropout, "dropout probability")->check(flags::fraction());
+    app.add_option("--held-out", c.held_out, "numbers kept out of training and decoded at each report")
+        ->check(whole(1, kMaxSize));
+    app.add_option("--seed", c.seed, "seed for the initial weights and the training samples")->check(flags::seed());
+    app.add_option("--out", c.out, "where loss.svg and attention.svg go");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
     Config c;
-    bool help = false;
-    if (!parse(argc, argv, c, help)) return 2;
-    if (help) {
-        usage();
-        return 0;
-    }
+    CLI::App app("Trains an encoder-decoder Transformer to turn number words into digits\n"
+                 "(\"three hundred twelve thousand five\" => 312005), then decodes held-out numbers greedily.",
+                 "seq2seq");
+    flags::setup(app);
+    add_flags(app, c);
+    if (const auto exit_code = flags::parse(app, argc, argv)) return *exit_code;
+    if (c.hidden % c.heads != 0)
+        return flags::refuse(app, fmt::format("--hidden ({}) must be a multiple of --heads ({})", c.hidden, c.heads));
     const auto& sv = number_words::source_vocab();
     const auto& tv = number_words::target_vocab();
     manual_seed(c.seed);  // dropout masks
@@ -263,7 +195,7 @@ int main(int argc, char** argv) {
 
     Seq2SeqTransformer net(sv.size(), tv.size(), c, gen);
     optim::Adam opt(net.parameters(), c.lr);
-    optim::WarmupCosineLR schedule(opt, std::min(100, c.steps / 10), c.steps, c.lr / 20);
+    optim::WarmupCosineLR schedule(opt, std::min<std::int64_t>(100, c.steps / 10), c.steps, c.lr / 20);
     fmt::print("numbers of 1 to {} digits; {} held out; {} parameters\n", c.digits, held_out.size(),
                net.num_parameters());
 
@@ -274,7 +206,7 @@ int main(int argc, char** argv) {
     int plot_loss_n = 0;
     const auto start = std::chrono::steady_clock::now();
     auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
-    for (int step = 1; step <= c.steps; ++step) {
+    for (std::int64_t step = 1; step <= c.steps; ++step) {
         const Batch b = training_batch();
         const Tensor logits = net.decode(b.dec_input, net.encode(b.src, b.src_valid_len), b.src_valid_len);
         // Mean over the real target tokens: padding is ignored.
@@ -299,7 +231,7 @@ int main(int argc, char** argv) {
             tokens_right += predicted[i] == labels[i];
         }
         if (step % c.log_every == 0 || step == c.steps) {
-            const int n = step % c.log_every == 0 ? c.log_every : step % c.log_every;
+            const std::int64_t n = step % c.log_every == 0 ? c.log_every : step % c.log_every;
             predictions.clear();
             const double eval_start = seconds();
             const double acc = exact_match(net, held_out, c.digits, &predictions);

@@ -135,7 +135,7 @@ TEST_CASE("DistributedDataParallel: with average off the gradients are summed") 
 TEST_CASE("DistributedDataParallel: per-rank losses scaled by the global count give the full-batch gradient") {
     // Global batch of 4·world rows; rank k takes rows [4k, 4k + 4). The full-batch loss is the
     // mean over rows of the squared error; each rank divides its own sum by the global row
-    // count and the gradients are summed (examples/common/train.hpp explains why).
+    // count and the gradients are summed (examples/seq_train/distributed.hpp explains why).
     const long rows = 4 * static_cast<long>(dist::world_size());
     Generator gx(7);
     const Tensor x = uniform({static_cast<std::size_t>(rows), 3}, -1, 1, kFloat64, gx);

@@ -1,7 +1,7 @@
-// The toy task generators of examples/common: targets, padding, lengths, fixed held-out sets.
+// The toy task generators of seq_train: targets, padding, lengths, fixed held-out sets.
 #include <algorithm>
 
-#include "common/data.hpp"
+#include "seq_train/data.hpp"
 #include "helpers.hpp"
 
 using namespace xgrad;

@@ -1,14 +1,15 @@
-// Training the examples' encoder: it learns the reverse task, and checkpoints resume exactly.
+// seq_train's training loop: it learns the reverse task, and checkpoints resume exactly.
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 
-#include "common/model.hpp"
-#include "common/train.hpp"
 #include "core/io/atomic_file.hpp"
 #include "helpers.hpp"
+#include "seq_train/model.hpp"
+#include "seq_train/train.hpp"
 
 using namespace xgrad;
 using namespace xgrad::examples;
@@ -34,6 +35,28 @@ std::string temp_dir(const std::string& name) {
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
     return dir.string();
+}
+
+LoopOptions no_eval() {
+    LoopOptions o;
+    o.eval_every = 0;
+    return o;
+}
+
+// `steps` steps of seq_train's loop, printing nowhere. By default the held-out set is evaluated
+// only at the configuration's last step.
+LoopStats run_steps(TrainState& state, std::int64_t steps, Replicas& replicas, LoopOptions options = no_eval()) {
+    const Batch held = held_out_set(state.config.task, 50, 99);
+    const std::unique_ptr<std::FILE, int (*)(std::FILE*)> sink(std::tmpfile(), &std::fclose);
+    REQUIRE(sink);
+    Progress progress(state.config.steps, 1, sink.get());
+    options.stop_after = steps;
+    return train(state, replicas, held, progress, options);
+}
+
+LoopStats run_steps(TrainState& state, std::int64_t steps) {
+    Replicas one_process;
+    return run_steps(state, steps, one_process);
 }
 
 }  // namespace
@@ -73,21 +96,53 @@ TEST_CASE("SeqEncoder: logits shape, per-layer attention weights, bad sizes") {
     CHECK_THROWS_WITH(parse_pos("rotary"), Catch::Contains("rotary"));
 }
 
-TEST_CASE("Trainer: a short run learns the reverse task to at least 95% held-out token accuracy") {
-    Trainer trainer(small_config(300));
-    const Batch held = held_out_set(trainer.config().task, 500, 99);
-    const EvalResult before = trainer.evaluate_held_out(held);
+TEST_CASE("train: a short run learns the reverse task to at least 95% held-out token accuracy") {
+    TrainState state(small_config(300));
+    const Batch held = held_out_set(state.config.task, 500, 99);
+    const EvalResult before = evaluate_held_out(state, held);
     CHECK(before.token_acc < 0.5);
-    while (trainer.step() < trainer.config().steps) trainer.train_step();
-    const EvalResult after = trainer.evaluate_held_out(held);
+    const LoopStats stats = run_steps(state, 300);
+    CHECK(stats.steps == 300);
+    CHECK_FALSE(stats.interrupted);
+    const EvalResult after = evaluate(*state.model, held);
     INFO("held-out token accuracy " << after.token_acc << ", sequence accuracy " << after.seq_acc);
     CHECK(after.token_acc >= 0.95);
     CHECK(after.loss < before.loss);
-    CHECK(trainer.history().loss.size() == 300);
-    CHECK(trainer.history().eval_step == std::vector<double>{0, 300});
+    CHECK(state.step == 300);
+    CHECK(state.history.loss.size() == 300);
+    CHECK(state.history.eval_step == std::vector<double>{0, 300});  // the loop evaluates at the last step
 }
 
-TEST_CASE("Trainer: resuming from a checkpoint gives bit-identical losses") {
+TEST_CASE("train: held-out evaluations and checkpoints every N steps, and a stop after N steps") {
+    const std::string dir = temp_dir("every");
+    TrainState state(small_config(12));
+    Replicas one_process;
+    LoopOptions o;
+    o.eval_every = 5;
+    o.checkpoint_every = 5;
+    o.checkpoint = dir + "/checkpoint.npz";
+    CHECK(run_steps(state, 7, one_process, o).steps == 7);
+    CHECK(state.step == 7);
+    CHECK(run_steps(state, 100, one_process, o).steps == 5);  // the configuration ends at 12
+    CHECK(state.history.eval_step == std::vector<double>{0, 5, 10, 12});
+    TrainState reloaded(small_config(12));
+    load_checkpoint(o.checkpoint, reloaded);
+    CHECK(reloaded.step == 10);
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("train: a SIGINT stops the loop before the next step") {
+    TrainState state(small_config(10));
+    run_steps(state, 3);
+    g_interrupted = 1;
+    const LoopStats stats = run_steps(state, 3);
+    g_interrupted = 0;
+    CHECK(stats.interrupted);
+    CHECK(stats.steps == 0);
+    CHECK(state.step == 3);
+}
+
+TEST_CASE("train: resuming from a checkpoint gives bit-identical losses") {
     for (const std::string opt : {"adam", "adamw", "sgd"}) {
         DYNAMIC_SECTION(opt) {
             const std::string dir = temp_dir("resume_" + opt);
@@ -97,51 +152,50 @@ TEST_CASE("Trainer: resuming from a checkpoint gives bit-identical losses") {
             c.model.dropout = 0.1;  // dropout masks must come back the same as well
             const int k = 15, m = 10;
 
-            Trainer first(c);
-            for (int i = 0; i < k; ++i) first.train_step();
-            first.save(path);
-            std::vector<double> expected;
-            for (int i = 0; i < m; ++i) expected.push_back(first.train_step().loss);
+            TrainState first(c);
+            run_steps(first, k);
+            save_checkpoint(path, first);
+            run_steps(first, m);
 
-            Trainer resumed(c);
-            resumed.train_step();  // a fresh trainer in another state: load replaces all of it
-            resumed.load(path);
-            REQUIRE(resumed.step() == k);
-            std::vector<double> got;
-            for (int i = 0; i < m; ++i) got.push_back(resumed.train_step().loss);
-            CHECK(got == expected);  // exact equality, not approximate
-            CHECK(resumed.history().loss == first.history().loss);
+            TrainState resumed(c);
+            run_steps(resumed, 1);  // a fresh state in another step: load replaces all of it
+            load_checkpoint(path, resumed);
+            REQUIRE(resumed.step == k);
+            run_steps(resumed, m);
+            REQUIRE(resumed.history.loss.size() == k + m);
+            CHECK(resumed.history.loss == first.history.loss);  // exact equality, not approximate
+            CHECK(resumed.history.token_acc == first.history.token_acc);
             std::filesystem::remove_all(dir);
         }
     }
 }
 
-TEST_CASE("Trainer: a truncated checkpoint fails with a clear error and the earlier one stays intact") {
+TEST_CASE("checkpoint: a truncated one fails with a clear error and the earlier one stays intact") {
     const std::string dir = temp_dir("truncated");
     const std::string path = dir + "/checkpoint.npz";
-    Trainer trainer(small_config(40));
-    for (int i = 0; i < 5; ++i) trainer.train_step();
-    trainer.save(path);
+    TrainState state(small_config(40));
+    run_steps(state, 5);
+    save_checkpoint(path, state);
     const std::string good = read_file(path, "test");
 
     // A later save that dies half-way: the destination never sees partial bytes...
     const std::string broken = dir + "/broken.npz";
     write_file_atomic(broken, good.substr(0, good.size() / 2), "test");
-    Trainer fresh(small_config(40));
-    const auto weights_before = fresh.model().state_dict().front().second.to_vector<double>();
-    CHECK_THROWS_WITH(fresh.load(broken), Catch::Contains("broken.npz"));
-    // ...and a failed load leaves the trainer untouched
-    CHECK(fresh.step() == 0);
-    CHECK(fresh.model().state_dict().front().second.to_vector<double>() == weights_before);
+    TrainState fresh(small_config(40));
+    const auto weights_before = fresh.model->state_dict().front().second.to_vector<double>();
+    CHECK_THROWS_WITH(load_checkpoint(broken, fresh), Catch::Contains("broken.npz"));
+    // ...and a failed load leaves the state untouched
+    CHECK(fresh.step == 0);
+    CHECK(fresh.model->state_dict().front().second.to_vector<double>() == weights_before);
 
     // Saving again over an existing checkpoint goes through a temporary file and a rename, so
     // the earlier checkpoint is whole until the new one is complete; it still loads.
-    trainer.train_step();
-    trainer.save(path);
+    run_steps(state, 1);
+    save_checkpoint(path, state);
     CHECK(read_file(path, "test") != good);
-    Trainer reload(small_config(40));
-    reload.load(path);
-    CHECK(reload.step() == 6);
+    TrainState reload(small_config(40));
+    load_checkpoint(path, reload);
+    CHECK(reload.step == 6);
     for (const auto& entry : std::filesystem::directory_iterator(dir))
         CHECK((entry.path().filename() == "checkpoint.npz" || entry.path().filename() == "broken.npz"));
 
@@ -150,49 +204,50 @@ TEST_CASE("Trainer: a truncated checkpoint fails with a clear error and the earl
         std::ofstream f(path, std::ios::binary | std::ios::trunc);
         f.write(good.data(), static_cast<std::streamsize>(good.size() - 100));
     }
-    CHECK_THROWS_WITH(reload.load(path), Catch::Contains("checkpoint.npz"));
-    CHECK(reload.step() == 6);
+    CHECK_THROWS_WITH(load_checkpoint(path, reload), Catch::Contains("checkpoint.npz"));
+    CHECK(reload.step == 6);
     std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("Trainer: a checkpoint from other flags is refused, naming the difference") {
+TEST_CASE("checkpoint: one from other flags is refused, naming the difference") {
     const std::string dir = temp_dir("mismatch");
     const std::string path = dir + "/checkpoint.npz";
-    Trainer a(small_config(40));
-    a.train_step();
-    a.save(path);
+    TrainState a(small_config(40));
+    run_steps(a, 1);
+    save_checkpoint(path, a);
     TrainConfig other = small_config(40);
     other.model.hidden = 16;
-    Trainer b(other);
-    CHECK_THROWS_WITH(b.load(path), Catch::Contains("hidden") && Catch::Contains("32") && Catch::Contains("16"));
-    CHECK_THROWS_WITH(b.load(dir + "/missing.npz"), Catch::Contains("missing.npz"));
+    TrainState b(other);
+    CHECK_THROWS_WITH(load_checkpoint(path, b),
+                      Catch::Contains("hidden") && Catch::Contains("32") && Catch::Contains("16"));
+    CHECK_THROWS_WITH(load_checkpoint(dir + "/missing.npz", b), Catch::Contains("missing.npz"));
     std::filesystem::remove_all(dir);
 }
 
 // 0 means "default lr" and "no clipping"; a negative or NaN value once fell silently into that
-// meaning (seq_train --lr -1 trained with lr 3e-3).
-TEST_CASE("Trainer: a negative or NaN lr or clip is refused, not read as the default") {
+// meaning (seq_train --lr -1 trained with lr 3e-3). The flags refuse them too; this is the
+// check for programs that build a TrainConfig themselves.
+TEST_CASE("TrainState: a negative or NaN lr or clip is refused, not read as the default") {
     for (double bad : {-1.0, std::nan("")}) {
         TrainConfig c = small_config(10);
         c.lr = bad;
-        CHECK_THROWS_WITH(Trainer(c), Catch::Contains("lr"));
+        CHECK_THROWS_WITH(TrainState(c), Catch::Contains("lr"));
         c = small_config(10);
         c.clip = bad;
-        CHECK_THROWS_WITH(Trainer(c), Catch::Contains("clip"));
+        CHECK_THROWS_WITH(TrainState(c), Catch::Contains("clip"));
     }
     TrainConfig zero = small_config(10);
     zero.lr = 0;
     zero.clip = 0;
-    CHECK_NOTHROW(Trainer(zero));
+    CHECK_NOTHROW(TrainState(zero));
 }
 
 namespace {
 
 // A group of `world` ranks of which this process is rank 0 and the only one: its collectives
-// leave the values as they are (what MPI does in a world of one rank).
-struct LoneReplica : ReplicaGroup {
+// leave the values as they are (what MPI does in a world of one rank), and count the calls.
+struct LoneReplica : Replicas {
     explicit LoneReplica(std::size_t world) : m_world(world) {}
-    std::size_t rank() const override { return 0; }
     std::size_t world_size() const override { return m_world; }
     void sum_gradients() override { ++gradient_sums; }
     void sum(std::vector<double>&) override { ++sums; }
@@ -202,28 +257,26 @@ struct LoneReplica : ReplicaGroup {
 
 }  // namespace
 
-TEST_CASE("Trainer: the data-parallel step on one rank matches the single-process step") {
+TEST_CASE("train: the data-parallel loop on one rank is the single-process loop") {
     // With dropout: rank 0 draws the single-process masks.
     TrainConfig c = small_config(20);
     c.model.dropout = 0.1;
-    Trainer plain(c);
-    Trainer replicated(c);
-    auto group = std::make_shared<LoneReplica>(1);
-    replicated.set_replicas(group);
-    for (int s = 0; s < 8; ++s) {
-        const StepResult a = plain.train_step(), b = replicated.train_step();
-        // sum / N instead of mean: the same up to the rounding of the division
-        CHECK(b.loss == Approx(a.loss).epsilon(1e-6));
-        CHECK(b.token_acc == a.token_acc);
-        CHECK(b.tokens == a.tokens);
-    }
-    CHECK(group->gradient_sums == 8);
-    CHECK(group->sums == 8);
+    TrainState plain(c), replicated(c);
+    LoneReplica group(1);
+    run_steps(plain, 8);
+    run_steps(replicated, 8, group);
+    CHECK(replicated.history.loss == plain.history.loss);  // the same loss formula: exactly equal
+    CHECK(replicated.history.token_acc == plain.history.token_acc);
+    CHECK(replicated.model->state_dict().front().second.to_vector<double>() ==
+          plain.model->state_dict().front().second.to_vector<double>());
+    CHECK(group.gradient_sums == 8);
+    CHECK(group.sums == 2 * 8);  // per step: the stop flag, then the loss and accuracy
 }
 
-TEST_CASE("Trainer: a global batch that does not split over the ranks is refused") {
-    Trainer trainer(small_config(10));  // batch 32
-    CHECK_THROWS_WITH(trainer.set_replicas(std::make_shared<LoneReplica>(3)),
-                      Catch::Contains("32 sequences") && Catch::Contains("3 ranks"));
-    CHECK_NOTHROW(trainer.set_replicas(std::make_shared<LoneReplica>(4)));
+TEST_CASE("train: a global batch that does not split over the ranks is refused") {
+    TrainState state(small_config(10));  // batch 32
+    LoneReplica three(3), four(4);
+    CHECK_THROWS_WITH(run_steps(state, 1, three), Catch::Contains("--batch 32") && Catch::Contains("3 ranks"));
+    CHECK(state.step == 0);
+    CHECK_NOTHROW(run_steps(state, 1, four));
 }

@@ -1,77 +1,22 @@
-// Flags, durations and metrics.json of examples/common/cli.
+// The progress line of examples/common.
 #include <fcntl.h>
 #include <termios.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 
-#include "common/cli.hpp"
-#include "core/io/atomic_file.hpp"
+#include "common/progress.hpp"
 #include "helpers.hpp"
 
 using namespace xgrad;
 using namespace xgrad::examples;
 
-TEST_CASE("Flags: values, defaults, booleans and --help") {
-    std::string task = "reverse";
-    std::int64_t steps = 600;
-    std::size_t batch = 64;
-    double lr = 0.001;
-    bool resume = false;
-    std::size_t seed = 0;
-    Flags flags("prog", "does things");
-    flags.add("task", task, "the task");
-    flags.add("steps", steps, "steps");
-    flags.add("batch", batch, "batch");
-    flags.add("lr", lr, "learning rate");
-    flags.add("resume", resume, "resume");
-    flags.add("seed", seed, "seed");
-    const char* argv[] = {"prog", "--task", "sort", "--steps=10", "--lr", "3e-3", "--resume", "--seed", "7"};
-    REQUIRE(flags.parse(9, argv));
-    CHECK(task == "sort");
-    CHECK(steps == 10);
-    CHECK(batch == 64);
-    CHECK(lr == 3e-3);
-    CHECK(resume);
-    CHECK(seed == 7);
-    CHECK(flags.given("steps"));
-    CHECK_FALSE(flags.given("batch"));
-    const std::string help = flags.help();
-    CHECK_THAT(help, Catch::Contains("--task") && Catch::Contains("(default: reverse)") &&
-                         Catch::Contains("(default: 600)") && Catch::Contains("--help"));
-}
-
-TEST_CASE("Flags: bad input names the flag") {
-    std::int64_t steps = 1;
-    std::size_t batch = 1;
-    Flags flags("prog", "");
-    flags.add("steps", steps, "steps");
-    flags.add("batch", batch, "batch");
-    const char* unknown[] = {"prog", "--stpes", "3"};
-    CHECK_THROWS_WITH(flags.parse(3, unknown), Catch::Contains("--stpes"));
-    const char* bad[] = {"prog", "--steps", "ten"};
-    CHECK_THROWS_WITH(flags.parse(3, bad), Catch::Contains("--steps") && Catch::Contains("ten"));
-    const char* negative[] = {"prog", "--batch", "-4"};
-    CHECK_THROWS_WITH(flags.parse(3, negative), Catch::Contains("--batch") && Catch::Contains("-4"));
-    const char* missing[] = {"prog", "--steps"};
-    CHECK_THROWS_WITH(flags.parse(2, missing), Catch::Contains("--steps needs a value"));
-    const char* positional[] = {"prog", "reverse"};
-    CHECK_THROWS_WITH(flags.parse(2, positional), Catch::Contains("reverse"));
-}
-
-TEST_CASE("format_duration and write_json") {
+TEST_CASE("format_duration") {
     CHECK(format_duration(0) == "0:00");
     CHECK(format_duration(65.4) == "1:05");
     CHECK(format_duration(3725) == "1:02:05");
     CHECK(format_duration(-1) == "--:--");
-    const auto path = (std::filesystem::temp_directory_path() / fmt::format("xgrad_test_metrics_{}.json", ::getpid())).string();
-    write_json(path, {{"task", std::string("re\"verse")}, {"steps", std::int64_t{600}}, {"acc", 0.5},
-                      {"bad", std::nan("")}});
-    CHECK(read_file(path, "test") ==
-          "{\n  \"task\": \"re\\\"verse\",\n  \"steps\": 600,\n  \"acc\": 0.5,\n  \"bad\": null\n}\n");
-    std::filesystem::remove(path);
 }
 
 TEST_CASE("Progress: plain lines every N steps and at the end when the output is not a terminal") {

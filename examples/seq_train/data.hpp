@@ -1,5 +1,5 @@
 #pragma once
-/// Toy sequence tasks for the examples: copy, reverse and sort a random sequence of symbols.
+/// seq_train's toy sequence tasks: copy, reverse and sort a random sequence of symbols.
 ///
 /// Vocabulary: token 0 is <pad>, tokens 1..num_symbols are the symbols (printed as
 /// num_symbols <= 10 ? digits 0..9 : numbers). A sequence has a length drawn uniformly from

@@ -1,0 +1,65 @@
+#pragma once
+/// The other processes of a data-parallel run, as seq_train's training loop sees them. The
+/// base class is a run of one process, where every collective leaves its values as they are;
+/// `seq_train --distributed` gets one over MPI (distributed_mpi.cpp, built with
+/// xgrad::distributed), so the loop itself knows nothing of MPI.
+///
+/// How a data-parallel step matches the single-process step on the same global batch of B rows:
+/// - every rank draws the whole global batch from (seed, step) and trains on its slice of
+///   B/world rows (shard_batch);
+/// - the loss is the mean over the N valid target tokens of the global batch,
+///   L = (1/N) Σ_tokens ℓ. Each rank knows N (it holds the global batch) and computes
+///   L_r = (1/N) Σ_{its tokens} ℓ, so L = Σ_r L_r and ∇L = Σ_r ∇L_r: the gradients are
+///   SUMMED over the ranks, not averaged. (Averaging per-rank means would weight a token by
+///   1/N_r, wrong whenever the shards hold different numbers of tokens, which they do.)
+/// - after the sum every rank holds the same gradients, so clipping sees the global norm and
+///   every optimizer takes the same step from the same parameters;
+/// - the reported loss and token accuracy are sums over the ranks (one small all-reduce).
+/// The result equals the single-process run up to float rounding (the sums are split
+/// differently). Dropout is not equivalent: each rank draws masks for its own rows from its
+/// own per-(seed, step, rank) stream, rank 0 from the single-process stream; so with dropout
+/// > 0 the run is a valid data-parallel training with different masks, not the same run.
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nn/module.hpp"
+
+namespace xgrad::examples {
+
+/// What a data-parallel run spent in gradient synchronisation, for the summary.
+struct SyncStats {
+    double allreduce_seconds = 0;  ///< inside MPI_Allreduce, waiting for the other ranks included
+    double sync_seconds = 0;       ///< the whole gradient sync: flatten, all-reduce, write back
+    std::int64_t buckets = 0, bytes_per_step = 0;
+};
+
+class Replicas {
+public:
+    virtual ~Replicas() = default;
+    /// Starts every rank from rank 0's parameters of `model`, whose gradients sum_gradients()
+    /// then sums. Call once the model is built (and loaded from a checkpoint).
+    virtual void share(const nn::Module& model) { (void)model; }
+    virtual std::size_t rank() const { return 0; }
+    virtual std::size_t world_size() const { return 1; }
+    /// Sums every parameter's gradient over the ranks, in place, the same on every rank.
+    virtual void sum_gradients() {}
+    /// Element-wise sum of `values` over the ranks, in place.
+    virtual void sum(std::vector<double>& values) { (void)values; }
+    virtual SyncStats sync_stats() const { return {}; }
+};
+
+/// `mpirun -np N seq_train --distributed`: starts MPI for the lifetime of the returned object
+/// and gives each rank's thread pool its share of the host's cores. Call before the first
+/// tensor op (which starts the pool). Throws xgrad::Error when seq_train was built without MPI.
+std::unique_ptr<Replicas> start_data_parallel();
+
+/// For main's catch: when the error came on one rank of a running multi-rank job, prints it
+/// with the rank and ends the whole job (the other ranks would wait for this one forever);
+/// otherwise returns and the caller reports the error.
+void end_job_on_error(const std::string& program, const std::exception& error);
+
+}  // namespace xgrad::examples

@@ -1,0 +1,76 @@
+// seq_train --distributed over MPI: the gradients summed in buckets by nn::DistributedDataParallel
+// (summed, not averaged: each rank's loss is already its share of the global mean; see
+// distributed.hpp). Built only with xgrad::distributed; distributed_off.cpp stands in otherwise.
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "distributed.hpp"
+#include "nn/distributed/data_parallel.hpp"
+#include "nn/distributed/process_group.hpp"
+
+namespace xgrad::examples {
+
+namespace {
+
+// With N ranks on a host, each rank's own thread pool gets cores/N threads unless the user set
+// XGRAD_NUM_THREADS: N pools of `cores` threads each would fight over the same cores. And never
+// more than the CPUs the rank is bound to (mpirun binds each rank to one core for -np <= 2).
+// Must run before the first op creates the pool.
+void default_threads_per_rank() {
+    // A collective: every rank calls it, whatever its environment says.
+    const std::size_t local = distributed::local_world_size();
+    if (std::getenv("XGRAD_NUM_THREADS")) return;
+    const std::size_t cores = std::max(1u, std::thread::hardware_concurrency());
+    std::size_t threads = std::max<std::size_t>(1, cores / local);
+    cpu_set_t bound;
+    if (sched_getaffinity(0, sizeof bound, &bound) == 0)
+        threads = std::min<std::size_t>(threads, std::max(1, CPU_COUNT(&bound)));
+    setenv("XGRAD_NUM_THREADS", std::to_string(threads).c_str(), 0);
+}
+
+class MpiReplicas : public Replicas {
+public:
+    MpiReplicas() { default_threads_per_rank(); }
+    void share(const nn::Module& model) override {
+        nn::DataParallelOptions options;
+        options.average = false;
+        m_ddp.emplace(model, options);  // copies rank 0's parameters to every rank
+    }
+    std::size_t rank() const override { return distributed::rank(); }
+    std::size_t world_size() const override { return distributed::world_size(); }
+    void sum_gradients() override { m_ddp.value().sync_gradients(); }
+    void sum(std::vector<double>& values) override { distributed::all_reduce(values.data(), values.size()); }
+    SyncStats sync_stats() const override {
+        if (!m_ddp) return {};
+        return {m_ddp->allreduce_seconds(), m_ddp->sync_seconds(), static_cast<std::int64_t>(m_ddp->num_buckets()),
+                static_cast<std::int64_t>(m_ddp->bytes_per_sync())};
+    }
+
+private:
+    // Declared first, so MPI outlives the DistributedDataParallel that uses it.
+    distributed::Environment m_mpi;
+    std::optional<nn::DistributedDataParallel> m_ddp;
+};
+
+}  // namespace
+
+std::unique_ptr<Replicas> start_data_parallel() { return std::make_unique<MpiReplicas>(); }
+
+void end_job_on_error(const std::string& program, const std::exception& error) {
+    // MPI is still up only when the error came with other ranks running (see Environment).
+    if (!distributed::is_initialized()) return;
+    fmt::print(stderr, "\n{}: error on rank {} of {}: {}\n", program, distributed::rank(), distributed::world_size(),
+               error.what());
+    std::fflush(stderr);
+    distributed::abort(1);
+}
+
+}  // namespace xgrad::examples

@@ -1,0 +1,282 @@
+// 6. Trains a small Transformer encoder on a toy sequence task (copy, reverse or sort), shows its
+// progress, evaluates on a fixed held-out set and writes metrics.json, loss.svg, attention.svg
+// and a checkpoint to --out. --resume continues from the checkpoint bit for bit.
+// 7. --distributed trains data-parallel over MPI: `mpirun -np 2 seq_train --distributed`
+// (distributed.hpp says how the ranks share a step).
+//
+// The training loop is train() in train.cpp; this file reads the flags, sets the run up and
+// reports on it.
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+#include <xgrad/xgrad.hpp>
+
+#include "common/flags.hpp"
+#include "common/progress.hpp"
+#include "core/io/atomic_file.hpp"
+#include "data.hpp"
+#include "distributed.hpp"
+#include "model.hpp"
+#include "train.hpp"
+
+using namespace xgrad;
+using namespace xgrad::examples;
+
+namespace {
+
+extern "C" void on_sigint(int) { g_interrupted = 1; }
+
+struct Options {
+    TrainConfig config;
+    LoopOptions loop;
+    std::string task = "reverse", pos = "learned", out = "seq_train_out";
+    std::size_t held_out = 1000;
+    std::int64_t log_every = 50;
+    bool resume = false, distributed = false;
+};
+
+void add_flags(CLI::App& app, Options& o) {
+    using flags::kMaxCount, flags::kMaxSize, flags::whole, flags::real;
+    TrainConfig& c = o.config;
+    app.add_option("--task", o.task, "copy, reverse or sort")->check(CLI::IsMember({"copy", "reverse", "sort"}));
+    app.add_option("--optimizer", c.optimizer, "sgd (with momentum), adam or adamw")
+        ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
+    app.add_option("--steps", c.steps, "training steps")->check(whole(1, kMaxCount));
+    app.add_option("--lr", c.lr, "peak learning rate after warm-up; 0: 3e-3 for adam/adamw, 0.1 for sgd")
+        ->check(real(0));
+    app.add_option("--batch", c.batch, "sequences per step")->check(whole(1, kMaxSize));
+    app.add_option("--hidden", c.model.hidden, "model width d")->check(whole(1, kMaxSize));
+    app.add_option("--heads", c.model.heads, "attention heads (must divide --hidden)")->check(whole(1, kMaxSize));
+    app.add_option("--layers", c.model.layers, "encoder blocks")->check(whole(1, kMaxSize));
+    app.add_option("--ffn", c.model.ffn_hidden, "hidden width of the position-wise FFN")->check(whole(1, kMaxSize));
+    app.add_option("--max-len", c.task.max_len, "longest sequence (lengths are uniform in 1..max-len)")
+        ->check(whole(1, kMaxSize));
+    app.add_option("--symbols", c.task.num_symbols, "number of distinct symbols")->check(whole(1, kMaxSize));
+    app.add_option("--pos", o.pos, "positional encoding: learned or sinusoidal (d2l's fixed table)")
+        ->check(CLI::IsMember({"learned", "sinusoidal"}));
+    app.add_flag("--scale-embeddings", c.model.scale_embeddings,
+                 "multiply the token embeddings by sqrt(hidden) as d2l does (stalls near 40% here)");
+    app.add_option("--dropout", c.model.dropout, "dropout probability")->check(flags::fraction());
+    app.add_option("--warmup", c.warmup, "linear warm-up steps before the cosine decay")->check(whole(0, kMaxCount));
+    app.add_option("--momentum", c.momentum, "momentum for sgd")->check(real(0, 1));
+    app.add_option("--weight-decay", c.weight_decay, "decoupled weight decay for adamw")->check(real(0));
+    app.add_option("--clip", c.clip, "clip the gradient norm to this (0: no clipping)")->check(real(0));
+    app.add_option("--seed", c.seed, "seed for initialisation, batches, dropout and the held-out set")
+        ->check(flags::seed());
+    app.add_option("--held-out", o.held_out, "held-out sequences")->check(whole(1, kMaxSize));
+    app.add_option("--eval-every", o.loop.eval_every, "evaluate on the held-out set every N steps (0: only at the end)")
+        ->check(whole(0, kMaxCount));
+    app.add_option("--log-every", o.log_every, "print a progress line every N steps when stdout is not a terminal")
+        ->check(whole(0, kMaxCount));
+    app.add_option("--checkpoint-every", o.loop.checkpoint_every,
+                   "also write the checkpoint every N steps (0: at the end)")->check(whole(0, kMaxCount));
+    app.add_option("--stop-after", o.loop.stop_after,
+                   "stop after N steps of this run, with a checkpoint (0: run to --steps)")->check(whole(0, kMaxCount));
+    app.add_option("--out", o.out, "output folder");
+    app.add_flag("--resume", o.resume, "continue from --out/checkpoint.npz (same flags)");
+    app.add_flag("--distributed", o.distributed,
+                 "data-parallel over MPI: run under mpirun -np N; --batch is the global batch (a multiple of N)");
+}
+
+std::string join_tokens(const std::vector<std::int64_t>& v) {
+    std::string s;
+    for (auto t : v) s += (s.empty() ? "" : " ") + token_str(t);
+    return s;
+}
+
+void write_loss_plot(const std::string& path, const History& h, const std::string& title) {
+    std::vector<svg::Series> series;
+    series.push_back({"training loss", h.step, h.loss, "#1f77b4", "none"});
+    if (!h.eval_step.empty()) {
+        series.push_back({"held-out token accuracy", h.eval_step, h.eval_token_acc, "#d62728", "none", true});
+        series.push_back({"held-out sequence accuracy", h.eval_step, h.eval_seq_acc, "#2ca02c", "6,3", true});
+    }
+    svg::LinePlotOptions o;
+    o.title = title;
+    o.xlabel = "step";
+    o.ylabel = "cross-entropy loss (log scale)";
+    o.log_y = true;
+    o.y2label = "held-out accuracy";
+    o.y2lim = std::pair{0.0, 1.0};
+    o.markers = false;
+    svg::write_file(path, svg::line_plot(series, o));
+}
+
+// One held-out example of full length through the model; one panel per layer and head.
+std::string write_attention_plot(const std::string& path, SeqEncoder& model, const Batch& held) {
+    const auto lens = held.valid_lens.to_vector<std::int64_t>();
+    const std::size_t T = held.inputs.size(1);
+    std::size_t row = 0;
+    for (std::size_t r = 0; r < lens.size(); ++r)
+        if (static_cast<std::size_t>(lens[r]) == T) { row = r; break; }
+    const long r = static_cast<long>(row), len = lens[row];
+    const Batch one{slice(held.inputs, 0, r, r + 1), slice(held.targets, 0, r, r + 1),
+                    slice(held.valid_lens, 0, r, r + 1)};
+    Tensor logits;
+    {
+        NoGradGuard no_grad;
+        model.eval();
+        logits = model(one.inputs, one.valid_lens);
+        model.train();
+    }
+    const auto input = row_tokens(one.inputs, one.valid_lens, 0);
+    const auto truth = row_tokens(one.targets, one.valid_lens, 0);
+    const auto pred = row_tokens(argmax(logits, 2), one.valid_lens, 0);
+
+    std::vector<std::string> ticks;
+    for (auto t : input) ticks.push_back(token_str(t));
+    std::vector<std::vector<Tensor>> panels;
+    std::vector<std::vector<std::string>> titles;
+    const auto weights = model.attention_weights();
+    for (std::size_t l = 0; l < weights.size(); ++l) {
+        panels.emplace_back();
+        titles.emplace_back();
+        const std::size_t heads = weights[l].size(1);
+        for (std::size_t h = 0; h < heads; ++h) {
+            const long hh = static_cast<long>(h);
+            Tensor w = slice(slice(weights[l], 1, hh, hh + 1), 2, 0, len);
+            w = slice(w, 3, 0, len).reshape({len, len});
+            panels.back().push_back(w);
+            titles.back().push_back(fmt::format("layer {}, head {}", l + 1, h + 1));
+        }
+    }
+    svg::HeatmapOptions o;
+    o.title = fmt::format("input {}  =>  {} (truth {})", join_tokens(input), join_tokens(pred), join_tokens(truth));
+    o.xlabel = "keys (input tokens)";
+    o.ylabel = "queries (input tokens)";
+    o.xticks = ticks;
+    o.yticks = ticks;
+    o.vmin = 0.0;
+    o.vmax = 1.0;
+    svg::write_file(path, svg::heatmaps(panels, titles, o));
+    return fmt::format("{} => {}   (truth {})", join_tokens(input), join_tokens(pred), join_tokens(truth));
+}
+
+// The summary of a finished run: held-out results, speed, and where the files are.
+void report(const Options& o, TrainState& state, const Replicas& replicas, const Batch& held, const LoopStats& run,
+            double wall) {
+    const TrainConfig& c = state.config;
+    const EvalResult e = evaluate(*state.model, held);
+    const double tps = run.seconds > 0 ? static_cast<double>(run.tokens) / run.seconds : 0;
+    const SyncStats sync = replicas.sync_stats();
+    const History& h = state.history;
+    nlohmann::ordered_json metrics = {
+        {"task", o.task},
+        {"ranks", replicas.world_size()},
+        {"threads_per_rank", num_threads()},
+        {"allreduce_seconds", sync.allreduce_seconds},
+        {"gradient_sync_seconds", sync.sync_seconds},
+        {"optimizer", c.optimizer},
+        {"pos", o.pos},
+        {"scale_embeddings", c.model.scale_embeddings ? 1 : 0},
+        {"steps", state.step},
+        {"steps_this_run", run.steps},
+        {"final_loss", h.loss.empty() ? NAN : h.loss.back()},  // NaN is written as null
+        {"held_out_loss", e.loss},
+        {"held_out_token_accuracy", e.token_acc},
+        {"held_out_sequence_accuracy", e.seq_acc},
+        {"held_out_size", o.held_out},
+        {"seconds", wall},
+        {"train_seconds", run.seconds},
+        {"tokens_per_second", tps},
+        {"parameters", state.model->num_parameters()}};
+    write_file_atomic(o.out + "/metrics.json", metrics.dump(2) + "\n", "metrics.json");
+    write_loss_plot(o.out + "/loss.svg", h,
+                    fmt::format("{} task, {} ({} pos{}), d {}, {} heads, {} layers", o.task, c.optimizer, o.pos,
+                                c.model.scale_embeddings ? ", scaled" : "", c.model.hidden, c.model.heads,
+                                c.model.layers));
+    const std::string example = write_attention_plot(o.out + "/attention.svg", *state.model, held);
+
+    fmt::print("held-out ({} sequences): token accuracy {:.2f}%, sequence accuracy {:.2f}%, loss {:.4f}\n",
+               o.held_out, 100 * e.token_acc, 100 * e.seq_acc, e.loss);
+    fmt::print("{} steps this run in {:.1f} s ({:.1f} s in training steps, {:.0f} tokens/s)\n", run.steps, wall,
+               run.seconds, tps);
+    if (o.distributed && run.steps > 0) {
+        const double per_step = 1e3 / static_cast<double>(run.steps);
+        fmt::print("{} ranks: {:.2f} ms per step, of which gradient all-reduce {:.3f} ms ({:.1f}%; whole sync "
+                   "{:.3f} ms), {} bucket(s), {} bytes per step\n", replicas.world_size(), per_step * run.seconds,
+                   per_step * sync.allreduce_seconds, 100 * sync.allreduce_seconds / run.seconds,
+                   per_step * sync.sync_seconds, sync.buckets, sync.bytes_per_step);
+    }
+    fmt::print("example: {}\n", example);
+    fmt::print("wrote {0}/metrics.json, {0}/loss.svg, {0}/attention.svg, {0}/checkpoint.npz\n", o.out);
+}
+
+int run(int argc, const char* const* argv) {
+    Options o;
+    CLI::App app("Trains a small Transformer encoder (embedding, positional encoding, N encoder blocks of\n"
+                 "multi-head attention with AddNorm and FFN, a linear head) to copy, reverse or sort\n"
+                 "sequences of symbols, then evaluates it on a fixed held-out set and writes\n"
+                 "metrics.json, loss.svg, attention.svg and checkpoint.npz to --out.",
+                 "seq_train");
+    flags::setup(app);
+    add_flags(app, o);
+    if (const auto exit_code = flags::parse(app, argc, argv)) return *exit_code;
+    TrainConfig& c = o.config;
+    if (c.warmup > c.steps)
+        return flags::refuse(app, fmt::format("--warmup ({}) must be at most --steps ({})", c.warmup, c.steps));
+    if (c.model.hidden % c.model.heads != 0)
+        return flags::refuse(app, fmt::format("--hidden ({}) must be a multiple of --heads ({})", c.model.hidden,
+                                              c.model.heads));
+    c.task.task = parse_task(o.task);
+    c.model.pos = parse_pos(o.pos);
+
+    // Data-parallel: MPI from here to the end of run(). Only rank 0 prints and writes files.
+    const std::unique_ptr<Replicas> replicas = o.distributed ? start_data_parallel() : std::make_unique<Replicas>();
+    const bool main_rank = replicas->rank() == 0;
+    // These matrices are tiny (64 × 64): a second OpenBLAS thread costs more in hand-off than it
+    // saves, and on a loaded machine its spin-waiting can triple a run's time.
+    if (!std::getenv("OPENBLAS_NUM_THREADS")) blas_set_num_threads(1);
+    if (main_rank) std::filesystem::create_directories(o.out);
+    const std::string checkpoint = o.out + "/checkpoint.npz";
+    o.loop.checkpoint = checkpoint;
+    TrainState state(c);
+    // Every rank reads the checkpoint: on several hosts --out must be on a shared filesystem.
+    if (o.resume) {
+        load_checkpoint(checkpoint, state);
+        if (main_rank) fmt::print("resumed from {} at step {}\n", checkpoint, state.step);
+    }
+    replicas->share(*state.model);
+    const Batch held = held_out_set(c.task, o.held_out, c.seed);
+    if (main_rank) {
+        fmt::print("task {}: lengths 1..{} over {} symbols; {} parameters; optimizer {}, lr {}, batch {}, {} steps\n",
+                   o.task, c.task.max_len, c.task.num_symbols, state.model->num_parameters(), c.optimizer,
+                   c.lr > 0 ? c.lr : default_lr(c.optimizer), c.batch, c.steps);
+        if (o.distributed)
+            fmt::print("data-parallel over {} ranks: {} sequences per rank, {} thread(s) per rank\n",
+                       replicas->world_size(), c.batch / replicas->world_size(), num_threads());
+        std::fflush(stdout);
+    }
+
+    std::signal(SIGINT, on_sigint);
+    Progress progress(c.steps, o.log_every, stdout, /*redraw=*/!o.distributed);
+    const LoopStats stats = train(state, *replicas, held, progress, o.loop);
+    if (!main_rank) return 0;
+    progress.finish();
+    const double wall = progress.elapsed();
+    save_checkpoint(checkpoint, state);
+    if (state.step < c.steps) {
+        fmt::print("stopped at step {} of {}; checkpoint in {} (continue with --resume)\n", state.step, c.steps,
+                   checkpoint);
+        return stats.interrupted ? 130 : 0;
+    }
+    report(o, state, *replicas, held, stats, wall);
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        return run(argc, argv);
+    } catch (const std::exception& e) {
+        std::fflush(stdout);
+        end_job_on_error("seq_train", e);
+        fmt::print(stderr, "\nseq_train: error: {}\n", e.what());
+        return 1;
+    }
+}

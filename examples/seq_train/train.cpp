@@ -1,0 +1,180 @@
+#include "train.hpp"
+
+#include <chrono>
+#include <utility>
+
+#include "core/creation.hpp"
+#include "core/ops.hpp"
+#include "nn/loss.hpp"
+#include "optim/adam.hpp"
+#include "optim/clip_grad.hpp"
+#include "optim/sgd.hpp"
+
+namespace xgrad::examples {
+
+volatile std::sig_atomic_t g_interrupted = 0;
+
+double default_lr(const std::string& optimizer) {
+    if (optimizer == "sgd") return 0.1;
+    return 3e-3;
+}
+
+namespace {
+
+// Targets for cross_entropy: padding positions become the ignore index.
+constexpr std::int64_t kIgnore = -1;
+
+Tensor loss_targets(const Batch& b) {
+    auto t = b.targets.to_vector<std::int64_t>();
+    for (auto& v : t)
+        if (v == kPad) v = kIgnore;
+    return from_vector(t, b.targets.shape());
+}
+
+struct Correct {
+    std::int64_t tokens = 0, sequences = 0;
+};
+
+// Correct valid tokens and fully correct sequences of `logits` against the batch.
+Correct count_correct(const Tensor& logits, const Batch& b) {
+    const auto pred = argmax(logits, 2).to_vector<std::int64_t>();
+    const auto truth = b.targets.to_vector<std::int64_t>();
+    const auto lens = b.valid_lens.to_vector<std::int64_t>();
+    const std::size_t T = b.targets.size(1);
+    Correct c;
+    for (std::size_t r = 0; r < lens.size(); ++r) {
+        bool all = true;
+        for (std::size_t t = 0; t < static_cast<std::size_t>(lens[r]); ++t) {
+            const bool ok = pred[r * T + t] == truth[r * T + t];
+            c.tokens += ok;
+            all = all && ok;
+        }
+        c.sequences += all;
+    }
+    return c;
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, std::vector<Tensor> params) {
+    const double lr = c.lr > 0 ? c.lr : default_lr(c.optimizer);
+    if (c.optimizer == "adam") return std::make_unique<optim::Adam>(std::move(params), optim::AdamOptions(lr));
+    if (c.optimizer == "adamw")
+        return std::make_unique<optim::AdamW>(std::move(params),
+                                              optim::AdamWOptions(lr).weight_decay(c.weight_decay));
+    if (c.optimizer == "sgd")
+        return std::make_unique<optim::SGD>(std::move(params), optim::SGDOptions(lr).momentum(c.momentum));
+    throw Error(fmt::format("unknown optimizer '{}' (expected sgd, adam or adamw)", c.optimizer));
+}
+
+TrainConfig checked(TrainConfig c) {
+    c.model.vocab_size = c.task.vocab_size();
+    c.model.max_len = c.task.max_len;
+    if (c.steps < 1 || c.batch < 1 || c.warmup < 0 || c.warmup > c.steps)
+        throw Error(fmt::format("train: need steps >= 1, batch >= 1 and 0 <= warmup <= steps (got steps {}, "
+                                "batch {}, warmup {})", c.steps, c.batch, c.warmup));
+    // lr and clip use 0 for "default" and "none": a negative or NaN value must not fall into that.
+    if (!(c.lr >= 0) || !(c.clip >= 0))
+        throw Error(fmt::format("train: need lr >= 0 (0: the optimizer's default) and clip >= 0 (0: none), "
+                                "got lr {} and clip {}", c.lr, c.clip));
+    return c;
+}
+
+// Ranks must stop at the same step (a rank that left would leave the others waiting in a
+// collective): a SIGINT seen by any rank stops all of them.
+bool any_rank_interrupted(Replicas& replicas) {
+    std::vector<double> flag{g_interrupted ? 1.0 : 0.0};
+    replicas.sum(flag);
+    return flag[0] > 0;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+TrainState::TrainState(TrainConfig c) : config(checked(std::move(c))) {
+    Generator init(mix_seed(config.seed, 3, 0));
+    model = std::make_shared<SeqEncoder>(config.model, init);
+    optimizer = make_optimizer(config, model->parameters());
+    schedule = std::make_unique<optim::WarmupCosineLR>(*optimizer, config.warmup, config.steps);
+}
+
+EvalResult evaluate(SeqEncoder& model, const Batch& data) {
+    NoGradGuard no_grad;
+    const bool was_training = model.is_training();
+    model.eval();
+    const Tensor logits = model(data.inputs, data.valid_lens);
+    model.train(was_training);
+    const double loss = nn::cross_entropy(logits, loss_targets(data), nn::Reduction::mean, kIgnore).item<double>();
+    const Correct c = count_correct(logits, data);
+    return {loss, static_cast<double>(c.tokens) / static_cast<double>(data.num_tokens()),
+            static_cast<double>(c.sequences) / static_cast<double>(data.size())};
+}
+
+EvalResult evaluate_held_out(TrainState& state, const Batch& held_out) {
+    const EvalResult r = evaluate(*state.model, held_out);
+    state.history.eval_step.push_back(static_cast<double>(state.step));
+    state.history.eval_token_acc.push_back(r.token_acc);
+    state.history.eval_seq_acc.push_back(r.seq_acc);
+    return r;
+}
+
+LoopStats train(TrainState& s, Replicas& replicas, const Batch& held_out, Progress& progress, const LoopOptions& o) {
+    const TrainConfig& c = s.config;
+    const std::size_t rank = replicas.rank(), world = replicas.world_size();
+    if (c.batch % world != 0)
+        throw Error(fmt::format("--batch {} does not split evenly over {} ranks (expected a multiple of {})", c.batch,
+                                world, world));
+    if (rank == 0 && s.step == 0 && o.eval_every > 0) evaluate_held_out(s, held_out);  // the curve starts at 0
+    LoopStats stats;
+    while (s.step < c.steps && !(o.stop_after > 0 && stats.steps >= o.stop_after)) {
+        if (any_rank_interrupted(replicas)) {
+            stats.interrupted = true;
+            break;
+        }
+        const auto start = std::chrono::steady_clock::now();
+        // Batch: every rank draws the step's global batch and keeps its own rows. Rank 0 draws the
+        // single-process dropout masks, the others streams of their own.
+        const auto step = static_cast<std::uint64_t>(s.step);
+        Generator data(mix_seed(c.seed, 1, step));
+        const Batch global = make_batch(c.task, c.batch, data);
+        const Batch batch = shard_batch(global, rank, world);
+        manual_seed(rank == 0 ? mix_seed(c.seed, 2, step) : mix_seed(c.seed, 100 + rank, step));
+        // Forward and loss: this rank's share of the mean over the global batch's valid tokens.
+        s.model->train();
+        const Tensor logits = (*s.model)(batch.inputs, batch.valid_lens);
+        const double tokens = static_cast<double>(global.num_tokens());
+        const Tensor loss = nn::cross_entropy(logits, loss_targets(batch), nn::Reduction::sum, kIgnore) / tokens;
+        // Backward; summed over the ranks the gradients are those of the mean. Clip, step, schedule.
+        s.optimizer->zero_grad();
+        loss.backward();
+        replicas.sum_gradients();
+        if (c.clip > 0) optim::clip_grad_norm(s.optimizer->parameters(), c.clip);
+        s.optimizer->step();
+        s.schedule->step();
+        ++s.step;
+        std::vector<double> sums{loss.item<double>(), static_cast<double>(count_correct(logits, batch).tokens)};
+        replicas.sum(sums);
+        const double mean_loss = sums[0], token_acc = sums[1] / tokens;
+        s.history.step.push_back(static_cast<double>(s.step));
+        s.history.loss.push_back(mean_loss);
+        s.history.token_acc.push_back(token_acc);
+        stats.seconds += seconds_since(start);
+        stats.tokens += global.num_tokens();
+        ++stats.steps;
+        if (rank != 0) continue;
+        // Progress, held-out evaluation and checkpoint: rank 0 only (they need no other rank).
+        progress.update(s.step, mean_loss, token_acc, global.num_tokens());
+        if ((o.eval_every > 0 && s.step % o.eval_every == 0) || s.step == c.steps) {
+            const EvalResult e = evaluate_held_out(s, held_out);
+            if (s.step % (o.eval_every > 0 ? 4 * o.eval_every : 1) == 0 || s.step == c.steps)
+                progress.message(fmt::format("  held-out at step {}: loss {:.4f}, token accuracy {:.2f}%, "
+                                             "sequence accuracy {:.2f}%", s.step, e.loss, 100 * e.token_acc,
+                                             100 * e.seq_acc));
+        }
+        if (o.checkpoint_every > 0 && s.step % o.checkpoint_every == 0) save_checkpoint(o.checkpoint, s);
+    }
+    return stats;
+}
+
+}  // namespace xgrad::examples

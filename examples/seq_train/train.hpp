@@ -1,0 +1,100 @@
+#pragma once
+/// seq_train's training: the configuration, the state a checkpoint holds, and the loop.
+///
+/// Every source of randomness is a function of (seed, step): the batch of step s is drawn from a
+/// Generator seeded with mix_seed(seed, 1, s) and dropout masks from the default generator
+/// re-seeded with mix_seed(seed, 2, s) before the step. So a checkpoint needs no generator
+/// state: model parameters, optimizer state, schedule and step count are the whole story, and a
+/// resumed run repeats the uninterrupted one bit for bit.
+#include <csignal>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/progress.hpp"
+#include "data.hpp"
+#include "distributed.hpp"
+#include "model.hpp"
+#include "optim/lr_scheduler.hpp"
+#include "optim/optimizer.hpp"
+
+namespace xgrad::examples {
+
+struct TrainConfig {
+    TaskSpec task;
+    ModelSpec model;      ///< vocab_size and max_len are taken from `task`
+    std::string optimizer = "adam";  ///< adam, adamw or sgd
+    std::int64_t steps = 300;
+    double lr = 0;        ///< 0: the optimizer's default (default_lr)
+    std::size_t batch = 64;
+    std::int64_t warmup = 30;
+    double momentum = 0.9;      ///< sgd
+    double weight_decay = 0.01; ///< adamw (adam and sgd use none)
+    double clip = 1.0;          ///< max gradient norm, 0 for none
+    std::uint64_t seed = 0;
+};
+
+/// The learning rate used when TrainConfig::lr is 0, chosen by measurement on the reverse task.
+double default_lr(const std::string& optimizer);
+
+struct EvalResult {
+    double loss = 0, token_acc = 0, seq_acc = 0;
+};
+
+/// What the loss picture needs; saved in the checkpoint so a resumed run draws the whole curve.
+struct History {
+    std::vector<double> step, loss, token_acc;                  ///< every training step
+    std::vector<double> eval_step, eval_token_acc, eval_seq_acc; ///< every held-out evaluation
+};
+
+/// A run at step `step`: model, optimizer, schedule and the curve so far, all that a checkpoint
+/// holds. The constructor builds the model (parameters from the seed), the optimizer and the
+/// warm-up + cosine schedule; it throws xgrad::Error for an unknown optimizer or bad sizes.
+struct TrainState {
+    explicit TrainState(TrainConfig config);
+    TrainConfig config;
+    std::shared_ptr<SeqEncoder> model;
+    std::unique_ptr<optim::Optimizer> optimizer;
+    std::unique_ptr<optim::LRScheduler> schedule;
+    std::int64_t step = 0;
+    History history;
+};
+
+/// Runs the model on a batch in eval mode without a graph: loss, token and sequence accuracy.
+EvalResult evaluate(SeqEncoder& model, const Batch& data);
+/// evaluate() at the state's step, recorded in its history.
+EvalResult evaluate_held_out(TrainState& state, const Batch& held_out);
+
+struct LoopOptions {
+    std::int64_t eval_every = 25;       ///< held-out evaluation every N steps and at the last (0: last only)
+    std::int64_t checkpoint_every = 0;  ///< also save the checkpoint every N steps (0: never)
+    std::int64_t stop_after = 0;        ///< return after N steps of this call (0: run to config.steps)
+    std::string checkpoint;             ///< where checkpoint_every saves
+};
+
+struct LoopStats {
+    std::int64_t steps = 0, tokens = 0;  ///< of this call
+    double seconds = 0;                  ///< in training steps, evaluations and checkpoints left out
+    bool interrupted = false;            ///< stopped by SIGINT (see g_interrupted)
+};
+
+/// Set from a SIGINT handler: the loop stops after the step, every rank after the same one.
+extern volatile std::sig_atomic_t g_interrupted;
+
+/// Trains `state` to config.steps, or for stop_after steps, or until interrupted. On rank 0 it
+/// reports each step to `progress`, evaluates `held_out` and saves checkpoints; the other ranks
+/// go straight on to the next step. Throws xgrad::Error when the global batch does not split
+/// evenly over the ranks.
+LoopStats train(TrainState& state, Replicas& replicas, const Batch& held_out, Progress& progress,
+                const LoopOptions& options);
+
+/// Writes model, optimizer, schedule, step, history and the configuration to one .npz,
+/// atomically (a temporary file renamed over `path`).
+void save_checkpoint(const std::string& path, const TrainState& state);
+/// Restores a save_checkpoint(). Throws xgrad::Error (naming the file and what is wrong) for an
+/// unreadable or truncated file, missing entries, or a checkpoint written with a different
+/// configuration; on any failure the state is left as it was.
+void load_checkpoint(const std::string& path, TrainState& state);
+
+}  // namespace xgrad::examples
