@@ -12,11 +12,8 @@ namespace xgrad {
 
 namespace {
 
-void check_3d(const char* op, const char* arg, const Tensor& t) {
-    if (!t.defined()) throw Error(fmt::format("{}: {} is an undefined tensor", op, arg));
-    if (t.dim() != 3)
-        throw Error(fmt::format("{}: {} must be 3-D (batch, length, features), got shape {}", op, arg,
-                                shape_str(t.shape())));
+void check_3d(const char* who, const char* arg, const Tensor& t) {
+    check_dims(who, arg, t, 3, "(batch, length, features)");
 }
 
 void check_heads(const char* op, const char* arg, const Tensor& t, std::size_t num_heads) {

@@ -217,6 +217,12 @@ void Tensor::set_grad(const Tensor& g) {
 
 void Tensor::zero_grad() { node().grad.reset(); }
 
+void check_dims(const char* who, const char* arg, const Tensor& t, std::size_t dims, const char* layout) {
+    if (!t.defined()) throw Error(fmt::format("{}: {} is an undefined tensor", who, arg));
+    if (t.dim() != dims)
+        throw Error(fmt::format("{}: {} must be {}-D {}, got shape {}", who, arg, dims, layout, shape_str(t.shape())));
+}
+
 bool Tensor::has_grad() const { return node().grad.has_value(); }
 
 std::string Tensor::op_name() const { return node().op; }

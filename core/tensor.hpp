@@ -141,6 +141,10 @@ Tensor operator-(double s, const Tensor& a);
 Tensor operator*(double s, const Tensor& a);
 Tensor operator/(double s, const Tensor& a);
 
+/// Throws unless t is defined with `dims` axes, for ops and layers checking their arguments:
+/// "<who>: <arg> must be 3-D (batch, length, features), got shape (2, 3)" (`layout` in brackets).
+void check_dims(const char* who, const char* arg, const Tensor& t, std::size_t dims, const char* layout);
+
 // --- gradient mode ----------------------------------------------------------------------
 
 /// Whether ops record the graph on this thread (true unless a NoGradGuard is alive).

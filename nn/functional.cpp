@@ -6,23 +6,10 @@
 
 namespace xgrad::nn {
 
-namespace {
-
-// A defined tensor of 3 axes (batch, length, features), or an error naming layer and argument.
-void check_3d(const char* who, const char* arg, const Tensor& t) {
-    if (!t.defined()) throw Error(fmt::format("{}: {} is an undefined tensor", who, arg));
-    if (t.dim() != 3)
-        throw Error(fmt::format("{}: {} must be 3-D (batch, length, features), got shape {}", who, arg,
-                                shape_str(t.shape())));
-}
-
-}  // namespace
-
 void check_attention_inputs(const char* who, const Tensor& queries, const Tensor& keys,
                             const Tensor& values) {
-    check_3d(who, "queries", queries);
-    check_3d(who, "keys", keys);
-    check_3d(who, "values", values);
+    for (const auto& [arg, t] : {std::pair{"queries", &queries}, std::pair{"keys", &keys}, std::pair{"values", &values}})
+        check_dims(who, arg, *t, 3, "(batch, length, features)");
     if (queries.size(0) != keys.size(0) || keys.size(0) != values.size(0))
         throw Error(
             fmt::format("{}: queries, keys and values must have the same batch size, got {}, {} and {}", who,

@@ -8,8 +8,9 @@ namespace xgrad::vec {
 float exp_shifted_sum(const float* x, float m, float* y, std::size_t n) {
     for (std::size_t j = 0; j < n; ++j) {
         const float t0 = x[j] - m;
-        // NaN takes the -87 path here (its exponent bits would be undefined) and is put back below
-        const float t = t0 > -87.0f ? t0 : -87.0f;
+        // max(-87, NaN) is -87 (one max instruction): NaN never reaches the exponent bits below,
+        // where its integer conversion would be undefined; the select at the end puts it back
+        const float t = std::max(-87.0f, t0);
         // t = k·ln2 + r, |r| ≤ ln2/2; k rounded to nearest by the 1.5·2^23 trick
         const float k = (t * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
         float r = t - k * 0.693359375f;

@@ -39,7 +39,7 @@ struct DataParallelOptions {
     std::size_t bucket_bytes = std::size_t{25} << 20;
     /// true: the gradients are averaged over the ranks (torch's behaviour, for a loss that is
     /// a mean over each rank's rows with equal rows per rank); false: summed (for a loss each
-    /// rank already divided by the global count, as examples/common/train.cpp does).
+    /// rank already divided by the global count, as examples/seq_train/train.cpp does).
     bool average = true;
 };
 
