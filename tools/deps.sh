@@ -3,7 +3,7 @@
 # the build (without it there is no xgrad::distributed) but installed so its tests run.
 XGRAD_PACKAGES=(build-essential cmake pkg-config
                 libxtensor-dev libxtensor-blas-dev xtl-dev libxsimd-dev
-                libopenblas-dev libfmt-dev catch2
+                libopenblas-dev libfmt-dev catch2 zlib1g-dev
                 libopenmpi-dev openmpi-bin)
 
 xgrad_install_missing() {

@@ -7,14 +7,16 @@
 /// Written headers are byte-for-byte what numpy 1.24's np.save writes.
 /// .npz: a zip archive with one member NAME.npy per array, written uncompressed (as np.savez),
 /// read uncompressed or deflated (np.savez_compressed). Names may hold dots ("W_q.weight"),
-/// and numpy.load(path)["W_q.weight"] reads them back.
+/// and numpy.load(path)["W_q.weight"] reads them back. Inflate and CRC-32 are zlib's.
 ///
 /// The readers treat the bytes as untrusted: every length, offset and count is checked against
 /// the bytes present before use, CRC-32s are verified, and nothing is allocated from a length
-/// field before that check; deflated members are inflated into a buffer that grows with the
-/// output and stops at the size the archive declares. Anything else is refused with a
-/// message: other dtypes, big-endian data, Fortran order (rank >= 2), other compression
-/// methods, encrypted or zip64 archives, members that are not .npy files.
+/// field before that check. A deflated member's declared size must be one its compressed bytes
+/// can reach and must agree with the array its .npy header describes before its data is
+/// inflated, into a buffer of exactly that size; output beyond it, or short of it, is refused.
+/// Anything else is refused with a message: other dtypes, big-endian data, Fortran order
+/// (rank >= 2), other compression methods, encrypted or zip64 archives, members that are not
+/// .npy files.
 ///
 /// Every failure, bad bytes and I/O alike, throws xgrad::Error naming the file (or the `what`
 /// given to the in-memory forms) and what was wrong.
