@@ -2,11 +2,12 @@
 // APPNOTE.TXT sections 4.3.7 (local header), 4.3.12 (central directory), 4.3.16 (end record).
 #include "core/io/npz.hpp"
 
-#define ZLIB_CONST  // zlib's input pointers become const: inflate never writes its input
+#define ZLIB_CONST  // zlib's input pointers become const: inflate and deflate never write input
 #include <zlib.h>
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <set>
 
@@ -487,17 +488,73 @@ std::string inflate_npy_member(std::string_view deflated, std::size_t usize, con
     return out;
 }
 
+// The raw-deflate stream (zip's method 8) of `pieces` in order, at zlib's default level, as
+// Python's zipfile writes np.savez_compressed's members.
+std::string deflate_raw(std::initializer_list<std::string_view> pieces, const std::string& op) {
+    z_stream z{};
+    if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, -MAX_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+        throw Error(fmt::format("{}: zlib cannot start deflating (out of memory)", op));
+    struct End {
+        z_stream& z;
+        ~End() { deflateEnd(&z); }
+    } end{z};
+    // Sized as the output grows, not to deflateBound: data that compresses well (what one
+    // compresses for) would otherwise hold a buffer as large as the uncompressed data.
+    std::string out(std::size_t{1} << 16, '\0');
+    std::size_t produced = 0;
+    std::size_t left = pieces.size();
+    for (std::string_view in : pieces) {
+        const bool last = --left == 0;
+        for (;;) {
+            if (produced == out.size()) out.resize(out.size() * 2);
+            const std::size_t in_now = std::min(in.size(), kZlibChunk);
+            const std::size_t out_now = std::min(out.size() - produced, kZlibChunk);
+            z.next_in = reinterpret_cast<const Bytef*>(in.data());
+            z.avail_in = static_cast<uInt>(in_now);
+            z.next_out = reinterpret_cast<Bytef*>(out.data() + produced);
+            z.avail_out = static_cast<uInt>(out_now);
+            const bool finishing = last && in_now == in.size();
+            const int ret = deflate(&z, finishing ? Z_FINISH : Z_NO_FLUSH);
+            if (ret == Z_STREAM_ERROR) throw Error(fmt::format("{}: zlib failed deflating", op));
+            in.remove_prefix(in_now - z.avail_in);
+            produced += out_now - z.avail_out;
+            if (ret == Z_STREAM_END || (!last && in.empty())) break;
+        }
+    }
+    out.resize(produced);
+    out.shrink_to_fit();
+    return out;
+}
+
 // --- .npz writing ---------------------------------------------------------------------------
 
+// A member as its local header and central directory entry describe it. put_entry_fields writes
+// the run of fields both hold, in their order: version needed to extract to uncompressed size.
+struct ZipEntry {
+    std::string name;
+    std::uint16_t flags, method;
+    std::uint32_t crc, csize, usize, offset;
+};
+void put_entry_fields(std::string& s, const ZipEntry& e) {
+    put16(s, 20);  // version needed: 2.0 (deflate)
+    put16(s, e.flags);
+    put16(s, e.method);
+    put16(s, 0);  // time 00:00
+    put16(s, kDosDate1980);
+    put32(s, e.crc);
+    put32(s, e.csize);
+    put32(s, e.usize);
+}
+
+Error archive_too_large(const char* op, const std::string& name) {
+    return Error(fmt::format("{}: the archive would exceed 4 GiB at array '{}'; zip64 is not supported", op, name));
+}
+
 // Streams an archive through `out(std::string_view)`: member headers and npy headers are built
-// in memory, the array data goes straight from the tensors.
-template <class Out> void write_npz(const NamedTensors& arrays, const char* op, Out&& out) {
-    struct Entry {
-        std::string name;
-        std::uint32_t crc, size, offset;
-        std::uint16_t flags;
-    };
-    std::vector<Entry> entries;
+// in memory; stored array data goes straight from the tensors, deflated data is compressed into
+// memory first, since the local header that precedes it holds its size.
+template <class Out> void write_npz(const NamedTensors& arrays, bool compressed, const char* op, Out&& out) {
+    std::vector<ZipEntry> entries;
     std::set<std::string> names;
     std::uint64_t offset = 0;
     constexpr std::uint64_t kZipLimit = 0xfffffffe;  // 0xffffffff would mean "see zip64 fields"
@@ -508,55 +565,48 @@ template <class Out> void write_npz(const NamedTensors& arrays, const char* op, 
         if (!names.insert(name).second)
             throw Error(fmt::format("{}: the array name '{}' appears twice", op, name));
         check_defined(t, fmt::format("{}: array '{}'", op, name));
-        Entry e;
+        ZipEntry e;
         e.name = name + ".npy";
         if (e.name.size() > 0xffff) throw Error(fmt::format("{}: the array name '{}...' is too long", op, name.substr(0, 40)));
         const std::string header = npy_header(t);
         const std::string_view data = raw_data(t);
-        const std::uint64_t size = header.size() + static_cast<std::uint64_t>(data.size());
-        if (size > kZipLimit || offset + kLocalSize + e.name.size() + size > kZipLimit)
-            throw Error(fmt::format("{}: the archive would exceed 4 GiB at array '{}'; zip64 is not "
-                                    "supported", op, name));
-        e.crc = crc32_update(crc32_update(0, header), data);
-        e.size = static_cast<std::uint32_t>(size);
-        e.offset = static_cast<std::uint32_t>(offset);
+        const std::uint64_t usize = header.size() + static_cast<std::uint64_t>(data.size());
+        if (usize > kZipLimit) throw archive_too_large(op, name);
+        const std::string deflated = compressed ? deflate_raw({header, data}, op) : std::string();
+        const std::uint64_t csize = compressed ? deflated.size() : usize;
+        if (offset + kLocalSize + e.name.size() + csize > kZipLimit) throw archive_too_large(op, name);
         e.flags = 0;
         for (unsigned char c : e.name)
             if (c >= 0x80) e.flags = kFlagUtf8;
+        e.method = compressed ? 8 : 0;
+        e.crc = crc32_update(crc32_update(0, header), data);
+        e.csize = static_cast<std::uint32_t>(csize);
+        e.usize = static_cast<std::uint32_t>(usize);
+        e.offset = static_cast<std::uint32_t>(offset);
 
         std::string local;
         put32(local, kLocalSig);
-        put16(local, 20);  // version needed: 2.0
-        put16(local, e.flags);
-        put16(local, 0);   // stored
-        put16(local, 0);   // time 00:00
-        put16(local, kDosDate1980);
-        put32(local, e.crc);
-        put32(local, e.size);  // compressed size
-        put32(local, e.size);  // uncompressed size
+        put_entry_fields(local, e);
         put16(local, static_cast<std::uint16_t>(e.name.size()));
         put16(local, 0);   // extra field length
         local += e.name;
         out(std::string_view(local));
-        out(std::string_view(header));
-        out(data);
-        offset += local.size() + size;
+        if (compressed) {
+            out(std::string_view(deflated));
+        } else {
+            out(std::string_view(header));
+            out(data);
+        }
+        offset += local.size() + csize;
         entries.push_back(std::move(e));
     }
     if (entries.size() > 0xfffe) throw Error(fmt::format("{}: more than 65534 arrays need zip64, which is not supported", op));
 
     std::string central;
-    for (const Entry& e : entries) {
+    for (const ZipEntry& e : entries) {
         put32(central, kCentralSig);
         put16(central, 0x0314);  // made by: Unix, zip 2.0 (as Python's zipfile)
-        put16(central, 20);
-        put16(central, e.flags);
-        put16(central, 0);
-        put16(central, 0);
-        put16(central, kDosDate1980);
-        put32(central, e.crc);
-        put32(central, e.size);
-        put32(central, e.size);
+        put_entry_fields(central, e);
         put16(central, static_cast<std::uint16_t>(e.name.size()));
         put16(central, 0);  // extra
         put16(central, 0);  // comment
@@ -620,18 +670,36 @@ Tensor load_npy(const std::string& path) {
 
 // --- .npz -------------------------------------------------------------------------------------
 
-std::string npz_bytes(const NamedTensors& arrays) {
+namespace {
+
+std::string npz_bytes_with(const NamedTensors& arrays, bool compressed, const char* op) {
     std::string out;
-    write_npz(arrays, "npz_bytes", [&out](std::string_view piece) { out += piece; });
+    write_npz(arrays, compressed, op, [&out](std::string_view piece) { out += piece; });
     return out;
 }
 
-void save_npz(const std::string& path, const NamedTensors& arrays) {
-    const std::string op = fmt::format("save_npz: '{}'", path);
+void save_npz_with(const std::string& path, const NamedTensors& arrays, bool compressed, const char* op) {
+    const std::string where = fmt::format("{}: '{}'", op, path);
     // A throw part-way (a bad name, a failed write) leaves the old file and no temporary.
-    AtomicFile f(path, "save_npz");
-    write_npz(arrays, op.c_str(), [&f](std::string_view piece) { f.write(piece); });
+    AtomicFile f(path, op);
+    write_npz(arrays, compressed, where.c_str(), [&f](std::string_view piece) { f.write(piece); });
     f.commit();
+}
+
+}  // namespace
+
+std::string npz_bytes(const NamedTensors& arrays) { return npz_bytes_with(arrays, false, "npz_bytes"); }
+
+std::string npz_compressed_bytes(const NamedTensors& arrays) {
+    return npz_bytes_with(arrays, true, "npz_compressed_bytes");
+}
+
+void save_npz(const std::string& path, const NamedTensors& arrays) {
+    save_npz_with(path, arrays, false, "save_npz");
+}
+
+void save_npz_compressed(const std::string& path, const NamedTensors& arrays) {
+    save_npz_with(path, arrays, true, "save_npz_compressed");
 }
 
 NamedTensors parse_npz(std::string_view b, const std::string& what) {

@@ -342,6 +342,19 @@ std::string test_data(const std::string& name) {
     return slurp(path.string());
 }
 
+// The arrays of tests/data/npz/: xgrad-savez.npz holds them as save_npz wrote them before it
+// could compress, numpy-savez-compressed.npz as numpy 1.24.2 wrote them with
+//   np.savez_compressed(path, **{"w.weight": np.arange(6, dtype=np.float32).reshape(2, 3),
+//       "step": np.array(7), "mask": np.array([1, 0, 0, 1], dtype=bool),
+//       "empty": np.zeros((0, 3)), "größe": np.array([-0.5, 1e-310])})
+NamedTensors reference_arrays() {
+    return {{"w.weight", arange(6, kFloat32).reshape({2, 3})},
+            {"step", tensor(7, kInt64)},
+            {"mask", from_vector({1, 0, 0, 1}, {4}, kBool)},
+            {"empty", zeros({0, 3}, kFloat64)},
+            {"größe", from_vector({-0.5, 1e-310}, {2}, kFloat64)}};
+}
+
 void check_same_arrays(const NamedTensors& back, const NamedTensors& want) {
     REQUIRE(back.size() == want.size());
     for (std::size_t i = 0; i < want.size(); ++i) {
@@ -395,14 +408,7 @@ TEST_CASE("npz round trips names with dots, order and all dtypes", "[npz]") {
         {"encoder.layers.0/attn.W_k.weight", sample({2, 2}, kFloat64, 3)},
         {"größe", sample({2}, kFloat32, 4)},
     };
-    auto check = [&](const NamedTensors& back) {
-        REQUIRE(back.size() == arrays.size());
-        for (std::size_t i = 0; i < arrays.size(); ++i) {
-            INFO(arrays[i].first);
-            CHECK(back[i].first == arrays[i].first);
-            CHECK(identical(back[i].second, arrays[i].second));
-        }
-    };
+    auto check = [&](const NamedTensors& back) { check_same_arrays(back, arrays); };
     check(parse_npz(npz_bytes(arrays)));
 
     TempDir dir;
@@ -656,7 +662,7 @@ TEST_CASE("npz reads np.savez_compressed members (deflate)", "[npz]") {
 
 TEST_CASE("npz: corrupt or truncated deflate data is caught", "[npz]") {
     for (const std::string& good : {bytes_of(kNumpySavezCompressed), bytes_of(kNumpySavezCompressedDynamic),
-                                    bytes_of(kZipDeflateStored)}) {
+                                    bytes_of(kZipDeflateStored), npz_compressed_bytes({{"x", sample({3, 5}, kFloat64)}})}) {
         const NamedTensors want = parse_npz(good);
         const std::size_t cd = find_sig(good, "PK\x01\x02");
         for (std::size_t i = 0; i < cd; ++i) {  // every byte of the member, header and data
@@ -686,6 +692,74 @@ TEST_CASE("npz: corrupt or truncated deflate data is caught", "[npz]") {
     put32_at(b, cd + 24, 100);  // smaller than the .npy header itself
     put32_at(b, 22, 100);
     CHECK_THROWS_WITH(parse_npz(b), Catch::Contains("inflates to 100 bytes") && Catch::Contains("header alone"));
+}
+
+TEST_CASE("npz_compressed_bytes round trips every dtype and shape, bit for bit", "[npz]") {
+    const std::vector<Shape> shapes = {{}, {0}, {1}, {5}, {2, 3}, {0, 3}, {3, 0}, {2, 0, 4}, {2, 3, 4}, {1, 1, 1, 7}};
+    NamedTensors arrays;
+    for (Dtype d : {kFloat32, kFloat64, kInt64, kBool})
+        for (const Shape& s : shapes)
+            arrays.emplace_back(fmt::format("{}{}", dtype_name(d), shape_str(s)), sample(s, d, arrays.size()));
+    for (const auto& [name, t] : arrays) {  // each alone, then all in one archive
+        INFO(name);
+        check_same_arrays(parse_npz(npz_compressed_bytes({{name, t}})), {{name, t}});
+    }
+    const std::string b = npz_compressed_bytes(arrays);
+    check_same_arrays(parse_npz(b), arrays);
+
+    // Deflated members of the same .npy bytes that save_npz stores.
+    const auto deflated = members_of(b), stored = members_of(npz_bytes(arrays));
+    REQUIRE(deflated.size() == arrays.size());
+    for (std::size_t i = 0; i < arrays.size(); ++i) {
+        INFO(arrays[i].first);
+        CHECK(deflated[i].name == stored[i].name);
+        CHECK(deflated[i].method == 8);
+        CHECK(stored[i].method == 0);
+        CHECK(deflated[i].crc == stored[i].crc);
+        CHECK(deflated[i].usize == stored[i].usize);
+    }
+    CHECK(parse_npz(npz_compressed_bytes({})).empty());
+    // Random doubles barely compress: the deflated member outgrows the writer's first buffer.
+    const NamedTensors big = {{"big", sample({300, 300}, kFloat64)}};
+    check_same_arrays(parse_npz(npz_compressed_bytes(big)), big);
+
+    // Data that repeats shrinks.
+    const NamedTensors mask = {{"mask", zeros({4096}, kBool)}};
+    CHECK(npz_compressed_bytes(mask).size() * 20 < npz_bytes(mask).size());
+
+    // To a file, atomically, as save_npz.
+    TempDir dir;
+    const std::string target = dir / "c.npz";
+    save_npz_compressed(target, arrays);
+    CHECK(slurp(target) == b);
+    check_same_arrays(load_npz(target), arrays);
+    CHECK_THROWS_WITH(save_npz_compressed(target, {{"w", zeros({3})}, {"w", zeros({3})}}), Catch::Contains("twice"));
+    CHECK_THROWS_WITH(save_npz_compressed(dir / "no/such/folder/c.npz", arrays),
+                      Catch::Contains("save_npz_compressed") && Catch::Contains("no/such/folder/c.npz"));
+    CHECK(slurp(target) == b);
+    CHECK(dir.entries() == std::vector<std::string>{"c.npz"});
+}
+
+TEST_CASE("npz reads numpy.savez_compressed files, and save_npz still writes the same bytes", "[npz]") {
+    const NamedTensors want = reference_arrays();
+    const std::string numpy = test_data("npz/numpy-savez-compressed.npz");
+    check_same_arrays(parse_npz(numpy, "numpy-savez-compressed.npz"), want);
+    // Uncompressed stays the default, byte for byte what save_npz wrote before it could deflate,
+    // so existing checkpoints and their checksums do not change.
+    const std::string before = test_data("npz/xgrad-savez.npz");
+    CHECK(npz_bytes(want) == before);
+    check_same_arrays(parse_npz(before), want);
+    // The compressed writer deflates the same .npy bytes numpy does: same CRC-32s and sizes.
+    // (With Debian 12's zlib the deflate streams are identical too, but that is zlib's choice.)
+    const auto ours = members_of(npz_compressed_bytes(want)), numpys = members_of(numpy);
+    REQUIRE(ours.size() == numpys.size());
+    for (std::size_t i = 0; i < ours.size(); ++i) {
+        INFO(numpys[i].name);
+        CHECK(ours[i].name == numpys[i].name);
+        CHECK(ours[i].method == numpys[i].method);
+        CHECK(ours[i].crc == numpys[i].crc);
+        CHECK(ours[i].usize == numpys[i].usize);
+    }
 }
 
 TEST_CASE("npz: a deflate bomb is refused before it allocates", "[npz]") {
