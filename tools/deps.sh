@@ -4,7 +4,7 @@
 # (flags) and nlohmann-json (metrics.json) are needed by the examples only.
 XGRAD_PACKAGES=(build-essential cmake pkg-config
                 libxtensor-dev libxtensor-blas-dev xtl-dev libxsimd-dev
-                libopenblas-dev libfmt-dev catch2
+                libopenblas-dev libfmt-dev catch2 zlib1g-dev
                 libopenmpi-dev openmpi-bin
                 libcli11-dev nlohmann-json3-dev)
 

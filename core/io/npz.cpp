@@ -2,13 +2,16 @@
 // APPNOTE.TXT sections 4.3.7 (local header), 4.3.12 (central directory), 4.3.16 (end record).
 #include "core/io/npz.hpp"
 
-#include <array>
+#define ZLIB_CONST  // zlib's input pointers become const: inflate and deflate never write input
+#include <zlib.h>
+
+#include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <set>
 
 #include "core/io/atomic_file.hpp"
-#include "core/io/inflate.hpp"
 #include "core/node.hpp"
 
 namespace xgrad {
@@ -52,27 +55,12 @@ std::size_t item_size(Dtype d) {
     return 0;
 }
 
-// --- CRC-32 (IEEE 802.3, reflected polynomial 0xEDB88320), as zip uses -----------------------
-
-const std::array<std::uint32_t, 256>& crc_table() {
-    static const auto table = [] {
-        std::array<std::uint32_t, 256> t{};
-        for (std::uint32_t i = 0; i < 256; ++i) {
-            std::uint32_t c = i;
-            for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-            t[i] = c;
-        }
-        return t;
-    }();
-    return table;
-}
-
-// Running CRC: start from 0, feed pieces in order.
+// Zip's CRC-32 of `bytes`, continuing from `crc` (0 to start), so pieces can be fed in order.
 std::uint32_t crc32_update(std::uint32_t crc, std::string_view bytes) {
-    const auto& t = crc_table();
-    crc = ~crc;
-    for (unsigned char b : bytes) crc = t[(crc ^ b) & 0xffu] ^ (crc >> 8);
-    return ~crc;
+    // zlib reads a null buffer (an empty tensor's data) as "give the initial value": 0.
+    if (bytes.empty()) return crc;
+    return static_cast<std::uint32_t>(
+        crc32_z(crc, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size()));
 }
 
 // --- little-endian fields -------------------------------------------------------------------
@@ -323,17 +311,250 @@ template <class T> Tensor tensor_from_bytes(const Shape& shape, std::string_view
     return from_array<T>(std::move(a));
 }
 
+// --- .npy header reading ---------------------------------------------------------------------
+
+// Where an .npy's header dict lies: after the magic, the version and the length field.
+struct NpyHeaderSpan {
+    std::size_t start, length;
+    std::size_t end() const { return start + length; }
+};
+
+// The most bytes an .npy can take before its header dict: magic, version, 4-byte length.
+constexpr std::size_t kNpyPrologueMax = 12;
+
+// Reads the magic, version and header length from the first kNpyPrologueMax bytes of an .npy.
+NpyHeaderSpan npy_header_span(std::string_view b, const std::string& what) {
+    if (b.empty()) throw Error(fmt::format("{}: empty (0 bytes); not an .npy file", what));
+    if (b.substr(0, kNpyMagic.size()) != kNpyMagic.substr(0, std::min(b.size(), kNpyMagic.size())))
+        throw Error(fmt::format("{}: bad magic: not an .npy file (expected \"\\x93NUMPY\", found {})", what,
+                                show_bytes(b)));
+    if (b.size() < 10)
+        throw Error(fmt::format("{}: truncated: {} bytes, too short for an .npy header", what, b.size()));
+    const unsigned major = static_cast<unsigned char>(b[6]), minor = static_cast<unsigned char>(b[7]);
+    if (major < 1 || major > 3 || minor != 0)
+        throw Error(fmt::format("{}: unsupported .npy format version {}.{} (expected 1.0, 2.0 or 3.0)", what,
+                                major, minor));
+    const std::size_t len_size = major == 1 ? 2 : 4;
+    if (b.size() < 8 + len_size)
+        throw Error(fmt::format("{}: truncated: {} bytes, too short for an .npy header", what, b.size()));
+    return {8 + len_size, major == 1 ? get16(b, 8) : get32(b, 8)};
+}
+
+// What an .npy header declares about the data after it.
+struct NpyLayout {
+    Dtype dtype;
+    Shape shape;
+    std::size_t data_offset;  // the bytes before the data: magic, version, length field, header
+    std::uint64_t data_bytes;
+};
+
+// Parses the header of an .npy whose first bytes are `b` (the data need not be there yet).
+NpyLayout parse_npy_header(std::string_view b, const std::string& what) {
+    const NpyHeaderSpan span = npy_header_span(b, what);
+    if (!fits(span.start, span.length, b.size()))
+        throw Error(fmt::format("{}: truncated: the header claims {} bytes but only {} follow", what,
+                                span.length, b.size() - span.start));
+    const auto h = HeaderParser(b.substr(span.start, span.length), what).parse();
+    const Dtype dtype = dtype_from_descr(h.descr, what);
+    if (h.fortran_order && h.shape.size() >= 2)
+        throw Error(fmt::format("{}: the array is stored in Fortran order; save it in C order "
+                                "(np.ascontiguousarray)", what));
+
+    // numpy's own rule: the product of the non-zero dimensions times the item size must fit.
+    constexpr std::uint64_t kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+    std::uint64_t nonzero_bytes = item_size(dtype);
+    bool empty = false;
+    for (std::size_t d : h.shape) {
+        if (d == 0) {
+            empty = true;
+            continue;
+        }
+        if (nonzero_bytes > kMax / d)
+            throw Error(fmt::format("{}: shape {} is too large (its byte size overflows 64 bits)", what,
+                                    shape_str(h.shape)));
+        nonzero_bytes *= d;
+    }
+    return {dtype, h.shape, span.end(), empty ? 0 : nonzero_bytes};
+}
+
+// --- deflate (zlib) -----------------------------------------------------------------------------
+
+// zlib counts in unsigned int: larger buffers go through in pieces of at most this.
+constexpr std::size_t kZlibChunk = std::numeric_limits<uInt>::max();
+
+// Deflate's longest match (258 bytes) costs at least 2 bits, so no raw-deflate stream expands
+// by more than 1032 times (zlib's FAQ). A declared size beyond that cannot be honest.
+constexpr std::size_t kMaxInflateRatio = 1032;
+
+// A raw-deflate stream (zip's method 8) inflated by zlib, in steps the caller sizes: the output
+// goes into buffers the caller allocated after checking what it may hold. Errors read
+// "<where>: corrupt compressed data: <reason>", with `declared` the size the archive promises.
+class Inflater {
+public:
+    Inflater(std::string_view in, std::size_t declared, std::string where)
+        : m_in(in), m_declared(declared), m_where(std::move(where)) {
+        if (inflateInit2(&m_z, -MAX_WBITS) != Z_OK)  // negative: raw deflate, no zlib header
+            throw Error(fmt::format("{}: zlib cannot start inflating: {}", m_where,
+                                    m_z.msg ? m_z.msg : "out of memory"));
+    }
+    ~Inflater() { inflateEnd(&m_z); }
+    Inflater(const Inflater&) = delete;
+    Inflater& operator=(const Inflater&) = delete;
+
+    // Appends output to `out` until it holds `size` bytes. The buffer grows in steps of 64 KiB
+    // (or into capacity the caller reserved), so memory follows the output, not the claim.
+    void fill(std::string& out, std::size_t size) {
+        constexpr std::size_t kStep = std::size_t{1} << 16;
+        while (out.size() < size) {
+            const std::size_t have = out.size();
+            out.resize(have + std::min(size - have, std::max(kStep, out.capacity() - have)));
+            const std::size_t got = run(out.data() + have, out.size() - have);
+            out.resize(have + got);
+            if (m_ended && out.size() < size)
+                fail(fmt::format("it inflates to {} bytes, but the archive says {}", out.size(), m_declared));
+        }
+    }
+
+    // Checks that the stream ends where the output reached `declared` bytes.
+    void finish() {
+        char extra;
+        while (!m_ended)
+            if (run(&extra, 1) != 0)
+                fail(fmt::format("it holds more than the {} bytes the archive says", m_declared));
+    }
+
+private:
+    [[noreturn]] void fail(const std::string& msg) const {
+        throw Error(fmt::format("{}: corrupt compressed data: {}", m_where, msg));
+    }
+
+    // Inflates into [dst, dst+room) as far as the input goes; returns the bytes written.
+    std::size_t run(char* dst, std::size_t room) {
+        std::size_t written = 0;
+        while (written < room && !m_ended) {
+            const std::size_t in_now = std::min(m_in.size(), kZlibChunk);
+            const std::size_t out_now = std::min(room - written, kZlibChunk);
+            m_z.next_in = reinterpret_cast<const Bytef*>(m_in.data());
+            m_z.avail_in = static_cast<uInt>(in_now);
+            m_z.next_out = reinterpret_cast<Bytef*>(dst + written);
+            m_z.avail_out = static_cast<uInt>(out_now);
+            const int ret = inflate(&m_z, Z_NO_FLUSH);
+            m_in.remove_prefix(in_now - m_z.avail_in);
+            written += out_now - m_z.avail_out;
+            switch (ret) {
+                case Z_OK: break;
+                case Z_STREAM_END: m_ended = true; break;
+                case Z_BUF_ERROR: fail("it ends early (truncated)");  // no input left to progress on
+                case Z_MEM_ERROR: throw Error(fmt::format("{}: zlib ran out of memory inflating", m_where));
+                default: fail(m_z.msg ? m_z.msg : fmt::format("zlib error {}", ret));
+            }
+        }
+        return written;
+    }
+
+    z_stream m_z{};
+    std::string_view m_in;
+    std::size_t m_declared;
+    std::string m_where;
+    bool m_ended = false;
+};
+
+// The bytes of a deflated .npz member that declares `usize` bytes uncompressed. Nothing is sized
+// from the declaration until the member's own .npy header agrees with it, so a small member
+// cannot make the reader allocate more than its data can inflate to; the stream must then end
+// exactly at `usize` bytes.
+std::string inflate_npy_member(std::string_view deflated, std::size_t usize, const std::string& where) {
+    if (usize / kMaxInflateRatio > deflated.size())
+        throw Error(fmt::format("{}: corrupt compressed data: the archive says {} compressed bytes inflate to "
+                                "{}, more than deflate can expand them ({} times at most)",
+                                where, deflated.size(), usize, kMaxInflateRatio));
+    Inflater z(deflated, usize, where);
+    std::string out;
+    z.fill(out, std::min(usize, kNpyPrologueMax));
+    const NpyHeaderSpan span = npy_header_span(out, where);
+    if (span.end() > usize)
+        throw Error(fmt::format("{}: the archive says it inflates to {} bytes, fewer than its .npy header "
+                                "alone claims ({} bytes)", where, usize, span.end()));
+    z.fill(out, span.end());
+    const NpyLayout l = parse_npy_header(out, where);
+    if (l.data_offset + l.data_bytes != usize)  // data_bytes < 2^63: no overflow
+        throw Error(fmt::format("{}: the archive says it inflates to {} bytes, but its .npy header (shape {} "
+                                "of {}) makes it {} bytes; refused before inflating the data",
+                                where, usize, shape_str(l.shape), dtype_name(l.dtype),
+                                l.data_offset + l.data_bytes));
+    out.reserve(usize);
+    z.fill(out, usize);
+    z.finish();
+    return out;
+}
+
+// The raw-deflate stream (zip's method 8) of `pieces` in order, at zlib's default level, as
+// Python's zipfile writes np.savez_compressed's members.
+std::string deflate_raw(std::initializer_list<std::string_view> pieces, const std::string& op) {
+    z_stream z{};
+    if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, -MAX_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+        throw Error(fmt::format("{}: zlib cannot start deflating (out of memory)", op));
+    struct End {
+        z_stream& z;
+        ~End() { deflateEnd(&z); }
+    } end{z};
+    // Sized as the output grows, not to deflateBound: data that compresses well (what one
+    // compresses for) would otherwise hold a buffer as large as the uncompressed data.
+    std::string out(std::size_t{1} << 16, '\0');
+    std::size_t produced = 0;
+    std::size_t left = pieces.size();
+    for (std::string_view in : pieces) {
+        const bool last = --left == 0;
+        for (;;) {
+            if (produced == out.size()) out.resize(out.size() * 2);
+            const std::size_t in_now = std::min(in.size(), kZlibChunk);
+            const std::size_t out_now = std::min(out.size() - produced, kZlibChunk);
+            z.next_in = reinterpret_cast<const Bytef*>(in.data());
+            z.avail_in = static_cast<uInt>(in_now);
+            z.next_out = reinterpret_cast<Bytef*>(out.data() + produced);
+            z.avail_out = static_cast<uInt>(out_now);
+            const bool finishing = last && in_now == in.size();
+            const int ret = deflate(&z, finishing ? Z_FINISH : Z_NO_FLUSH);
+            if (ret == Z_STREAM_ERROR) throw Error(fmt::format("{}: zlib failed deflating", op));
+            in.remove_prefix(in_now - z.avail_in);
+            produced += out_now - z.avail_out;
+            if (ret == Z_STREAM_END || (!last && in.empty())) break;
+        }
+    }
+    out.resize(produced);
+    out.shrink_to_fit();
+    return out;
+}
+
 // --- .npz writing ---------------------------------------------------------------------------
 
+// A member as its local header and central directory entry describe it. put_entry_fields writes
+// the run of fields both hold, in their order: version needed to extract to uncompressed size.
+struct ZipEntry {
+    std::string name;
+    std::uint16_t flags, method;
+    std::uint32_t crc, csize, usize, offset;
+};
+void put_entry_fields(std::string& s, const ZipEntry& e) {
+    put16(s, 20);  // version needed: 2.0 (deflate)
+    put16(s, e.flags);
+    put16(s, e.method);
+    put16(s, 0);  // time 00:00
+    put16(s, kDosDate1980);
+    put32(s, e.crc);
+    put32(s, e.csize);
+    put32(s, e.usize);
+}
+
+Error archive_too_large(const char* op, const std::string& name) {
+    return Error(fmt::format("{}: the archive would exceed 4 GiB at array '{}'; zip64 is not supported", op, name));
+}
+
 // Streams an archive through `out(std::string_view)`: member headers and npy headers are built
-// in memory, the array data goes straight from the tensors.
-template <class Out> void write_npz(const NamedTensors& arrays, const char* op, Out&& out) {
-    struct Entry {
-        std::string name;
-        std::uint32_t crc, size, offset;
-        std::uint16_t flags;
-    };
-    std::vector<Entry> entries;
+// in memory; stored array data goes straight from the tensors, deflated data is compressed into
+// memory first, since the local header that precedes it holds its size.
+template <class Out> void write_npz(const NamedTensors& arrays, bool compressed, const char* op, Out&& out) {
+    std::vector<ZipEntry> entries;
     std::set<std::string> names;
     std::uint64_t offset = 0;
     constexpr std::uint64_t kZipLimit = 0xfffffffe;  // 0xffffffff would mean "see zip64 fields"
@@ -344,55 +565,48 @@ template <class Out> void write_npz(const NamedTensors& arrays, const char* op, 
         if (!names.insert(name).second)
             throw Error(fmt::format("{}: the array name '{}' appears twice", op, name));
         check_defined(t, fmt::format("{}: array '{}'", op, name));
-        Entry e;
+        ZipEntry e;
         e.name = name + ".npy";
         if (e.name.size() > 0xffff) throw Error(fmt::format("{}: the array name '{}...' is too long", op, name.substr(0, 40)));
         const std::string header = npy_header(t);
         const std::string_view data = raw_data(t);
-        const std::uint64_t size = header.size() + static_cast<std::uint64_t>(data.size());
-        if (size > kZipLimit || offset + kLocalSize + e.name.size() + size > kZipLimit)
-            throw Error(fmt::format("{}: the archive would exceed 4 GiB at array '{}'; zip64 is not "
-                                    "supported", op, name));
-        e.crc = crc32_update(crc32_update(0, header), data);
-        e.size = static_cast<std::uint32_t>(size);
-        e.offset = static_cast<std::uint32_t>(offset);
+        const std::uint64_t usize = header.size() + static_cast<std::uint64_t>(data.size());
+        if (usize > kZipLimit) throw archive_too_large(op, name);
+        const std::string deflated = compressed ? deflate_raw({header, data}, op) : std::string();
+        const std::uint64_t csize = compressed ? deflated.size() : usize;
+        if (offset + kLocalSize + e.name.size() + csize > kZipLimit) throw archive_too_large(op, name);
         e.flags = 0;
         for (unsigned char c : e.name)
             if (c >= 0x80) e.flags = kFlagUtf8;
+        e.method = compressed ? 8 : 0;
+        e.crc = crc32_update(crc32_update(0, header), data);
+        e.csize = static_cast<std::uint32_t>(csize);
+        e.usize = static_cast<std::uint32_t>(usize);
+        e.offset = static_cast<std::uint32_t>(offset);
 
         std::string local;
         put32(local, kLocalSig);
-        put16(local, 20);  // version needed: 2.0
-        put16(local, e.flags);
-        put16(local, 0);   // stored
-        put16(local, 0);   // time 00:00
-        put16(local, kDosDate1980);
-        put32(local, e.crc);
-        put32(local, e.size);  // compressed size
-        put32(local, e.size);  // uncompressed size
+        put_entry_fields(local, e);
         put16(local, static_cast<std::uint16_t>(e.name.size()));
         put16(local, 0);   // extra field length
         local += e.name;
         out(std::string_view(local));
-        out(std::string_view(header));
-        out(data);
-        offset += local.size() + size;
+        if (compressed) {
+            out(std::string_view(deflated));
+        } else {
+            out(std::string_view(header));
+            out(data);
+        }
+        offset += local.size() + csize;
         entries.push_back(std::move(e));
     }
     if (entries.size() > 0xfffe) throw Error(fmt::format("{}: more than 65534 arrays need zip64, which is not supported", op));
 
     std::string central;
-    for (const Entry& e : entries) {
+    for (const ZipEntry& e : entries) {
         put32(central, kCentralSig);
         put16(central, 0x0314);  // made by: Unix, zip 2.0 (as Python's zipfile)
-        put16(central, 20);
-        put16(central, e.flags);
-        put16(central, 0);
-        put16(central, 0);
-        put16(central, kDosDate1980);
-        put32(central, e.crc);
-        put32(central, e.size);
-        put32(central, e.size);
+        put_entry_fields(central, e);
         put16(central, static_cast<std::uint16_t>(e.name.size()));
         put16(central, 0);  // extra
         put16(central, 0);  // comment
@@ -429,54 +643,15 @@ std::string npy_bytes(const Tensor& t) {
 }
 
 Tensor parse_npy(std::string_view b, const std::string& what) {
-    if (b.empty()) throw Error(fmt::format("{}: empty (0 bytes); not an .npy file", what));
-    if (b.substr(0, kNpyMagic.size()) != kNpyMagic.substr(0, std::min(b.size(), kNpyMagic.size())))
-        throw Error(fmt::format("{}: bad magic: not an .npy file (expected \"\\x93NUMPY\", found {})", what,
-                                show_bytes(b)));
-    if (b.size() < 10)
-        throw Error(fmt::format("{}: truncated: {} bytes, too short for an .npy header", what, b.size()));
-    const unsigned major = static_cast<unsigned char>(b[6]), minor = static_cast<unsigned char>(b[7]);
-    if (major < 1 || major > 3 || minor != 0)
-        throw Error(fmt::format("{}: unsupported .npy format version {}.{} (expected 1.0, 2.0 or 3.0)", what,
-                                major, minor));
-    const std::size_t len_size = major == 1 ? 2 : 4;
-    if (b.size() < 8 + len_size)
-        throw Error(fmt::format("{}: truncated: {} bytes, too short for an .npy header", what, b.size()));
-    const std::size_t header_len = major == 1 ? get16(b, 8) : get32(b, 8);
-    const std::size_t header_start = 8 + len_size;
-    if (!fits(header_start, header_len, b.size()))
-        throw Error(fmt::format("{}: truncated: the header claims {} bytes but only {} follow", what,
-                                header_len, b.size() - header_start));
-    const auto h = HeaderParser(b.substr(header_start, header_len), what).parse();
-    const Dtype dtype = dtype_from_descr(h.descr, what);
-    if (h.fortran_order && h.shape.size() >= 2)
-        throw Error(fmt::format("{}: the array is stored in Fortran order; save it in C order "
-                                "(np.ascontiguousarray)", what));
-
-    // numpy's own rule: the product of the non-zero dimensions times the item size must fit.
-    constexpr std::uint64_t kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
-    const std::size_t itemsize = item_size(dtype);
-    std::uint64_t nonzero_bytes = itemsize;
-    bool empty = false;
-    for (std::size_t d : h.shape) {
-        if (d == 0) {
-            empty = true;
-            continue;
-        }
-        if (nonzero_bytes > kMax / d)
-            throw Error(fmt::format("{}: shape {} is too large (its byte size overflows 64 bits)", what,
-                                    shape_str(h.shape)));
-        nonzero_bytes *= d;
-    }
-    const std::uint64_t nbytes = empty ? 0 : nonzero_bytes;
-    const std::string_view data = b.substr(header_start + header_len);
-    if (data.size() != nbytes)
+    const NpyLayout l = parse_npy_header(b, what);
+    const std::string_view data = b.substr(l.data_offset);
+    if (data.size() != l.data_bytes)
         throw Error(fmt::format("{}: {}: shape {} of {} needs {} bytes of data, but {} {} present", what,
-                                data.size() < nbytes ? "truncated" : "trailing bytes", shape_str(h.shape),
-                                dtype_name(dtype), nbytes, data.size(), data.size() == 1 ? "is" : "are"));
-    return dispatch_all(dtype, [&](auto tag) {
+                                data.size() < l.data_bytes ? "truncated" : "trailing bytes", shape_str(l.shape),
+                                dtype_name(l.dtype), l.data_bytes, data.size(), data.size() == 1 ? "is" : "are"));
+    return dispatch_all(l.dtype, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        return tensor_from_bytes<T>(h.shape, data);
+        return tensor_from_bytes<T>(l.shape, data);
     });
 }
 
@@ -495,18 +670,36 @@ Tensor load_npy(const std::string& path) {
 
 // --- .npz -------------------------------------------------------------------------------------
 
-std::string npz_bytes(const NamedTensors& arrays) {
+namespace {
+
+std::string npz_bytes_with(const NamedTensors& arrays, bool compressed, const char* op) {
     std::string out;
-    write_npz(arrays, "npz_bytes", [&out](std::string_view piece) { out += piece; });
+    write_npz(arrays, compressed, op, [&out](std::string_view piece) { out += piece; });
     return out;
 }
 
-void save_npz(const std::string& path, const NamedTensors& arrays) {
-    const std::string op = fmt::format("save_npz: '{}'", path);
+void save_npz_with(const std::string& path, const NamedTensors& arrays, bool compressed, const char* op) {
+    const std::string where = fmt::format("{}: '{}'", op, path);
     // A throw part-way (a bad name, a failed write) leaves the old file and no temporary.
-    AtomicFile f(path, "save_npz");
-    write_npz(arrays, op.c_str(), [&f](std::string_view piece) { f.write(piece); });
+    AtomicFile f(path, op);
+    write_npz(arrays, compressed, where.c_str(), [&f](std::string_view piece) { f.write(piece); });
     f.commit();
+}
+
+}  // namespace
+
+std::string npz_bytes(const NamedTensors& arrays) { return npz_bytes_with(arrays, false, "npz_bytes"); }
+
+std::string npz_compressed_bytes(const NamedTensors& arrays) {
+    return npz_bytes_with(arrays, true, "npz_compressed_bytes");
+}
+
+void save_npz(const std::string& path, const NamedTensors& arrays) {
+    save_npz_with(path, arrays, false, "save_npz");
+}
+
+void save_npz_compressed(const std::string& path, const NamedTensors& arrays) {
+    save_npz_with(path, arrays, true, "save_npz_compressed");
 }
 
 NamedTensors parse_npz(std::string_view b, const std::string& what) {
@@ -592,7 +785,7 @@ NamedTensors parse_npz(std::string_view b, const std::string& what) {
                 fail(fmt::format("corrupt: the local header of {} disagrees with the central directory", where));
         }
         std::string inflated;
-        if (method == 8) inflated = inflate(b.substr(data_at, csize), usize, fmt::format("{}: {}", what, where));
+        if (method == 8) inflated = inflate_npy_member(b.substr(data_at, csize), usize, fmt::format("{}: {}", what, where));
         const std::string_view data = method == 8 ? std::string_view(inflated) : b.substr(data_at, csize);
         const std::uint32_t actual = crc32_update(0, data);
         if (actual != crc)

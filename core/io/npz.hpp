@@ -5,16 +5,18 @@
 /// .npy: format 1.0 written (1.0, 2.0 and 3.0 read); little-endian C-order data of dtype
 /// '<f4' (float32), '<f8' (float64), '<i8' (int64) or '|b1' (bool), loaded as that dtype.
 /// Written headers are byte-for-byte what numpy 1.24's np.save writes.
-/// .npz: a zip archive with one member NAME.npy per array, written uncompressed (as np.savez),
-/// read uncompressed or deflated (np.savez_compressed). Names may hold dots ("W_q.weight"),
-/// and numpy.load(path)["W_q.weight"] reads them back.
+/// .npz: a zip archive with one member NAME.npy per array, written stored (as np.savez) or
+/// deflated (as np.savez_compressed), and read either way. Names may hold dots ("W_q.weight"),
+/// and numpy.load(path)["W_q.weight"] reads them back. Deflate and CRC-32 are zlib's.
 ///
 /// The readers treat the bytes as untrusted: every length, offset and count is checked against
 /// the bytes present before use, CRC-32s are verified, and nothing is allocated from a length
-/// field before that check; deflated members are inflated into a buffer that grows with the
-/// output and stops at the size the archive declares. Anything else is refused with a
-/// message: other dtypes, big-endian data, Fortran order (rank >= 2), other compression
-/// methods, encrypted or zip64 archives, members that are not .npy files.
+/// field before that check. A deflated member's declared size must be one its compressed bytes
+/// can reach and must agree with the array its .npy header describes before its data is
+/// inflated, into a buffer of exactly that size; output beyond it, or short of it, is refused.
+/// Anything else is refused with a message: other dtypes, big-endian data, Fortran order
+/// (rank >= 2), other compression methods, encrypted or zip64 archives, members that are not
+/// .npy files.
 ///
 /// Every failure, bad bytes and I/O alike, throws xgrad::Error naming the file (or the `what`
 /// given to the in-memory forms) and what was wrong.
@@ -37,16 +39,21 @@ Tensor load_npy(const std::string& path);
 
 /// Writes an uncompressed .npz (a zip of NAME.npy members, CRC-32 computed) atomically:
 /// to a temporary file in the same folder, flushed (fsync), then renamed over `path`.
-/// Names must be non-empty and distinct.
+/// Names must be non-empty and distinct. As numpy.savez.
 void save_npz(const std::string& path, const NamedTensors& arrays);
-/// Reads every member of an .npz written by np.savez, np.savez_compressed or save_npz, in
-/// archive order, with the ".npy" suffix removed from the names.
+/// As save_npz, with every member deflated (zip method 8, zlib's default level): as
+/// numpy.savez_compressed. Smaller for data that repeats (masks, sparse or quantised weights);
+/// random float weights shrink little, and reading costs an inflate.
+void save_npz_compressed(const std::string& path, const NamedTensors& arrays);
+/// Reads every member of an .npz written by np.savez, np.savez_compressed, save_npz or
+/// save_npz_compressed, in archive order, with the ".npy" suffix removed from the names.
 NamedTensors load_npz(const std::string& path);
 
 /// In-memory forms, for tests and fuzzing. `what` names the source in error messages.
 std::string npy_bytes(const Tensor& t);
 Tensor parse_npy(std::string_view bytes, const std::string& what = "npy");
 std::string npz_bytes(const NamedTensors& arrays);
+std::string npz_compressed_bytes(const NamedTensors& arrays);
 NamedTensors parse_npz(std::string_view bytes, const std::string& what = "npz");
 
 }  // namespace xgrad

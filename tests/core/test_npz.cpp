@@ -260,6 +260,125 @@ std::string npy_with_header(const std::string& dict, const std::string& data = "
     return out + h + data;
 }
 
+std::uint16_t get16_at(const std::string& b, std::size_t at) {
+    return static_cast<std::uint16_t>(static_cast<unsigned char>(b.at(at)) |
+                                      static_cast<unsigned char>(b.at(at + 1)) << 8);
+}
+std::uint32_t get32_at(const std::string& b, std::size_t at) {
+    return get16_at(b, at) | static_cast<std::uint32_t>(get16_at(b, at + 2)) << 16;
+}
+
+// What the central directory says of each member, in archive order (no archive comment).
+struct MemberInfo {
+    std::string name;
+    std::uint16_t method;
+    std::uint32_t crc, csize, usize, local;
+};
+std::vector<MemberInfo> members_of(const std::string& b) {
+    REQUIRE(b.size() >= 22);
+    const std::size_t end = b.size() - 22;
+    REQUIRE(get32_at(b, end) == 0x06054b50);
+    std::vector<MemberInfo> out;
+    std::size_t pos = get32_at(b, end + 16);
+    for (std::size_t i = 0, n = get16_at(b, end + 10); i < n; ++i) {
+        const std::size_t name_len = get16_at(b, pos + 28);
+        out.push_back({b.substr(pos + 46, name_len), get16_at(b, pos + 10), get32_at(b, pos + 16),
+                       get32_at(b, pos + 20), get32_at(b, pos + 24), get32_at(b, pos + 42)});
+        pos += 46 + name_len + get16_at(b, pos + 30) + get16_at(b, pos + 32);
+    }
+    return out;
+}
+// The bytes a member's local header says it holds (compressed as they are).
+std::string member_data(const std::string& b, const MemberInfo& m) {
+    const std::size_t at = m.local + 30 + get16_at(b, m.local + 26) + get16_at(b, m.local + 28);
+    return b.substr(at, m.csize);
+}
+
+// One raw-deflate stored block: the bytes as they are, so that a test says exactly what a
+// stream inflates to, and where it ends.
+std::string stored_block(const std::string& data, bool final) {
+    REQUIRE(data.size() <= 0xffff);
+    std::string out(5, '\0');
+    out[0] = final ? 1 : 0;  // BFINAL, then BTYPE 00
+    put16_at(out, 1, static_cast<std::uint16_t>(data.size()));
+    put16_at(out, 3, static_cast<std::uint16_t>(~data.size()));
+    return out + data;
+}
+
+// A zip archive of one member `name` holding `data` as given, declaring `method`, the
+// uncompressed size `usize` and `crc` in both its headers.
+std::string one_member_zip(const std::string& name, std::uint16_t method, const std::string& data,
+                           std::uint32_t usize, std::uint32_t crc) {
+    auto fields = [&](std::string& h) {
+        std::string f(22, '\0');
+        put16_at(f, 0, 20);  // version needed
+        put16_at(f, 4, method);
+        put16_at(f, 8, 0x21);  // 1980-01-01
+        put32_at(f, 10, crc);
+        put32_at(f, 14, static_cast<std::uint32_t>(data.size()));
+        put32_at(f, 18, usize);
+        h += f;
+    };
+    std::string name_len(2, '\0');
+    put16_at(name_len, 0, static_cast<std::uint16_t>(name.size()));
+    std::string local = "PK\x03\x04";
+    fields(local);
+    local += name_len + std::string(2, '\0') + name + data;
+    std::string central = "PK\x01\x02" + std::string("\x14\x03", 2);
+    fields(central);
+    central += name_len + std::string(16, '\0') + name;  // extra, comment, disk, attributes, offset 0
+    std::string end = "PK\x05\x06" + std::string(18, '\0');
+    put16_at(end, 8, 1);
+    put16_at(end, 10, 1);
+    put32_at(end, 12, static_cast<std::uint32_t>(central.size()));
+    put32_at(end, 16, static_cast<std::uint32_t>(local.size()));
+    return local + central + end;
+}
+
+// A file under tests/data/.
+std::string test_data(const std::string& name) {
+    const fs::path path = fs::path(XGRAD_TEST_DATA_DIR) / name;
+    REQUIRE(fs::is_regular_file(path));
+    return slurp(path.string());
+}
+
+// The arrays of tests/data/npz/: xgrad-savez.npz holds them as save_npz wrote them before it
+// could compress, numpy-savez-compressed.npz as numpy 1.24.2 wrote them with
+//   np.savez_compressed(path, **{"w.weight": np.arange(6, dtype=np.float32).reshape(2, 3),
+//       "step": np.array(7), "mask": np.array([1, 0, 0, 1], dtype=bool),
+//       "empty": np.zeros((0, 3)), "größe": np.array([-0.5, 1e-310])})
+NamedTensors reference_arrays() {
+    return {{"w.weight", arange(6, kFloat32).reshape({2, 3})},
+            {"step", tensor(7, kInt64)},
+            {"mask", from_vector({1, 0, 0, 1}, {4}, kBool)},
+            {"empty", zeros({0, 3}, kFloat64)},
+            {"größe", from_vector({-0.5, 1e-310}, {2}, kFloat64)}};
+}
+
+void check_same_arrays(const NamedTensors& back, const NamedTensors& want) {
+    REQUIRE(back.size() == want.size());
+    for (std::size_t i = 0; i < want.size(); ++i) {
+        INFO(want[i].first);
+        CHECK(back[i].first == want[i].first);
+        CHECK(identical(back[i].second, want[i].second));
+    }
+}
+
+// Resident memory at its peak since the last reset (VmHWM), in KiB.
+long peak_rss_kib() {
+    std::ifstream in("/proc/self/status");
+    for (std::string line; std::getline(in, line);)
+        if (line.rfind("VmHWM:", 0) == 0) return std::stol(line.substr(6));
+    return -1;
+}
+// Resets the peak to the current resident memory and returns it; -1 where Linux does not
+// offer the reset (/proc/self/clear_refs).
+long reset_peak_rss_kib() {
+    std::ofstream clear("/proc/self/clear_refs");
+    clear << "5" << std::flush;
+    return clear ? peak_rss_kib() : -1;
+}
+
 }  // namespace
 
 TEST_CASE("npy round trips every dtype and shape, bit for bit", "[npz]") {
@@ -289,14 +408,7 @@ TEST_CASE("npz round trips names with dots, order and all dtypes", "[npz]") {
         {"encoder.layers.0/attn.W_k.weight", sample({2, 2}, kFloat64, 3)},
         {"größe", sample({2}, kFloat32, 4)},
     };
-    auto check = [&](const NamedTensors& back) {
-        REQUIRE(back.size() == arrays.size());
-        for (std::size_t i = 0; i < arrays.size(); ++i) {
-            INFO(arrays[i].first);
-            CHECK(back[i].first == arrays[i].first);
-            CHECK(identical(back[i].second, arrays[i].second));
-        }
-    };
+    auto check = [&](const NamedTensors& back) { check_same_arrays(back, arrays); };
     check(parse_npz(npz_bytes(arrays)));
 
     TempDir dir;
@@ -550,7 +662,7 @@ TEST_CASE("npz reads np.savez_compressed members (deflate)", "[npz]") {
 
 TEST_CASE("npz: corrupt or truncated deflate data is caught", "[npz]") {
     for (const std::string& good : {bytes_of(kNumpySavezCompressed), bytes_of(kNumpySavezCompressedDynamic),
-                                    bytes_of(kZipDeflateStored)}) {
+                                    bytes_of(kZipDeflateStored), npz_compressed_bytes({{"x", sample({3, 5}, kFloat64)}})}) {
         const NamedTensors want = parse_npz(good);
         const std::size_t cd = find_sig(good, "PK\x01\x02");
         for (std::size_t i = 0; i < cd; ++i) {  // every byte of the member, header and data
@@ -567,17 +679,165 @@ TEST_CASE("npz: corrupt or truncated deflate data is caught", "[npz]") {
             }
         }
     }
-    // The message says what is wrong: here the declared size is larger than the data inflates to.
+    // The message says what is wrong: here the declared size disagrees with the .npy header the
+    // member starts with, which is found before any of the data is inflated.
     std::string b = bytes_of(kNumpySavezCompressed);
     const std::size_t cd = find_sig(b, "PK\x01\x02");
     put32_at(b, cd + 24, 141);
     put32_at(b, 22, 141);
     CHECK_THROWS_WITH(parse_npz(b, "c.npz"), Catch::Contains("c.npz") && Catch::Contains("'a.npy'") &&
-                                                 Catch::Contains("compressed data") && Catch::Contains("141"));
+                                                 Catch::Contains("141") && Catch::Contains("140 bytes") &&
+                                                 Catch::Contains("(3,) of float32"));
     b = bytes_of(kNumpySavezCompressed);
-    put32_at(b, cd + 24, 100);  // smaller: the output would overflow it
+    put32_at(b, cd + 24, 100);  // smaller than the .npy header itself
     put32_at(b, 22, 100);
-    CHECK_THROWS_WITH(parse_npz(b), Catch::Contains("more than the 100 bytes"));
+    CHECK_THROWS_WITH(parse_npz(b), Catch::Contains("inflates to 100 bytes") && Catch::Contains("header alone"));
+}
+
+TEST_CASE("npz_compressed_bytes round trips every dtype and shape, bit for bit", "[npz]") {
+    const std::vector<Shape> shapes = {{}, {0}, {1}, {5}, {2, 3}, {0, 3}, {3, 0}, {2, 0, 4}, {2, 3, 4}, {1, 1, 1, 7}};
+    NamedTensors arrays;
+    for (Dtype d : {kFloat32, kFloat64, kInt64, kBool})
+        for (const Shape& s : shapes)
+            arrays.emplace_back(fmt::format("{}{}", dtype_name(d), shape_str(s)), sample(s, d, arrays.size()));
+    for (const auto& [name, t] : arrays) {  // each alone, then all in one archive
+        INFO(name);
+        check_same_arrays(parse_npz(npz_compressed_bytes({{name, t}})), {{name, t}});
+    }
+    const std::string b = npz_compressed_bytes(arrays);
+    check_same_arrays(parse_npz(b), arrays);
+
+    // Deflated members of the same .npy bytes that save_npz stores.
+    const auto deflated = members_of(b), stored = members_of(npz_bytes(arrays));
+    REQUIRE(deflated.size() == arrays.size());
+    for (std::size_t i = 0; i < arrays.size(); ++i) {
+        INFO(arrays[i].first);
+        CHECK(deflated[i].name == stored[i].name);
+        CHECK(deflated[i].method == 8);
+        CHECK(stored[i].method == 0);
+        CHECK(deflated[i].crc == stored[i].crc);
+        CHECK(deflated[i].usize == stored[i].usize);
+    }
+    CHECK(parse_npz(npz_compressed_bytes({})).empty());
+    // Random doubles barely compress: the deflated member outgrows the writer's first buffer.
+    const NamedTensors big = {{"big", sample({300, 300}, kFloat64)}};
+    check_same_arrays(parse_npz(npz_compressed_bytes(big)), big);
+
+    // Data that repeats shrinks.
+    const NamedTensors mask = {{"mask", zeros({4096}, kBool)}};
+    CHECK(npz_compressed_bytes(mask).size() * 20 < npz_bytes(mask).size());
+
+    // To a file, atomically, as save_npz.
+    TempDir dir;
+    const std::string target = dir / "c.npz";
+    save_npz_compressed(target, arrays);
+    CHECK(slurp(target) == b);
+    check_same_arrays(load_npz(target), arrays);
+    CHECK_THROWS_WITH(save_npz_compressed(target, {{"w", zeros({3})}, {"w", zeros({3})}}), Catch::Contains("twice"));
+    CHECK_THROWS_WITH(save_npz_compressed(dir / "no/such/folder/c.npz", arrays),
+                      Catch::Contains("save_npz_compressed") && Catch::Contains("no/such/folder/c.npz"));
+    CHECK(slurp(target) == b);
+    CHECK(dir.entries() == std::vector<std::string>{"c.npz"});
+}
+
+TEST_CASE("npz reads numpy.savez_compressed files, and save_npz still writes the same bytes", "[npz]") {
+    const NamedTensors want = reference_arrays();
+    const std::string numpy = test_data("npz/numpy-savez-compressed.npz");
+    check_same_arrays(parse_npz(numpy, "numpy-savez-compressed.npz"), want);
+    // Uncompressed stays the default, byte for byte what save_npz wrote before it could deflate,
+    // so existing checkpoints and their checksums do not change.
+    const std::string before = test_data("npz/xgrad-savez.npz");
+    CHECK(npz_bytes(want) == before);
+    check_same_arrays(parse_npz(before), want);
+    // The compressed writer deflates the same .npy bytes numpy does: same CRC-32s and sizes.
+    // (With Debian 12's zlib the deflate streams are identical too, but that is zlib's choice.)
+    const auto ours = members_of(npz_compressed_bytes(want)), numpys = members_of(numpy);
+    REQUIRE(ours.size() == numpys.size());
+    for (std::size_t i = 0; i < ours.size(); ++i) {
+        INFO(numpys[i].name);
+        CHECK(ours[i].name == numpys[i].name);
+        CHECK(ours[i].method == numpys[i].method);
+        CHECK(ours[i].crc == numpys[i].crc);
+        CHECK(ours[i].usize == numpys[i].usize);
+    }
+}
+
+TEST_CASE("npz: a deflate bomb is refused before it allocates", "[npz]") {
+    // Declared sizes that the compressed bytes cannot reach (deflate expands 1032 times at most):
+    // refused from the directory alone, nothing inflated.
+    std::string b = bytes_of(kNumpySavezCompressed);
+    const std::size_t cd = find_sig(b, "PK\x01\x02");
+    for (std::uint32_t claim : {0xfffffff0u, 0x7fffffffu, 1u << 24}) {
+        INFO(claim);
+        put32_at(b, 22, claim);
+        put32_at(b, cd + 24, claim);
+        CHECK_THROWS_WITH(parse_npz(b, "bomb.npz"), Catch::Contains("bomb.npz") && Catch::Contains("'a.npy'") &&
+                                                        Catch::Contains("deflate can expand"));
+    }
+    // An .npy header that agrees with a 400 MB declared size, and a stream holding only it.
+    const std::string header_only =
+        npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (100000000,), }");
+    CHECK_THROWS_WITH(parse_npz(one_member_zip("h.npy", 8, stored_block(header_only, true),
+                                               static_cast<std::uint32_t>(header_only.size()) + 400000000u, 0)),
+                      Catch::Contains("'h.npy'") && Catch::Contains("deflate can expand"));
+    // Within reach, but 128 bytes short of the 8 MB of float64 zeros its .npy header describes.
+    CHECK_THROWS_WITH(parse_npz(test_data("fuzz-regressions/handmade-npz-deflate-size-disagrees.npz")),
+                      Catch::Contains("'w.npy'") && Catch::Contains("inflates to 8000000 bytes") &&
+                          Catch::Contains("makes it 8000128 bytes") && Catch::Contains("refused before inflating"));
+
+    // A real bomb: the member declares the 144 bytes of a float32 (4,) .npy, and its header
+    // agrees, but the stream goes on for 32 MiB more (a stored block holding the .npy, then a
+    // deflate stream of zeros). Reading stops at the declared size, so the peak memory of the
+    // read stays far below those 32 MiB.
+    const std::string bomb = test_data("fuzz-regressions/handmade-npz-deflate-bomb.npz");
+    const long before = reset_peak_rss_kib();
+    CHECK_THROWS_WITH(parse_npz(bomb, "bomb.npz"), Catch::Contains("bomb.npz") && Catch::Contains("'a.npy'") &&
+                                                       Catch::Contains("more than the 144 bytes"));
+    if (before < 0) {
+        WARN("/proc/self/clear_refs is not available: the bomb's memory use is not measured");
+    } else {
+        CHECK(peak_rss_kib() - before < 8 * 1024);
+    }
+}
+
+TEST_CASE("npz: short, cut, mislabelled or mis-summed deflate members give clear errors", "[npz]") {
+    // numpy's deflated ones(3) of kNumpySavezCompressed, and the same .npy stored by hand.
+    const Tensor t = from_vector(std::vector<double>{1, 1, 1}, {3});
+    const std::string npy = npy_bytes(t);  // 140 bytes
+    const std::string numpy = bytes_of(kNumpySavezCompressed);
+    const MemberInfo info = members_of(numpy).at(0);
+    const std::string deflated = member_data(numpy, info);
+    auto zip = [&](std::uint16_t method, const std::string& data, std::uint32_t crc_change = 0) {
+        return one_member_zip("t.npy", method, data, static_cast<std::uint32_t>(npy.size()), info.crc ^ crc_change);
+    };
+    // The hand-made streams are right when whole, so what fails below fails for the reason named.
+    check_same_arrays(parse_npz(zip(8, deflated)), {{"t", t}});
+    check_same_arrays(parse_npz(zip(8, stored_block(npy, true))), {{"t", t}});
+    check_same_arrays(parse_npz(zip(8, stored_block(npy.substr(0, 100), false) + stored_block(npy.substr(100), true))),
+                      {{"t", t}});
+
+    // The .npy header agrees with the declared size, but the stream ends short of it.
+    CHECK_THROWS_WITH(parse_npz(zip(8, stored_block(npy.substr(0, 136), true)), "s.npz"),
+                      Catch::Contains("s.npz") && Catch::Contains("'t.npy'") &&
+                          Catch::Contains("inflates to 136 bytes, but the archive says 140"));
+    // Cut off: inside a block, after a block that is not the last, and zlib's own stream cut.
+    CHECK_THROWS_WITH(parse_npz(zip(8, stored_block(npy, true).substr(0, 100))),
+                      Catch::Contains("'t.npy'") && Catch::Contains("ends early (truncated)"));
+    CHECK_THROWS_WITH(parse_npz(zip(8, stored_block(npy, false))), Catch::Contains("ends early (truncated)"));
+    CHECK_THROWS_WITH(parse_npz(zip(8, deflated.substr(0, deflated.size() - 1))),
+                      Catch::Contains("'t.npy'") && Catch::Contains("compressed data"));
+    // A CRC-32 that does not match the inflated bytes.
+    CHECK_THROWS_WITH(parse_npz(zip(8, deflated, 1), "c.npz"),
+                      Catch::Contains("c.npz") && Catch::Contains("CRC-32 mismatch") && Catch::Contains("'t.npy'"));
+    // Method codes: deflate over bytes that are not deflate, stored over deflate, and others.
+    CHECK_THROWS_WITH(parse_npz(zip(8, std::string(4, '\xff') + npy)),
+                      Catch::Contains("'t.npy'") && Catch::Contains("corrupt compressed data"));
+    CHECK_THROWS_WITH(parse_npz(zip(0, deflated)), Catch::Contains("'t.npy'") && Catch::Contains("stored but its sizes differ"));
+    for (std::uint16_t method : {1, 9, 12, 14, 93}) {
+        INFO(method);
+        CHECK_THROWS_WITH(parse_npz(zip(method, deflated)),
+                          Catch::Contains("'t.npy'") && Catch::Contains(fmt::format("compression method {}", method)));
+    }
 }
 
 TEST_CASE("npz: any single corrupted byte is caught or harmless", "[npz]") {

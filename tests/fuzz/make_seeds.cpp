@@ -1,5 +1,6 @@
-// Writes the fuzzer's seed corpus: valid .npy and .npz files of every dtype and a few shapes,
-// and checkpoints of the module the fuzz target loads into. Usage: make_seeds <folder>
+// Writes the fuzzer's seed corpus: valid .npy and .npz files (stored and deflated) of every dtype
+// and a few shapes, and checkpoints of the module the fuzz target loads into.
+// Usage: make_seeds <folder>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -36,10 +37,12 @@ int main(int argc, char** argv) {
     };
     for (const auto& [name, t] : arrays) write(dir + "/" + name + ".npy", npy_bytes(t));
     write(dir + "/all.npz", npz_bytes(arrays));
+    write(dir + "/all-compressed.npz", npz_compressed_bytes(arrays));
     write(dir + "/one.npz", npz_bytes({{"a.b.c", arange(6).reshape({2, 3})}}));
     nn::Linear layer(3, 2);
     write(dir + "/linear.npz", npz_bytes(layer.state_dict()));
+    write(dir + "/linear-compressed.npz", npz_compressed_bytes(layer.state_dict()));
     write(dir + "/linear-f64.npz", npz_bytes({{"weight", zeros({2, 3}, kFloat64)}, {"bias", zeros({2})}}));
-    std::printf("make_seeds: wrote %zu files to %s\n", arrays.size() + 4, dir.c_str());
+    std::printf("make_seeds: wrote %zu files to %s\n", arrays.size() + 6, dir.c_str());
     return 0;
 }
