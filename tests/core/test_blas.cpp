@@ -43,6 +43,39 @@ TEST_CASE("blocked BLAS products match a naive product", "[blas]") {
     }
 }
 
+TEST_CASE("blas::gemm honours both transpose flags, leading dimensions, alpha and beta", "[blas]") {
+    // Each operand is stored inside a wider buffer (leading dimension = width + 3), so a flag or
+    // a leading dimension passed wrongly to the library reads the padding.
+    const std::size_t m = 37, n = 29, k = 41, pad = 3;
+    const auto a = wave(m * k, 0.3), b = wave(k * n, 1.7), c0 = wave(m * n, 2.9);
+    const auto want_ab = naive(a, b, m, k, n);
+    auto run = [&](auto zero, bool ta, bool tb) {
+        using T = decltype(zero);
+        // A stored as m×k (or k×m when transposed), B as k×n (or n×k); padding holds NaN.
+        const std::size_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+        std::vector<T> A(ar * (ac + pad), T(NAN)), B(br * (bc + pad), T(NAN)), C(m * (n + pad), T(NAN));
+        for (std::size_t i = 0; i < m; ++i)
+            for (std::size_t p = 0; p < k; ++p) A[ta ? p * (ac + pad) + i : i * (ac + pad) + p] = T(a[i * k + p]);
+        for (std::size_t p = 0; p < k; ++p)
+            for (std::size_t j = 0; j < n; ++j) B[tb ? j * (bc + pad) + p : p * (bc + pad) + j] = T(b[p * n + j]);
+        for (std::size_t i = 0; i < m; ++i)
+            for (std::size_t j = 0; j < n; ++j) C[i * (n + pad) + j] = T(c0[i * n + j]);
+        blas::gemm<T>(ta, tb, m, n, k, T(0.5), A.data(), ac + pad, B.data(), bc + pad, T(-2), C.data(), n + pad);
+        std::vector<double> got(m * n);
+        for (std::size_t i = 0; i < m; ++i)
+            for (std::size_t j = 0; j < n; ++j) got[i * n + j] = double(C[i * (n + pad) + j]);
+        return got;
+    };
+    std::vector<double> want(m * n);
+    for (std::size_t i = 0; i < m * n; ++i) want[i] = 0.5 * want_ab[i] - 2 * c0[i];
+    for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+            INFO("trans_a " << ta << ", trans_b " << tb);
+            CHECK_THAT(run(0.0, ta, tb), approx(want, 1e-12));
+            CHECK_THAT(run(0.0f, ta, tb), approx(want, 1e-4));
+        }
+}
+
 TEST_CASE("blas_info reports the loaded library and its core", "[blas]") {
     const BlasInfo& info = blas_info();
     CHECK_FALSE(info.library.empty());
