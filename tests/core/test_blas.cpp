@@ -1,5 +1,6 @@
-// The BLAS that xgrad loads at run time: products large enough to take OpenBLAS's blocked
-// kernels match a naive triple loop, and blas_info() reports the core they run on.
+// The BLAS xgrad runs (OpenBLAS loaded at run time, or the CBLAS linked at configure time):
+// products large enough to take blocked kernels match a naive triple loop, and blas_info()
+// reports what runs.
 #include "core/runtime/blas.hpp"
 #include "core/runtime/parallel.hpp"
 #include "helpers.hpp"
@@ -76,15 +77,33 @@ TEST_CASE("blas::gemm honours both transpose flags, leading dimensions, alpha an
         }
 }
 
-TEST_CASE("blas_info reports the loaded library and its core", "[blas]") {
+TEST_CASE("blas_info reports the library that runs and its core", "[blas]") {
     const BlasInfo& info = blas_info();
+    CHECK(&blas_info() == &info);  // loaded once
     CHECK_FALSE(info.library.empty());
+    CHECK_FALSE(info.vendor.empty());
     CHECK_FALSE(info.core.empty());
     CHECK_FALSE(info.cpu_level.empty());
     CHECK_FALSE(info.detected.empty());
-    CHECK(info.num_threads >= 1);
-    CHECK(&blas_info() == &info);  // loaded once
-    if (info.core_fixed) CHECK(info.core != info.detected);
+    if (info.backend == "openblas-runtime") {
+        CHECK(info.num_threads >= 1);
+        if (info.core_fixed) CHECK(info.core != info.detected);
+    } else {
+        REQUIRE(info.backend == "cblas");
+        // A linked CBLAS keeps its own kernel choice, and xgrad names the file it runs from.
+        CHECK_FALSE(info.core_fixed);
+        CHECK(info.detected == info.core);
+        CHECK(info.library.front() == '/');
+        CHECK(info.num_threads >= 0);
+    }
+}
+
+TEST_CASE("blas_set_num_threads sets the library's threads where it has a call for it", "[blas]") {
+    const int before = blas_info().num_threads;
+    blas_set_num_threads(1);
+    // 0: a CBLAS with no call to ask (then none to set either, and nothing changes).
+    CHECK(blas_info().num_threads == (before == 0 ? 0 : 1));
+    blas_set_num_threads(std::max(before, 1));
 }
 
 TEST_CASE("blas_count records each product shape while on", "[blas]") {
