@@ -184,9 +184,10 @@ Result run(const Config& c, double seconds) {
 
 void print_blas() {
     const BlasInfo& b = blas_info();
-    std::printf("BLAS: %s, core %s (OpenBLAS chose %s; CPU level %s%s), %d thread(s)\n", b.library.c_str(),
-                b.core.c_str(), b.detected.c_str(), b.cpu_level.c_str(), b.core_fixed ? ", fixed by xgrad" : "",
-                b.num_threads);
+    // tools/bench reads the word after ", core ".
+    std::printf("BLAS: %s [%s, %s], core %s (the library chose %s; CPU level %s%s), %d thread(s)\n",
+                b.library.c_str(), b.backend.c_str(), b.vendor.c_str(), b.core.c_str(), b.detected.c_str(),
+                b.cpu_level.c_str(), b.core_fixed ? ", fixed by xgrad" : "", b.num_threads);
 }
 
 void write_json(const std::vector<Result>& results, const char* path) {

@@ -3,20 +3,31 @@
 /// C = alpha·op(A)·op(B) + beta·C, op(X) = Xᵀ when its flag is set; M×N result, K inner.
 /// Leading dimensions are those of the matrices as stored (before the transpose flag).
 ///
-/// OpenBLAS is loaded with dlopen on the first product, not linked: its kernel choice is made
-/// once, when the library loads, from OPENBLAS_CORETYPE or its own CPU detection, and Debian's
-/// 0.3.21 detects some recent Intel cores as an older one (e.g. "Prescott", SSE3 kernels,
-/// about 5x slower sgemm). xgrad compares the core OpenBLAS chose with the CPU's own feature
-/// flags and, when the core is weaker than the CPU, reloads OpenBLAS with OPENBLAS_CORETYPE
-/// set to the best kernel family the CPU runs, saying so once on stderr.
+/// The build chooses how BLAS is reached (CMake cache option XGRAD_BLAS, core/CMakeLists.txt):
+///
+/// openblas-runtime (default): OpenBLAS is loaded with dlopen on the first product, not linked:
+/// its kernel choice is made once, when the library loads, from OPENBLAS_CORETYPE or its own CPU
+/// detection, and Debian's 0.3.21 detects some recent Intel cores as an older one (e.g.
+/// "Prescott", SSE3 kernels, about 5x slower sgemm). xgrad compares the core OpenBLAS chose with
+/// the CPU's own feature flags and, when the core is weaker than the CPU, reloads OpenBLAS with
+/// OPENBLAS_CORETYPE set to the best kernel family the CPU runs, saying so once on stderr.
+///
+/// cblas: the CBLAS that CMake's find_package(BLAS) found at configure time (BLA_VENDOR=FLAME for
+/// BLIS, OpenBLAS, Intel10_64lp for MKL, Generic for Debian's libblas.so alternative) is linked
+/// and called through the cxxblas layer bundled with xtensor-blas. Its kernels are its own
+/// choice: xgrad checks and fixes nothing, and blas_info() names the file that provides
+/// cblas_sgemm and what that library says it is.
 ///
 /// Environment:
 ///   XGRAD_BLAS_CORETYPE=auto (default) fix a mis-detected core; an OPENBLAS_CORETYPE the
-///                         user set is kept as set.
+///                         user set is kept as set (openblas-runtime only).
 ///   XGRAD_BLAS_CORETYPE=keep  never change the core OpenBLAS picks.
-///   XGRAD_BLAS_LIBRARY=path   the shared library to load (default libopenblas.so.0).
-///   OPENBLAS_NUM_THREADS      kept when set; otherwise OpenBLAS runs 1 thread and xgrad splits
-///                             large products over its own pool (XGRAD_NUM_THREADS, parallel.hpp).
+///   XGRAD_BLAS_LIBRARY=path   the shared library to load (default libopenblas.so.0;
+///                             openblas-runtime only).
+///   OPENBLAS_NUM_THREADS      kept when set (and, for their libraries, BLIS_NUM_THREADS,
+///                             MKL_NUM_THREADS, OMP_NUM_THREADS); otherwise the BLAS runs 1 thread
+///                             and xgrad splits large products over its own pool
+///                             (XGRAD_NUM_THREADS, parallel.hpp).
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -26,20 +37,28 @@ namespace xgrad {
 
 /// What xgrad's BLAS runs on; loads the library if it is not loaded yet.
 struct BlasInfo {
-    std::string library;     ///< what dlopen loaded, e.g. "libopenblas.so.0"
-    std::string core;        ///< openblas_get_corename() after any fix, e.g. "SkylakeX"
+    std::string backend;     ///< the build's XGRAD_BLAS: "openblas-runtime" or "cblas"
+    std::string library;     ///< what dlopen loaded, e.g. "libopenblas.so.0"; for cblas, the file
+                             ///< that provides cblas_sgemm with its links resolved
+    std::string vendor;      ///< what the library says it is, e.g. "OpenBLAS 0.3.21 ...", "BLIS 0.9.0";
+                             ///< "unknown CBLAS" when it has no call that says
+    std::string core;        ///< the kernels it runs after any fix: openblas_get_corename(), e.g.
+                             ///< "SkylakeX", or BLIS's sub-configuration; "unknown" when it cannot tell
     std::string cpu_level;   ///< best kernel family the CPU's flags allow: "SkylakeX", "Haswell", ...
-    std::string detected;    ///< the core OpenBLAS chose by itself (or the user's), before any fix
+    std::string detected;    ///< the core OpenBLAS chose by itself (or the user's), before any fix;
+                             ///< for cblas the same as `core`
     bool core_fixed = false; ///< xgrad reloaded OpenBLAS with a better OPENBLAS_CORETYPE
-    int num_threads = 0;     ///< openblas_get_num_threads()
+    int num_threads = 0;     ///< the library's own thread count; 0 when it has no call to ask
 };
 
-/// Loads OpenBLAS (once) and reports the core and threads it runs with.
-/// Throws std::runtime_error naming the library when it or one of its symbols is missing.
+/// Loads the BLAS (once) and reports what runs. openblas-runtime: throws std::runtime_error
+/// naming the library when it or one of its symbols is missing.
 const BlasInfo& blas_info();
 
-/// Sets OpenBLAS's own thread count (loading it first). xgrad already keeps it at 1 and
-/// splits large products over its pool (parallel.hpp); for programs that want otherwise.
+/// Sets the BLAS library's own thread count (OpenBLAS, BLIS or MKL). xgrad already keeps it at 1
+/// and splits large products over its pool (parallel.hpp); for programs that want otherwise. A
+/// CBLAS with no such call (the reference BLAS runs one thread) is left as it is, and xgrad says
+/// so once on stderr.
 void blas_set_num_threads(int threads);
 
 /// One product shape run while counting was on: op(A) m×k times op(B) k×n, how often and the

@@ -1,5 +1,6 @@
-// The BLAS that xgrad loads at run time: products large enough to take OpenBLAS's blocked
-// kernels match a naive triple loop, and blas_info() reports the core they run on.
+// The BLAS xgrad runs (OpenBLAS loaded at run time, or the CBLAS linked at configure time):
+// products large enough to take blocked kernels match a naive triple loop, and blas_info()
+// reports what runs.
 #include "core/runtime/blas.hpp"
 #include "core/runtime/parallel.hpp"
 #include "helpers.hpp"
@@ -43,15 +44,66 @@ TEST_CASE("blocked BLAS products match a naive product", "[blas]") {
     }
 }
 
-TEST_CASE("blas_info reports the loaded library and its core", "[blas]") {
+TEST_CASE("blas::gemm honours both transpose flags, leading dimensions, alpha and beta", "[blas]") {
+    // Each operand is stored inside a wider buffer (leading dimension = width + 3), so a flag or
+    // a leading dimension passed wrongly to the library reads the padding.
+    const std::size_t m = 37, n = 29, k = 41, pad = 3;
+    const auto a = wave(m * k, 0.3), b = wave(k * n, 1.7), c0 = wave(m * n, 2.9);
+    const auto want_ab = naive(a, b, m, k, n);
+    auto run = [&](auto zero, bool ta, bool tb) {
+        using T = decltype(zero);
+        // A stored as m×k (or k×m when transposed), B as k×n (or n×k); padding holds NaN.
+        const std::size_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+        std::vector<T> A(ar * (ac + pad), T(NAN)), B(br * (bc + pad), T(NAN)), C(m * (n + pad), T(NAN));
+        for (std::size_t i = 0; i < m; ++i)
+            for (std::size_t p = 0; p < k; ++p) A[ta ? p * (ac + pad) + i : i * (ac + pad) + p] = T(a[i * k + p]);
+        for (std::size_t p = 0; p < k; ++p)
+            for (std::size_t j = 0; j < n; ++j) B[tb ? j * (bc + pad) + p : p * (bc + pad) + j] = T(b[p * n + j]);
+        for (std::size_t i = 0; i < m; ++i)
+            for (std::size_t j = 0; j < n; ++j) C[i * (n + pad) + j] = T(c0[i * n + j]);
+        blas::gemm<T>(ta, tb, m, n, k, T(0.5), A.data(), ac + pad, B.data(), bc + pad, T(-2), C.data(), n + pad);
+        std::vector<double> got(m * n);
+        for (std::size_t i = 0; i < m; ++i)
+            for (std::size_t j = 0; j < n; ++j) got[i * n + j] = double(C[i * (n + pad) + j]);
+        return got;
+    };
+    std::vector<double> want(m * n);
+    for (std::size_t i = 0; i < m * n; ++i) want[i] = 0.5 * want_ab[i] - 2 * c0[i];
+    for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+            INFO("trans_a " << ta << ", trans_b " << tb);
+            CHECK_THAT(run(0.0, ta, tb), approx(want, 1e-12));
+            CHECK_THAT(run(0.0f, ta, tb), approx(want, 1e-4));
+        }
+}
+
+TEST_CASE("blas_info reports the library that runs and its core", "[blas]") {
     const BlasInfo& info = blas_info();
+    CHECK(&blas_info() == &info);  // loaded once
     CHECK_FALSE(info.library.empty());
+    CHECK_FALSE(info.vendor.empty());
     CHECK_FALSE(info.core.empty());
     CHECK_FALSE(info.cpu_level.empty());
     CHECK_FALSE(info.detected.empty());
-    CHECK(info.num_threads >= 1);
-    CHECK(&blas_info() == &info);  // loaded once
-    if (info.core_fixed) CHECK(info.core != info.detected);
+    if (info.backend == "openblas-runtime") {
+        CHECK(info.num_threads >= 1);
+        if (info.core_fixed) CHECK(info.core != info.detected);
+    } else {
+        REQUIRE(info.backend == "cblas");
+        // A linked CBLAS keeps its own kernel choice, and xgrad names the file it runs from.
+        CHECK_FALSE(info.core_fixed);
+        CHECK(info.detected == info.core);
+        CHECK(info.library.front() == '/');
+        CHECK(info.num_threads >= 0);
+    }
+}
+
+TEST_CASE("blas_set_num_threads sets the library's threads where it has a call for it", "[blas]") {
+    const int before = blas_info().num_threads;
+    blas_set_num_threads(1);
+    // 0: a CBLAS with no call to ask (then none to set either, and nothing changes).
+    CHECK(blas_info().num_threads == (before == 0 ? 0 : 1));
+    blas_set_num_threads(std::max(before, 1));
 }
 
 TEST_CASE("blas_count records each product shape while on", "[blas]") {
