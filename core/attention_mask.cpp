@@ -19,22 +19,22 @@ AttentionMask AttentionMask::causal() { return AttentionMask(Kind::causal, Tenso
 namespace {
 
 // The lengths as keys kept per row: whole, finite, non-negative, capped at `keys`.
-std::vector<std::size_t> kept_lengths(const char* who, const Tensor& lens, std::size_t batch,
+std::vector<std::size_t> kept_lengths(const char* who, const char* arg, const Tensor& lens, std::size_t batch,
                                       std::size_t queries, std::size_t keys) {
     const bool shape_ok = (lens.dim() == 1 && lens.size(0) == batch) ||
                           (lens.dim() == 2 && lens.shape() == Shape{batch, queries});
     if (!shape_ok)
-        throw Error(fmt::format("{}: valid_lens must have shape ({},) or ({}, {}), got {}", who, batch, batch,
+        throw Error(fmt::format("{}: {} must have shape ({},) or ({}, {}), got {}", who, arg, batch, batch,
                                 queries, shape_str(lens.shape())));
     if (lens.dtype() == kBool)
-        throw Error(fmt::format("{}: valid_lens must hold whole numbers (int64, float32 or float64), got bool", who));
+        throw Error(fmt::format("{}: {} must hold whole numbers (int64, float32 or float64), got bool", who, arg));
     const auto v = lens.to_vector<double>();
     for (std::size_t k = 0; k < v.size(); ++k) {
         const auto where = [&] { return fmt::format("[{}]", fmt::join(unravel_index(k, lens.shape()), ", ")); };
         if (!std::isfinite(v[k]) || v[k] != std::floor(v[k]))
-            throw Error(fmt::format("{}: valid_lens must be whole numbers, got {} at {}", who, v[k], where()));
+            throw Error(fmt::format("{}: {} must be whole numbers, got {} at {}", who, arg, v[k], where()));
         if (v[k] < 0)
-            throw Error(fmt::format("{}: valid_lens must be non-negative, got {} at {}", who, v[k], where()));
+            throw Error(fmt::format("{}: {} must be non-negative, got {} at {}", who, arg, v[k], where()));
     }
     const bool per_query = lens.dim() == 2;
     std::vector<std::size_t> keep(batch * queries);
@@ -45,8 +45,8 @@ std::vector<std::size_t> kept_lengths(const char* who, const Tensor& lens, std::
 
 }  // namespace
 
-ResolvedMask AttentionMask::resolve(const char* who, std::size_t batch, std::size_t queries,
-                                    std::size_t keys) const {
+ResolvedMask AttentionMask::resolve(const char* who, std::size_t batch, std::size_t queries, std::size_t keys,
+                                    const char* arg) const {
     ResolvedMask r;
     r.m_batch = batch;
     r.m_queries = queries;
@@ -56,7 +56,7 @@ ResolvedMask AttentionMask::resolve(const char* who, std::size_t batch, std::siz
             r.m_prefix.assign(batch * queries, keys);
             break;
         case Kind::valid_lens:
-            r.m_prefix = kept_lengths(who, m_tensor, batch, queries, keys);
+            r.m_prefix = kept_lengths(who, arg, m_tensor, batch, queries, keys);
             break;
         case Kind::causal:
             if (keys < queries)
@@ -77,6 +77,7 @@ ResolvedMask AttentionMask::resolve(const char* who, std::size_t batch, std::siz
                                         shape_str({batch, queries, keys}), shape_str({queries, keys}),
                                         shape_str(m_tensor.shape())));
             r.m_where = m_tensor;
+            r.m_shared = m_tensor.dim() == 2;
             break;
     }
     return r;

@@ -49,8 +49,10 @@ public:
 
     /// Checks the mask against scores of shape (batch, queries, keys) and resolves it; errors
     /// name `who`: "MultiHeadAttention: valid_lens must have shape (2,) or (2, 4), got (3,)".
-    /// Lengths must be whole, finite and ≥ 0; this reads them to the host (once).
-    ResolvedMask resolve(const char* who, std::size_t batch, std::size_t queries, std::size_t keys) const;
+    /// Lengths must be whole, finite and ≥ 0; this reads them to the host (once). `arg` names
+    /// the lengths in messages (d2l's sequence_mask calls them valid_len).
+    ResolvedMask resolve(const char* who, std::size_t batch, std::size_t queries, std::size_t keys,
+                         const char* arg = "valid_lens") const;
 
 private:
     AttentionMask(Kind kind, Tensor t) : m_kind(kind), m_tensor(std::move(t)) {}
@@ -71,7 +73,7 @@ public:
     /// The bool mask, (batch, queries, keys) or (queries, keys); undefined unless by_mask().
     const Tensor& where() const { return m_where; }
     /// Whether the bool mask is (queries, keys), one for the whole batch.
-    bool shared() const { return m_where.defined() && m_where.dim() == 2; }
+    bool shared() const { return m_shared; }
     /// Keys kept by each row r = b·queries + i, when !by_mask().
     const std::vector<std::size_t>& prefix() const { return m_prefix; }
     /// Throws unless these are the scores' (batch, queries, keys): "<op>: the mask was
@@ -84,6 +86,7 @@ private:
     std::size_t m_batch = 0, m_queries = 0, m_keys = 0;
     std::vector<std::size_t> m_prefix;
     Tensor m_where;
+    bool m_shared = false;  // fixed when resolved, whatever later happens to the mask tensor
 };
 
 }  // namespace xgrad

@@ -46,17 +46,19 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction redu
         using T = typename decltype(tag)::type;
         const auto C = static_cast<std::size_t>(classes);
         const T* x = values<T>(logits).data();
-        // Per row: lse = log Σ exp(x), on the softmax kernel; the total is summed in double.
+        // Per row: lse = log Σ exp(x) on the softmax kernel, in double whatever T is: a well-fitted
+        // token's loss lse − x[target] is a difference of two near-equal numbers, and in float
+        // it would keep few of its digits. The total is summed in double too.
         xt::xarray<T> lse = xt::zeros<T>(Shape{rows});
         xt::xarray<T> loss = xt::zeros<T>(rows_shape);
-        std::vector<T> scratch(C);
+        std::vector<double> row(C), scratch(C);
         double total = 0;
         for (std::size_t r = 0; r < rows; ++r) {
-            const T* row = x + r * C;
-            const T row_lse = kernel::logsumexp(row, C, scratch.data());
-            lse.data()[r] = row_lse;
+            std::copy(x + r * C, x + (r + 1) * C, row.begin());
+            const double row_lse = kernel::logsumexp(row.data(), C, scratch.data());
+            lse.data()[r] = static_cast<T>(row_lse);
             if (target[r] == ignore_index) continue;
-            const double l = static_cast<double>(row_lse) - static_cast<double>(row[target[r]]);
+            const double l = row_lse - row[target[r]];
             loss.data()[r] = static_cast<T>(l);
             total += l;
         }

@@ -36,7 +36,7 @@ Tensor sequence_mask(const Tensor& X, const Tensor& valid_len, double value) {
         throw Error(fmt::format("sequence_mask: valid_len must have shape ({},), got {}", X.size(0),
                                 valid_len.defined() ? shape_str(valid_len.shape()) : "an undefined tensor"));
     // The lengths checked (whole, finite, ≥ 0) and read once, as the attention masks read them.
-    const ResolvedMask kept = AttentionMask::valid_lens(valid_len).resolve("sequence_mask", X.size(0), 1, X.size(1));
+    const ResolvedMask kept = AttentionMask::valid_lens(valid_len).resolve("sequence_mask", X.size(0), 1, X.size(1), "valid_len");
     // drop (n, maxlen, 1, ...): position j ≥ valid_len[i], broadcast over X's trailing axes.
     const std::size_t n = X.size(0), maxlen = X.size(1);
     std::vector<double> drop(n * maxlen);

@@ -13,8 +13,8 @@
 #include <fmt/format.h>
 
 #include "distributed.hpp"
-#include "nn/distributed/data_parallel.hpp"
-#include "nn/distributed/process_group.hpp"
+#include <xgrad/nn/distributed/data_parallel.hpp>
+#include <xgrad/nn/distributed/process_group.hpp>
 
 namespace xgrad::examples {
 

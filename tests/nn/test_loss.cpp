@@ -175,3 +175,14 @@ TEST_CASE("mse_loss rejects mismatched shapes and dtypes", "[loss][errors]") {
     CHECK_THROWS_WITH(mse_loss(zeros({2}), zeros({2}, kFloat64)),
                       Catch::Contains("mse_loss") && Catch::Contains("float32 and float64"));
 }
+
+TEST_CASE("cross_entropy keeps a well-fitted token's small loss exact in float32", "[loss]") {
+    // loss = log(1 + e^-z + e^(0.5-z)): a difference of two near-equal numbers, worked in double.
+    for (double z : {8.0, 12.0, 15.0, 20.0}) {
+        INFO("z = " << z);
+        const Tensor logits = tensor({{z, 0.0, 0.5}});  // float32
+        const double expected = std::log1p(std::exp(-z) + std::exp(0.5 - z));
+        const double got = cross_entropy(logits, from_vector(std::vector<std::int64_t>{0}, {1})).item<double>();
+        CHECK(got == Approx(expected).epsilon(1e-6));
+    }
+}
