@@ -36,7 +36,9 @@ struct Node {
     bool retains_grad = false;
     bool graph_freed = false;      // backward ran without retain_graph: fn and parents are gone
     const char* op = "";           // name of the op that made it ("" for leaves)
+    std::uint64_t version = 0;     // bumped by every in-place write (set_data, mutable_data_ptr)
     std::vector<Tensor> parents;   // inputs of the op, in argument order
+    std::vector<std::uint64_t> saved_versions;  // the parents' versions, then its own, at forward
     BackwardFn backward;
 
     explicit Node(Storage values);

@@ -77,6 +77,9 @@ Tensor make_result(xt::xarray<T>&& value, std::vector<Tensor> inputs, const char
     if (track) {
         node->requires_grad = true;
         node->is_leaf = false;
+        node->saved_versions.reserve(inputs.size() + 1);
+        for (const Tensor& t : inputs) node->saved_versions.push_back(t.defined() ? t.node().version : 0);
+        node->saved_versions.push_back(0);
         node->parents = std::move(inputs);
         node->backward = std::move(backward);
     }
@@ -283,12 +286,22 @@ void Tensor::set_data(const Tensor& values) const {
     if (n.grad && (values.shape() != n.shape || values.dtype() != n.dtype())) n.grad.reset();
     n.data = values.node().data;
     n.shape = values.shape();
+    ++n.version;
+}
+
+std::uint64_t Tensor::version() const { return node().version; }
+
+template <class T> T* Tensor::mutable_data_ptr() const {
+    T* p = array<T>(*this).data();
+    ++node().version;
+    return p;
 }
 
 #define XGRAD_INSTANTIATE(T)                               \
     template T* Tensor::grad_ptr<T>();                     \
     template const T* Tensor::grad_ptr<T>() const;         \
     template T* Tensor::mutable_grad_ptr<T>();             \
+    template T* Tensor::mutable_data_ptr<T>() const;       \
     template T Tensor::item<T>() const;                    \
     template std::vector<T> Tensor::to_vector<T>() const;  \
     template T* Tensor::data_ptr<T>();                     \
@@ -302,6 +315,29 @@ XGRAD_INSTANTIATE(bool)
 // --- the engine -----------------------------------------------------------------------------
 
 namespace {
+
+// Refuses, before any backward runs, a graph one of whose ops would read values written in place
+// since its forward pass (an input, or its own output). Conservative: it holds for every input,
+// also those an op's backward does not read (add's).
+void check_versions(const std::vector<std::shared_ptr<Node>>& order) {
+    for (const auto& n : order) {
+        if (n->is_leaf || n->saved_versions.empty()) continue;
+        const std::size_t k = n->parents.size();
+        for (std::size_t i = 0; i <= k; ++i) {
+            if (i < k && !n->parents[i].defined()) continue;
+            const Node& input = i < k ? n->parents[i].node() : *n;
+            if (input.version == n->saved_versions[i]) continue;
+            const std::string what =
+                i < k ? fmt::format("its input {} ({} of shape {})", i, *input.op ? fmt::format("a '{}' result", input.op)
+                                                                                    : std::string("a leaf"),
+                                    shape_str(input.shape))
+                      : fmt::format("its output (of shape {})", shape_str(input.shape));
+            throw Error(fmt::format("backward: {} was modified in place after it was saved for backward by '{}' "
+                                    "(version {} -> {}); clone it first, or call backward before changing it",
+                                    what, n->op, n->saved_versions[i], input.version));
+        }
+    }
+}
 
 // Nodes reachable from `root` through nodes that require grad, parents before children.
 // Iterative DFS (explicit stack), so depth is bounded by memory, not by the call stack.
@@ -373,6 +409,7 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
             throw Error(fmt::format("backward: part of this graph (a '{}' result) was already freed by an "
                                     "earlier backward(); pass retain_graph = true to the first call",
                                     n->op));
+    check_versions(order);
     root.flow = std::move(seed);
     NoGradGuard no_grad;  // backward computations are not themselves recorded
     const char* running = "";  // the op whose backward is running, for the message below

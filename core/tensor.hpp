@@ -88,13 +88,21 @@ public:
     template <class T> T item() const;
     /// All values in row-major order, converted to T.
     template <class T> std::vector<T> to_vector() const;
-    /// Row-major contiguous storage. T must be the tensor's own type (checked).
+    /// Row-major contiguous storage. T must be the tensor's own type (checked). For reading:
+    /// writes through it are not seen by the version counter, use mutable_data_ptr to write.
     template <class T> T* data_ptr();
     template <class T> const T* data_ptr() const;
+    /// The storage to write in place (optimiser steps, communication): bumps the version, so a
+    /// graph that saved this tensor refuses to run its backward on the changed values.
+    template <class T> T* mutable_data_ptr() const;
+    /// How many in-place writes this tensor's storage has had (torch's _version): set_data and
+    /// mutable_data_ptr bump it. An op's backward throws if an input it saved was written
+    /// after the forward pass: "... was modified in place after it was saved for backward".
+    std::uint64_t version() const;
     /// Replaces this tensor's values with a copy of `values`' (shape and dtype may change),
     /// keeping the handle, its requires_grad and its place as a leaf, as torch's set_data:
     /// how Module::to and load_state_dict change a parameter that an optimiser also holds.
-    /// A gradient of another shape or dtype is dropped.
+    /// A gradient of another shape or dtype is dropped. Bumps the version (see version()).
     void set_data(const Tensor& values) const;
     /// A copy with another element type (a differentiable cast between float types).
     Tensor to(Dtype d) const;

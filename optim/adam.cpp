@@ -64,11 +64,11 @@ void Adam::step() {
             const bool l2 = !m_decoupled && m_weight_decay != 0;
             const bool decoupled = m_decoupled && m_weight_decay != 0;
 
-            T* pd = p.data_ptr<T>();
+            T* pd = p.mutable_data_ptr<T>();
             const T* gd = p.grad_ptr<T>();
-            T* m = m_exp_avg[i].data_ptr<T>();
-            T* v = m_exp_avg_sq[i].data_ptr<T>();
-            T* vmax = m_amsgrad ? m_max_exp_avg_sq[i].data_ptr<T>() : nullptr;
+            T* m = m_exp_avg[i].mutable_data_ptr<T>();
+            T* v = m_exp_avg_sq[i].mutable_data_ptr<T>();
+            T* vmax = m_amsgrad ? m_max_exp_avg_sq[i].mutable_data_ptr<T>() : nullptr;
             // Elements are independent: large parameters are split over the pool.
             parallel_for(p.numel(), 1 << 15, [&](std::size_t j0, std::size_t j1) {
                 for (std::size_t j = j0; j < j1; ++j) {

@@ -40,7 +40,7 @@ void SGD::step() {
         if (!p.has_grad()) continue;
         dispatch_floating("SGD.step", p.dtype(), [&](auto tag) {
             using T = typename decltype(tag)::type;
-            T* pd = p.data_ptr<T>();
+            T* pd = p.mutable_data_ptr<T>();
             const T* gd = p.grad_ptr<T>();
             const std::size_t n = p.numel();
             const T lr = static_cast<T>(m_lr);
@@ -56,7 +56,7 @@ void SGD::step() {
             // torch starts the buffer as a plain copy of the (decayed) gradient: no dampening on step 1.
             const bool first = !m_momentum_buffer[i].defined();
             if (first) m_momentum_buffer[i] = zeros(p.shape(), p.dtype());
-            T* bd = m_momentum_buffer[i].data_ptr<T>();
+            T* bd = m_momentum_buffer[i].mutable_data_ptr<T>();
             const T momentum = static_cast<T>(m_momentum);
             const T keep = static_cast<T>(1 - m_dampening);
             for (std::size_t j = 0; j < n; ++j) {

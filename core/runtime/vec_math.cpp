@@ -8,9 +8,10 @@ namespace xgrad::vec {
 float exp_shifted_sum(const float* x, float m, float* y, std::size_t n) {
     for (std::size_t j = 0; j < n; ++j) {
         const float t0 = x[j] - m;
-        // max(-87, NaN) is -87 (one max instruction): NaN never reaches the exponent bits below,
-        // where its integer conversion would be undefined; the select at the end puts it back
-        const float t = std::max(-87.0f, t0);
+        // t in [-87, 88] whatever x and m are: NaN (max(-87, NaN) is -87) or +inf (x above an m
+        // that a NaN kept from being the row's maximum) would make the exponent bits below
+        // undefined. The select at the end puts NaN back; a NaN in the row makes the sum NaN.
+        const float t = std::min(88.0f, std::max(-87.0f, t0));
         // t = k·ln2 + r, |r| ≤ ln2/2; k rounded to nearest by the 1.5·2^23 trick
         const float k = (t * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
         float r = t - k * 0.693359375f;

@@ -8,7 +8,8 @@ namespace xgrad::vec {
 
 /// y[j] = e^(x[j] − m) for x[j] ≤ m, within 2 ulp of std::exp (Cody–Waite reduction and
 /// Cephes' degree-6 polynomial); 0 where x[j] − m < −87 (e^−87 ≈ 1.6e−38, the float floor).
-/// NaN in x gives NaN in y (and in the sum). Returns Σ y[j].
+/// NaN in x gives NaN in y (and in the sum); any x and m are safe (x[j] − m is clamped to
+/// [−87, 88] before the exponent is built). Returns Σ y[j].
 float exp_shifted_sum(const float* x, float m, float* y, std::size_t n);
 
 /// max x[j] for n ≥ 1 (NaN-free input).

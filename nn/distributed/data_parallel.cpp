@@ -130,7 +130,7 @@ void DistributedDataParallel::broadcast_parameters() {
             }
             distributed::broadcast(buf.data(), k.numel, 0);
             for (std::size_t j = 0; j < k.params.size(); ++j) {
-                T* dst = m_params[k.params[j]].template data_ptr<T>();
+                T* dst = m_params[k.params[j]].template mutable_data_ptr<T>();
                 const auto first = buf.begin() + static_cast<long>(k.offsets[j]);
                 std::copy(first, first + static_cast<long>(m_params[k.params[j]].numel()), dst);
             }

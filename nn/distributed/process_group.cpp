@@ -152,9 +152,9 @@ void all_reduce(std::uint64_t* data, std::size_t n, ReduceOp op) { all_reduce_im
 void all_reduce(Tensor& t, ReduceOp op) {
     require_init("all_reduce");
     switch (t.dtype()) {
-        case kFloat32: return all_reduce(t.data_ptr<float>(), t.numel(), op);
-        case kFloat64: return all_reduce(t.data_ptr<double>(), t.numel(), op);
-        case kInt64: return all_reduce(t.data_ptr<std::int64_t>(), t.numel(), op);
+        case kFloat32: return all_reduce(t.mutable_data_ptr<float>(), t.numel(), op);
+        case kFloat64: return all_reduce(t.mutable_data_ptr<double>(), t.numel(), op);
+        case kInt64: return all_reduce(t.mutable_data_ptr<std::int64_t>(), t.numel(), op);
         default:
             throw Error(fmt::format("distributed::all_reduce: expected a float32, float64 or int64 tensor, got {}",
                                     dtype_name(t.dtype())));
@@ -169,7 +169,7 @@ void broadcast(std::uint64_t* data, std::size_t n, std::size_t root) { broadcast
 void broadcast(Tensor& t, std::size_t root) {
     dispatch_all(t.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
-        broadcast_bytes(t.data_ptr<T>(), t.numel() * sizeof(T), root);
+        broadcast_bytes(t.mutable_data_ptr<T>(), t.numel() * sizeof(T), root);
     });
 }
 

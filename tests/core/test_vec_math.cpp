@@ -3,6 +3,7 @@
 #include "helpers.hpp"
 
 #include <cmath>
+#include <limits>
 
 using namespace xgrad;
 
@@ -32,4 +33,17 @@ TEST_CASE("vec::max_of finds the maximum anywhere in the row", "[vec_math]") {
             x[at] = 2.5f;
             CHECK(vec::max_of(x.data(), n) == 2.5f);
         }
+}
+
+TEST_CASE("exp_shifted_sum is defined for any x and m: NaN, inf, x above m", "[vec_math][nan]") {
+    // x above m happens when a NaN keeps the row's maximum from being found (max skips NaN);
+    // UBSan (tools/check --sanitize) checks that no exponent is built from NaN or inf.
+    const float inf = std::numeric_limits<float>::infinity();
+    const float x[6] = {NAN, 2.0f, inf, -inf, 1e30f, -1e30f};
+    float y[6];
+    for (float m : {-inf, 0.0f, inf, NAN, -1e30f}) {
+        const float s = vec::exp_shifted_sum(x, m, y, 6);
+        CHECK(std::isnan(y[0]));
+        CHECK(std::isnan(s));
+    }
 }
