@@ -253,12 +253,13 @@ template <class T> const T* Tensor::data_ptr() const { return array<T>(*this).da
 
 namespace {
 
-template <class T> xt::xarray<T>* grad_array(const Node& n, const char* op) {
+// A handle reaches its node as Node& even when const (it aliases, as torch's): no cast needed.
+template <class T> xt::xarray<T>* grad_array(Node& n, const char* op) {
     if (n.dtype() != dtype_of<T>())
         throw Error(fmt::format("{}: tensor holds {}, asked for {}", op, dtype_name(n.dtype()),
                                 dtype_name(dtype_of<T>())));
     if (!n.grad) return nullptr;
-    return const_cast<xt::xarray<T>*>(&std::get<xt::xarray<T>>(*n.grad));
+    return &std::get<xt::xarray<T>>(*n.grad);
 }
 
 }  // namespace
