@@ -36,9 +36,13 @@ struct Node {
     bool retains_grad = false;
     bool graph_freed = false;      // backward ran without retain_graph: fn and parents are gone
     const char* op = "";           // name of the op that made it ("" for leaves)
-    std::uint64_t version = 0;     // bumped by every in-place write (set_data, mutable_data_ptr)
+    std::uint64_t version = 0;     // bumped by every in-place write (set_data, data_ptr, mutable_data_ptr)
+    const char* last_write = "";   // the accessor of the latest in-place write, for the stale-graph error
     std::vector<Tensor> parents;   // inputs of the op, in argument order
-    std::vector<std::uint64_t> saved_versions;  // the parents' versions, then its own, at forward
+    // The versions, at forward, of the tensors this op's backward reads: parents first, then its
+    // own output; kNotSaved for one it does not read (add's inputs), whose writes are harmless.
+    std::vector<std::uint64_t> saved_versions;
+    static constexpr std::uint64_t kNotSaved = ~std::uint64_t{0};
     BackwardFn backward;
 
     explicit Node(Storage values);
@@ -49,6 +53,19 @@ struct Node {
     ~Node();
 
     Dtype dtype() const { return static_cast<Dtype>(data.index()); }
+};
+
+/// Which of an op's tensors its backward reads: inputs by position (bit i for input i) and its
+/// own output. Only these are checked against in-place writes before a backward runs (as torch
+/// checks only what an op saved): `y = a + b; a.mutable_data_ptr()...; y.backward()` is fine,
+/// the same with `a * b` throws. The default, everything, is the safe choice for a new op.
+struct Saves {
+    std::uint32_t inputs = ~0u;
+    bool output = true;
+    static constexpr Saves all() { return {}; }
+    static constexpr Saves none() { return {0u, false}; }
+    static constexpr Saves only_output() { return {0u, true}; }
+    static constexpr Saves only_inputs(std::uint32_t bits) { return {bits, false}; }
 };
 
 /// Throws "<op>: dtypes differ: float32 and float64 (convert one with .to())".
@@ -70,10 +87,11 @@ inline bool needs_grad(const Node& self, std::size_t i) { return self.parents[i]
 template <class T> void accumulate(const char* op, const Tensor& input, xt::xarray<T>&& g);
 
 /// Wraps a computed value as an op's output. When gradients are enabled and any input
-/// requires one, the output records `inputs` and `backward`; otherwise it is a plain leaf.
+/// requires one, the output records `inputs`, `backward`, and the versions of what `saves`
+/// names; otherwise it is a plain leaf.
 template <class T>
 Tensor make_result(xt::xarray<T>&& value, std::vector<Tensor> inputs, const char* op,
-                   BackwardFn backward);
+                   BackwardFn backward, Saves saves = Saves::all());
 
 /// A leaf that owns `value` (no graph).
 Tensor make_leaf(Storage value, bool requires_grad = false);

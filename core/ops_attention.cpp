@@ -161,7 +161,7 @@ Tensor head_attention_combine(const Tensor& weights, const Tensor& values, std::
             });
             if (need_w) accumulate<T>("head_attention_combine", self.parents[0], std::move(dw));
             if (need_v) accumulate<T>("head_attention_combine", self.parents[1], std::move(dval));
-        });
+        }, Saves::only_inputs(3u));
     });
 }
 

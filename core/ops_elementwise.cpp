@@ -9,40 +9,58 @@ namespace xgrad {
 
 namespace {
 
+// What a unary op's backward reads: its input x, its output y, or neither.
+constexpr Saves kReadsX = Saves::only_inputs(1u);
+constexpr Saves kReadsY = Saves::only_output();
+constexpr Saves kReadsNone = Saves::none();
+
+// The array for a tensor the backward did not save: never read, and not fetched, so a tensor
+// that changed dtype since (set_data) reaches accumulate's clear error instead of a bad get.
+template <class T> const xt::xarray<T>& unsaved() {
+    static const xt::xarray<T> none;
+    return none;
+}
+
 // One unary op: y = fwd(x); dx = bwd(x, y, g). Both are generic lambdas over xtensor
-// expressions, instantiated here for float and double.
-template <class Fwd, class Bwd> Tensor unary(const char* op, const Tensor& a, Fwd fwd, Bwd bwd) {
+// expressions, instantiated here for float and double. `reads` must name every array bwd reads.
+template <class Fwd, class Bwd> Tensor unary(const char* op, const Tensor& a, Saves reads, Fwd fwd, Bwd bwd) {
     return dispatch_floating(op, a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         xt::xarray<T> y = fwd(values<T>(a));
-        return make_result<T>(std::move(y), {a}, op, [op, bwd](Node& self, const Storage& gs) {
-            const auto& x = values<T>(self.parents[0]);
-            const auto& y = values<T>(self);
-            const auto& g = grad_as<T>(gs);
-            accumulate<T>(op, self.parents[0], xt::xarray<T>(bwd(x, y, g)));
-        });
+        return make_result<T>(
+            std::move(y), {a}, op,
+            [op, bwd, reads](Node& self, const Storage& gs) {
+                const auto& x = reads.inputs ? values<T>(self.parents[0]) : unsaved<T>();
+                const auto& y = reads.output ? values<T>(self) : unsaved<T>();
+                const auto& g = grad_as<T>(gs);
+                accumulate<T>(op, self.parents[0], xt::xarray<T>(bwd(x, y, g)));
+            },
+            reads);
     });
 }
 
 // One broadcasting binary op: y = fwd(a, b); (da, db) = (bwd_a(a, b, y, g), bwd_b(...)),
 // each at the broadcast shape, then reduced to its input's shape.
 template <class Fwd, class BwdA, class BwdB>
-Tensor binary(const char* op, const Tensor& a, const Tensor& b, Fwd fwd, BwdA bwd_a, BwdB bwd_b) {
+Tensor binary(const char* op, const Tensor& a, const Tensor& b, Saves reads, Fwd fwd, BwdA bwd_a, BwdB bwd_b) {
     check_same_dtype(op, a, b);
     broadcast_shapes(op, a.shape(), b.shape());
     return dispatch_floating(op, a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         xt::xarray<T> y = fwd(values<T>(a), values<T>(b));
-        return make_result<T>(std::move(y), {a, b}, op, [op, bwd_a, bwd_b](Node& self, const Storage& gs) {
-            const Tensor& ta = self.parents[0];
-            const Tensor& tb = self.parents[1];
-            const auto& x0 = values<T>(ta);
-            const auto& x1 = values<T>(tb);
-            const auto& y = values<T>(self);
-            const auto& g = grad_as<T>(gs);
-            if (needs_grad(self, 0)) accumulate<T>(op, ta, sum_to<T>(xt::xarray<T>(bwd_a(x0, x1, y, g)), ta.shape()));
-            if (needs_grad(self, 1)) accumulate<T>(op, tb, sum_to<T>(xt::xarray<T>(bwd_b(x0, x1, y, g)), tb.shape()));
-        });
+        return make_result<T>(
+            std::move(y), {a, b}, op,
+            [op, bwd_a, bwd_b, reads](Node& self, const Storage& gs) {
+                const Tensor& ta = self.parents[0];
+                const Tensor& tb = self.parents[1];
+                const auto& x0 = (reads.inputs & 1u) ? values<T>(ta) : unsaved<T>();
+                const auto& x1 = (reads.inputs & 2u) ? values<T>(tb) : unsaved<T>();
+                const auto& y = reads.output ? values<T>(self) : unsaved<T>();
+                const auto& g = grad_as<T>(gs);
+                if (needs_grad(self, 0)) accumulate<T>(op, ta, sum_to<T>(xt::xarray<T>(bwd_a(x0, x1, y, g)), ta.shape()));
+                if (needs_grad(self, 1)) accumulate<T>(op, tb, sum_to<T>(xt::xarray<T>(bwd_b(x0, x1, y, g)), tb.shape()));
+            },
+            reads);
     });
 }
 
@@ -54,21 +72,21 @@ template <class E> using value_t = typename std::decay_t<E>::value_type;
 
 Tensor add(const Tensor& a, const Tensor& b) {
     return binary(
-        "add", a, b, [](const auto& x, const auto& y) { return x + y; },
+        "add", a, b, Saves::none(), [](const auto& x, const auto& y) { return x + y; },
         [](const auto&, const auto&, const auto&, const auto& g) { return g; },
         [](const auto&, const auto&, const auto&, const auto& g) { return g; });
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
     return binary(
-        "sub", a, b, [](const auto& x, const auto& y) { return x - y; },
+        "sub", a, b, Saves::none(), [](const auto& x, const auto& y) { return x - y; },
         [](const auto&, const auto&, const auto&, const auto& g) { return g; },
         [](const auto&, const auto&, const auto&, const auto& g) { return -g; });
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
     return binary(
-        "mul", a, b, [](const auto& x, const auto& y) { return x * y; },
+        "mul", a, b, Saves::only_inputs(3u), [](const auto& x, const auto& y) { return x * y; },
         [](const auto&, const auto& x1, const auto&, const auto& g) { return g * x1; },
         [](const auto& x0, const auto&, const auto&, const auto& g) { return g * x0; });
 }
@@ -76,20 +94,20 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 Tensor div(const Tensor& a, const Tensor& b) {
     // d(a/b)/da = 1/b; d(a/b)/db = -a/b² = -y/b.
     return binary(
-        "div", a, b, [](const auto& x, const auto& y) { return x / y; },
+        "div", a, b, Saves{2u, true}, [](const auto& x, const auto& y) { return x / y; },
         [](const auto&, const auto& x1, const auto&, const auto& g) { return g / x1; },
         [](const auto&, const auto& x1, const auto& y, const auto& g) { return -g * y / x1; });
 }
 
 Tensor neg(const Tensor& a) {
     return unary(
-        "neg", a, [](const auto& x) { return -x; },
+        "neg", a, kReadsNone, [](const auto& x) { return -x; },
         [](const auto&, const auto&, const auto& g) { return -g; });
 }
 
 Tensor pow(const Tensor& a, double p) {
     return unary(
-        "pow", a, [p](const auto& x) { return xt::pow(x, static_cast<value_t<decltype(x)>>(p)); },
+        "pow", a, kReadsX, [p](const auto& x) { return xt::pow(x, static_cast<value_t<decltype(x)>>(p)); },
         [p](const auto& x, const auto&, const auto& g) {
             using T = value_t<decltype(x)>;
             // x^0 is constant: its gradient is 0 even at x = 0, where p·x^(p-1) is 0·inf = NaN.
@@ -100,19 +118,19 @@ Tensor pow(const Tensor& a, double p) {
 
 Tensor exp(const Tensor& a) {
     return unary(
-        "exp", a, [](const auto& x) { return xt::exp(x); },
+        "exp", a, kReadsY, [](const auto& x) { return xt::exp(x); },
         [](const auto&, const auto& y, const auto& g) { return g * y; });
 }
 
 Tensor log(const Tensor& a) {
     return unary(
-        "log", a, [](const auto& x) { return xt::log(x); },
+        "log", a, kReadsX, [](const auto& x) { return xt::log(x); },
         [](const auto& x, const auto&, const auto& g) { return g / x; });
 }
 
 Tensor sqrt(const Tensor& a) {
     return unary(
-        "sqrt", a, [](const auto& x) { return xt::sqrt(x); },
+        "sqrt", a, kReadsY, [](const auto& x) { return xt::sqrt(x); },
         [](const auto&, const auto& y, const auto& g) {
             return g / (static_cast<value_t<decltype(y)>>(2) * y);
         });
@@ -120,7 +138,7 @@ Tensor sqrt(const Tensor& a) {
 
 Tensor tanh(const Tensor& a) {
     return unary(
-        "tanh", a, [](const auto& x) { return xt::tanh(x); },
+        "tanh", a, kReadsY, [](const auto& x) { return xt::tanh(x); },
         [](const auto&, const auto& y, const auto& g) {
             return g * (static_cast<value_t<decltype(y)>>(1) - y * y);
         });
@@ -128,7 +146,7 @@ Tensor tanh(const Tensor& a) {
 
 Tensor sigmoid(const Tensor& a) {
     return unary(
-        "sigmoid", a,
+        "sigmoid", a, kReadsY,
         [](const auto& x) {
             using T = value_t<decltype(x)>;
             return static_cast<T>(1) / (static_cast<T>(1) + xt::exp(-x));
@@ -141,7 +159,7 @@ Tensor sigmoid(const Tensor& a) {
 Tensor relu(const Tensor& a) {
     // The subgradient at 0 is 0, as in PyTorch.
     return unary(
-        "relu", a,
+        "relu", a, kReadsX,
         [](const auto& x) { return xt::maximum(x, static_cast<value_t<decltype(x)>>(0)); },
         [](const auto& x, const auto&, const auto& g) {
             using T = value_t<decltype(x)>;
@@ -152,7 +170,7 @@ Tensor relu(const Tensor& a) {
 Tensor gelu(const Tensor& a) {
     // gelu(x) = x·Φ(x); d/dx = Φ(x) + x·φ(x), Φ the normal CDF, φ its density.
     return unary(
-        "gelu", a,
+        "gelu", a, kReadsX,
         [](const auto& x) {
             using T = value_t<decltype(x)>;
             return static_cast<T>(0.5) * x * (static_cast<T>(1) + xt::erf(x * static_cast<T>(M_SQRT1_2)));
@@ -168,7 +186,7 @@ Tensor gelu(const Tensor& a) {
 
 Tensor add(const Tensor& a, double s) {
     return unary(
-        "add", a, [s](const auto& x) { return x + static_cast<value_t<decltype(x)>>(s); },
+        "add", a, kReadsNone, [s](const auto& x) { return x + static_cast<value_t<decltype(x)>>(s); },
         [](const auto&, const auto&, const auto& g) { return g; });
 }
 
@@ -176,26 +194,26 @@ Tensor sub(const Tensor& a, double s) { return add(a, -s); }
 
 Tensor mul(const Tensor& a, double s) {
     return unary(
-        "mul", a, [s](const auto& x) { return x * static_cast<value_t<decltype(x)>>(s); },
+        "mul", a, kReadsNone, [s](const auto& x) { return x * static_cast<value_t<decltype(x)>>(s); },
         [s](const auto&, const auto&, const auto& g) { return g * static_cast<value_t<decltype(g)>>(s); });
 }
 
 Tensor div(const Tensor& a, double s) {
     return unary(
-        "div", a, [s](const auto& x) { return x / static_cast<value_t<decltype(x)>>(s); },
+        "div", a, kReadsNone, [s](const auto& x) { return x / static_cast<value_t<decltype(x)>>(s); },
         [s](const auto&, const auto&, const auto& g) { return g / static_cast<value_t<decltype(g)>>(s); });
 }
 
 Tensor rsub(double s, const Tensor& a) {
     return unary(
-        "rsub", a, [s](const auto& x) { return static_cast<value_t<decltype(x)>>(s) - x; },
+        "rsub", a, kReadsNone, [s](const auto& x) { return static_cast<value_t<decltype(x)>>(s) - x; },
         [](const auto&, const auto&, const auto& g) { return -g; });
 }
 
 Tensor rdiv(double s, const Tensor& a) {
     // d(s/x)/dx = -s/x² = -y/x.
     return unary(
-        "rdiv", a, [s](const auto& x) { return static_cast<value_t<decltype(x)>>(s) / x; },
+        "rdiv", a, Saves{1u, true}, [s](const auto& x) { return static_cast<value_t<decltype(x)>>(s) / x; },
         [](const auto& x, const auto& y, const auto& g) { return -g * y / x; });
 }
 
@@ -213,7 +231,7 @@ Tensor cast(const Tensor& a, Dtype d) {
                         using From = typename decltype(from_tag)::type;
                         accumulate<From>("cast", in, xt::xarray<From>(xt::cast<From>(grad_as<To>(gs))));
                     });
-                });
+                }, Saves::none());
         }
         // Integer and bool results carry no gradient (as torch: they cannot require one).
         return make_leaf(Storage(std::move(y)));

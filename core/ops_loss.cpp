@@ -31,7 +31,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction redu
                                 op, shape_str(targets.shape()), shape_str(logits.shape()), shape_str(rows_shape)));
     const auto classes = static_cast<std::int64_t>(logits.shape().back());
     const std::size_t rows = targets.numel();
-    const std::int64_t* target = targets.data_ptr<std::int64_t>();
+    const std::int64_t* target = targets.const_data_ptr<std::int64_t>();
     std::size_t count = 0;
     for (std::size_t r = 0; r < rows; ++r) {
         if (target[r] == ignore_index) continue;
@@ -86,7 +86,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction redu
             }
             accumulate<T>("cross_entropy", self.parents[0], std::move(dx));
         };
-        return make_result<T>(std::move(value), {logits, targets}, op, std::move(backward));
+        return make_result<T>(std::move(value), {logits, targets}, op, std::move(backward), Saves::only_inputs(3u));
     });
 }
 
@@ -141,7 +141,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
                 accumulate<T>("mse_loss", self.parents[1], std::move(dt));
             }
             if (needs_grad(self, 0)) accumulate<T>("mse_loss", self.parents[0], std::move(dx));
-        });
+        }, Saves::only_inputs(3u));
     });
 }
 

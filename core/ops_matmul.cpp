@@ -171,7 +171,7 @@ Tensor product(const char* op, const Tensor& a, const Tensor& b, const Plan& p) 
                 });
                 accumulate<T>(op, tb, std::move(db));
             }
-        });
+        }, Saves::only_inputs(3u));
     });
 }
 

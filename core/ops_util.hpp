@@ -11,9 +11,9 @@ namespace xgrad {
 /// int64 and bool values (they never carry a gradient, as in torch).
 template <class T>
 Tensor make_any_result(xt::xarray<T>&& value, std::vector<Tensor> inputs, const char* op,
-                       BackwardFn backward) {
+                       BackwardFn backward, Saves saves = Saves::all()) {
     if constexpr (std::is_floating_point_v<T>)
-        return make_result<T>(std::move(value), std::move(inputs), op, std::move(backward));
+        return make_result<T>(std::move(value), std::move(inputs), op, std::move(backward), saves);
     else
         return make_leaf(Storage(std::move(value)));
 }

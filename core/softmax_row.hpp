@@ -73,7 +73,7 @@ template <class T> void softmax_grad_prefix(const T* y, const T* g, T* d, std::s
 class MaskedRows {
 public:
     explicit MaskedRows(const ResolvedMask& mask) : m_mask(mask), m_by_mask(mask.by_mask()) {
-        if (m_by_mask) m_where = mask.where().data_ptr<bool>();
+        if (m_by_mask) m_where = mask.where().const_data_ptr<bool>();
     }
     /// y = masked softmax of row r's scores x (y may be x).
     template <class T> void forward(std::size_t r, const T* x, T* y) const {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <ostream>
+#include <string_view>
 #include <unordered_set>
 
 #include "core/creation.hpp"
@@ -61,7 +62,7 @@ Tensor make_leaf(Storage value, bool requires_grad) {
 
 template <class T>
 Tensor make_result(xt::xarray<T>&& value, std::vector<Tensor> inputs, const char* op,
-                   BackwardFn backward) {
+                   BackwardFn backward, Saves saves) {
     if (t_detect_anomaly) {
         const std::size_t i = first_non_finite(value);
         if (i != static_cast<std::size_t>(-1))
@@ -78,8 +79,11 @@ Tensor make_result(xt::xarray<T>&& value, std::vector<Tensor> inputs, const char
         node->requires_grad = true;
         node->is_leaf = false;
         node->saved_versions.reserve(inputs.size() + 1);
-        for (const Tensor& t : inputs) node->saved_versions.push_back(t.defined() ? t.node().version : 0);
-        node->saved_versions.push_back(0);
+        for (std::size_t i = 0; i < inputs.size(); ++i) {
+            const bool saved = inputs[i].defined() && (i >= 32 || (saves.inputs >> i & 1u));
+            node->saved_versions.push_back(saved ? inputs[i].node().version : Node::kNotSaved);
+        }
+        node->saved_versions.push_back(saves.output ? 0 : Node::kNotSaved);
         node->parents = std::move(inputs);
         node->backward = std::move(backward);
     }
@@ -111,7 +115,7 @@ template <class T> void accumulate(const char* op, const Tensor& input, xt::xarr
 }
 
 #define XGRAD_INSTANTIATE(T)                                                                    \
-    template Tensor make_result<T>(xt::xarray<T>&&, std::vector<Tensor>, const char*, BackwardFn); \
+    template Tensor make_result<T>(xt::xarray<T>&&, std::vector<Tensor>, const char*, BackwardFn, Saves); \
     template void accumulate<T>(const char*, const Tensor&, xt::xarray<T>&&);
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)
@@ -248,7 +252,14 @@ template <class T> std::vector<T> Tensor::to_vector() const {
     return std::visit([](const auto& a) { return std::vector<T>(a.begin(), a.end()); }, node().data);
 }
 
-template <class T> T* Tensor::data_ptr() { return array<T>(*this).data(); }
+template <class T> T* Tensor::data_ptr() {
+    T* p = array<T>(*this).data();
+    Node& n = node();
+    ++n.version;
+    n.last_write = "data_ptr()";
+    return p;
+}
+template <class T> const T* Tensor::const_data_ptr() const { return array<T>(*this).data(); }
 template <class T> const T* Tensor::data_ptr() const { return array<T>(*this).data(); }
 
 namespace {
@@ -288,13 +299,16 @@ void Tensor::set_data(const Tensor& values) const {
     n.data = values.node().data;
     n.shape = values.shape();
     ++n.version;
+    n.last_write = "set_data()";
 }
 
 std::uint64_t Tensor::version() const { return node().version; }
 
 template <class T> T* Tensor::mutable_data_ptr() const {
     T* p = array<T>(*this).data();
-    ++node().version;
+    Node& n = node();
+    ++n.version;
+    n.last_write = "mutable_data_ptr()";
     return p;
 }
 
@@ -306,7 +320,8 @@ template <class T> T* Tensor::mutable_data_ptr() const {
     template T Tensor::item<T>() const;                    \
     template std::vector<T> Tensor::to_vector<T>() const;  \
     template T* Tensor::data_ptr<T>();                     \
-    template const T* Tensor::data_ptr<T>() const;
+    template const T* Tensor::data_ptr<T>() const;         \
+    template const T* Tensor::const_data_ptr<T>() const;
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)
 XGRAD_INSTANTIATE(std::int64_t)
@@ -318,13 +333,14 @@ XGRAD_INSTANTIATE(bool)
 namespace {
 
 // Refuses, before any backward runs, a graph one of whose ops would read values written in place
-// since its forward pass (an input, or its own output). Conservative: it holds for every input,
-// also those an op's backward does not read (add's).
+// since its forward pass (a saved input, or its own output). Tensors an op did not save (add's
+// inputs) may change: its backward does not read them.
 void check_versions(const std::vector<std::shared_ptr<Node>>& order) {
     for (const auto& n : order) {
         if (n->is_leaf || n->saved_versions.empty()) continue;
         const std::size_t k = n->parents.size();
         for (std::size_t i = 0; i <= k; ++i) {
+            if (n->saved_versions[i] == Node::kNotSaved) continue;
             if (i < k && !n->parents[i].defined()) continue;
             const Node& input = i < k ? n->parents[i].node() : *n;
             if (input.version == n->saved_versions[i]) continue;
@@ -333,9 +349,13 @@ void check_versions(const std::vector<std::shared_ptr<Node>>& order) {
                                                                                     : std::string("a leaf"),
                                     shape_str(input.shape))
                       : fmt::format("its output (of shape {})", shape_str(input.shape));
+            const std::string how = *input.last_write ? fmt::format(", last through {}", input.last_write) : "";
+            const char* hint = std::string_view(input.last_write) == "data_ptr()"
+                                   ? "; data_ptr() hands out write access and counts as a write, read with const_data_ptr()"
+                                   : "";
             throw Error(fmt::format("backward: {} was modified in place after it was saved for backward by '{}' "
-                                    "(version {} -> {}); clone it first, or call backward before changing it",
-                                    what, n->op, n->saved_versions[i], input.version));
+                                    "(version {} -> {}{}); clone it first, or call backward before changing it{}",
+                                    what, n->op, n->saved_versions[i], input.version, how, hint));
         }
     }
 }
@@ -457,9 +477,10 @@ Tensor Tensor::clone() const {
     return dispatch_floating("clone", dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         xt::xarray<T> copy = values<T>(*this);
-        return make_result<T>(std::move(copy), {*this}, "clone", [](Node& self, const Storage& gs) {
-            accumulate<T>("clone", self.parents[0], xt::xarray<T>(grad_as<T>(gs)));
-        });
+        return make_result<T>(
+            std::move(copy), {*this}, "clone",
+            [](Node& self, const Storage& gs) { accumulate<T>("clone", self.parents[0], xt::xarray<T>(grad_as<T>(gs))); },
+            Saves::none());
     });
 }
 Tensor Tensor::reshape(const std::vector<long>& s) const { return xgrad::reshape(*this, s); }

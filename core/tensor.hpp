@@ -88,16 +88,21 @@ public:
     template <class T> T item() const;
     /// All values in row-major order, converted to T.
     template <class T> std::vector<T> to_vector() const;
-    /// Row-major contiguous storage. T must be the tensor's own type (checked). For reading:
-    /// writes through it are not seen by the version counter, use mutable_data_ptr to write.
+    /// Row-major contiguous storage, T the tensor's own type (checked). As LibTorch's accessors:
+    ///  - data_ptr() on a non-const tensor hands out write access, so it counts as an in-place
+    ///    write (bumps version(), see there) even if the caller only reads;
+    ///  - const_data_ptr() (and data_ptr() on a const tensor) is for reading, and counts nothing;
+    ///  - mutable_data_ptr() writes, also through a const handle (optimisers, communication).
     template <class T> T* data_ptr();
     template <class T> const T* data_ptr() const;
-    /// The storage to write in place (optimiser steps, communication): bumps the version, so a
-    /// graph that saved this tensor refuses to run its backward on the changed values.
+    template <class T> const T* const_data_ptr() const;
     template <class T> T* mutable_data_ptr() const;
-    /// How many in-place writes this tensor's storage has had (torch's _version): set_data and
-    /// mutable_data_ptr bump it. An op's backward throws if an input it saved was written
-    /// after the forward pass: "... was modified in place after it was saved for backward".
+    /// How many in-place writes this tensor's storage has had (torch's _version): set_data,
+    /// data_ptr and mutable_data_ptr bump it. Before a backward runs, every op on the way checks
+    /// the tensors its backward reads (saved inputs, its own output) still have the versions
+    /// they had at forward, and throws naming the op and the tensor if not: "... was modified in
+    /// place after it was saved for backward by 'matmul' (version 0 -> 1 ...)". Writes under
+    /// NoGradGuard are allowed as any other; only the backward through a stale graph is refused.
     std::uint64_t version() const;
     /// Replaces this tensor's values with a copy of `values`' (shape and dtype may change),
     /// keeping the handle, its requires_grad and its place as a leaf, as torch's set_data:

@@ -125,7 +125,7 @@ void DistributedDataParallel::broadcast_parameters() {
             using T = typename decltype(tag)::type;
             std::vector<T>& buf = buffer_of<T>(k.f32, k.f64);
             for (std::size_t j = 0; j < k.params.size(); ++j) {
-                const T* src = m_params[k.params[j]].template data_ptr<T>();
+                const T* src = m_params[k.params[j]].template const_data_ptr<T>();
                 std::copy(src, src + m_params[k.params[j]].numel(), buf.begin() + static_cast<long>(k.offsets[j]));
             }
             distributed::broadcast(buf.data(), k.numel, 0);

@@ -217,7 +217,7 @@ TEST_CASE("float32 rand stays below 1 and uniform below high", "[tensor]") {
     float largest = 0;
     for (int chunk = 0; chunk < 16; ++chunk) {
         const Tensor u = rand({1 << 20}, kFloat32, gen);
-        const float* p = u.data_ptr<float>();
+        const float* p = u.const_data_ptr<float>();
         largest = std::max(largest, *std::max_element(p, p + (1 << 20)));
     }
     CHECK(largest < 1.0f);
@@ -226,7 +226,7 @@ TEST_CASE("float32 rand stays below 1 and uniform below high", "[tensor]") {
     float top = -2;
     for (int chunk = 0; chunk < 16; ++chunk) {
         const Tensor u = uniform({1 << 20}, -1.0, 1.0, kFloat32, same);
-        const float* p = u.data_ptr<float>();
+        const float* p = u.const_data_ptr<float>();
         top = std::max(top, *std::max_element(p, p + (1 << 20)));
     }
     CHECK(top < 1.0f);

@@ -1,6 +1,8 @@
 // Version counters: a tensor written in place after an op saved it for backward makes that
 // backward refuse to run, naming the op, instead of computing gradients from the new values.
 // One case per writer: set_data, mutable_data_ptr, an optimiser step, load_state_dict, Module::to.
+#include <functional>
+
 #include "helpers.hpp"
 #include "nn/nn.hpp"
 #include "optim/optim.hpp"
@@ -20,7 +22,7 @@ TEST_CASE("set_data between forward and backward is refused, whatever the new sh
     CHECK(w.version() == 0);
     w.set_data(tensor({-1.0, -1.0, -1.0}));  // dy/dx would silently be -1 -1 -1
     CHECK(w.version() == 1);
-    CHECK_THROWS_WITH(y.backward(), STALE("mul") && Catch::Contains("(version 0 -> 1)"));
+    CHECK_THROWS_WITH(y.backward(), STALE("mul") && Catch::Contains("(version 0 -> 1, last through set_data())"));
     CHECK_FALSE(x.has_grad());  // nothing was delivered
 
     // A new shape once made a backward read past the end of its input.
@@ -69,4 +71,92 @@ TEST_CASE("load_state_dict and Module::to between forward and backward are refus
     Tensor out2 = layer.forward(ones({4, 3})).sum();
     layer.to(kFloat64);
     CHECK_THROWS(out2.backward());  // a changed dtype or a changed version: either way a clear error
+}
+
+TEST_CASE("data_ptr on a non-const tensor counts as a write and const_data_ptr does not", "[autograd][version]") {
+    Tensor x = tensor({1.0f, 2.0f}).requires_grad_();
+    Tensor w = tensor({3.0f, 4.0f});
+    Tensor y = (x * w).sum();
+    (void)w.const_data_ptr<float>();
+    const Tensor& cw = w;
+    (void)cw.data_ptr<float>();
+    CHECK(w.version() == 0);
+    w.data_ptr<float>()[1] = -4;  // dy/dx would silently become (3, -4)
+    CHECK(w.version() == 1);
+    CHECK_THROWS_WITH(y.backward(), STALE("mul") && Catch::Contains("last through data_ptr()") &&
+                                        Catch::Contains("read with const_data_ptr()"));
+}
+
+TEST_CASE("every writer of a saved tensor is caught and names itself", "[autograd][version]") {
+    // One graph per writer: matmul saves both inputs, so a write to either is stale.
+    auto check_writer = [](const char* name, const std::function<void(Tensor&)>& write) {
+        INFO(name);
+        Tensor a = tensor({{1.0, 2.0}, {3.0, 4.0}}, kFloat64).requires_grad_();
+        Tensor b = tensor({5.0, 6.0}, kFloat64).reshape({2, 1}).detach().requires_grad_();
+        Tensor y = matmul(a, b).sum();
+        write(b);
+        CHECK_THROWS_WITH(y.backward(), STALE("matmul") && Catch::Contains("its input 1"));
+        CHECK_FALSE(a.has_grad());
+        CHECK_FALSE(b.has_grad());
+    };
+    check_writer("set_data", [](Tensor& t) { t.set_data(t.detach()); });  // same values still count
+    check_writer("data_ptr", [](Tensor& t) { (void)t.data_ptr<double>(); });
+    check_writer("mutable_data_ptr", [](Tensor& t) { (void)t.mutable_data_ptr<double>(); });
+    check_writer("under no-grad", [](Tensor& t) {
+        NoGradGuard no_grad;
+        t.mutable_data_ptr<double>()[0] = 0;
+    });
+    check_writer("SGD step", [](Tensor& t) {
+        t.set_grad(ones_like(t));
+        optim::SGD(std::vector<Tensor>{t}, optim::SGDOptions(0.1)).step();
+        t.zero_grad();
+    });
+    check_writer("Adam step", [](Tensor& t) {
+        t.set_grad(ones_like(t));
+        optim::Adam(std::vector<Tensor>{t}, optim::AdamOptions(0.1)).step();
+        t.zero_grad();
+    });
+}
+
+TEST_CASE("writes to a tensor an op did not save are allowed as in torch", "[autograd][version]") {
+    // add, sub, neg, a scalar product, clone and a cast need only shapes: their inputs may change.
+    Tensor a = tensor({1.0, 2.0}, kFloat64).requires_grad_();
+    Tensor b = tensor({3.0, 4.0}, kFloat64).requires_grad_();
+    Tensor c = tensor({5.0, 6.0}, kFloat64);
+    Tensor y = ((a + b) * c - (-b) * 2.0 + a.clone().to(kFloat32).to(kFloat64)).sum();
+    a.mutable_data_ptr<double>()[0] = 100;
+    b.set_data(tensor({7.0, 8.0}, kFloat64));
+    y.backward();
+    CHECK(a.grad().to_vector<double>() == std::vector<double>{6, 7});
+    CHECK(b.grad().to_vector<double>() == std::vector<double>{7, 8});
+    // c was saved by the mul: writing it is refused.
+    Tensor z = ((a + b) * c).sum();
+    c.mutable_data_ptr<double>()[0] = 0;
+    CHECK_THROWS_WITH(z.backward(), STALE("mul") && Catch::Contains("its input 1"));
+}
+
+TEST_CASE("an op's saved output is checked and an unsaved one is not", "[autograd][version]") {
+    for (const char* op : {"exp", "sqrt", "tanh", "sigmoid"}) {
+        INFO(op);
+        Tensor x = tensor({0.5, 1.5}, kFloat64).requires_grad_();
+        Tensor y = std::string(op) == "exp" ? exp(x) : std::string(op) == "sqrt" ? sqrt(x)
+                 : std::string(op) == "tanh" ? tanh(x) : sigmoid(x);
+        Tensor loss = y.sum();
+        y.mutable_data_ptr<double>()[0] = 7;
+        CHECK_THROWS_WITH(loss.backward(), Catch::Contains(std::string("saved for backward by '") + op + "'") &&
+                                               Catch::Contains("its output"));
+    }
+    Tensor x = tensor({0.5, 1.5}, kFloat64).requires_grad_();
+    Tensor y = x + 1.0;  // add's output is not read by its backward
+    Tensor loss = (y * 3.0).sum();
+    y.mutable_data_ptr<double>()[0] = 7;
+    loss.backward();
+    CHECK(x.grad().to_vector<double>() == std::vector<double>{3, 3});
+}
+
+TEST_CASE("a changed dtype of an unsaved input is a clear error, not a bad variant access", "[autograd][version]") {
+    Tensor x = tensor({0.5, 1.5}, kFloat64).requires_grad_();
+    Tensor y = (x + 1.0).sum();
+    x.set_data(tensor({0.5f, 1.5f}));
+    CHECK_THROWS_WITH(y.backward(), Catch::Contains("changed dtype"));
 }
