@@ -23,6 +23,8 @@ Tensor AdditiveAttention::forward(const Tensor& queries, const Tensor& keys, con
                                   const AttentionMask& mask) {
     // queries: (batch, Tq, query_size), keys: (batch, Tk, key_size), values: (batch, Tk, v)
     check_attention_inputs("AdditiveAttention", queries, keys, values);
+    for (const auto& [arg, t] : {std::pair{"queries", &queries}, std::pair{"keys", &keys}, std::pair{"values", &values}})
+        check_input_dtype("AdditiveAttention", arg, *t, m_W_q->weight().dtype());
     check_last_axis("AdditiveAttention", "queries", queries, "query_size", m_query_size);
     check_last_axis("AdditiveAttention", "keys", keys, "key_size", m_key_size);
     const ResolvedMask kept = mask.resolve("AdditiveAttention", queries.size(0), queries.size(1), keys.size(1));

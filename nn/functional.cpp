@@ -28,6 +28,31 @@ void check_last_axis(const char* who, const char* arg, const Tensor& t, const ch
                                 shape_str(t.shape())));
 }
 
+namespace {
+// The C++ name a user writes: kFloat32.
+const char* constant_name(Dtype d) {
+    switch (d) {
+        case kFloat32: return "kFloat32";
+        case kFloat64: return "kFloat64";
+        case kInt64: return "kInt64";
+        case kBool: return "kBool";
+    }
+    return "?";
+}
+}  // namespace
+
+void check_input_dtype(const char* who, const char* arg, const Tensor& t, Dtype dtype) {
+    if (t.dtype() == dtype) return;
+    if (!is_floating(t.dtype()))
+        throw Error(fmt::format("{}: {} is {}, expected a floating tensor of the module's parameters' dtype {}; "
+                                "convert it with .to({})",
+                                who, arg, dtype_name(t.dtype()), dtype_name(dtype), constant_name(dtype)));
+    throw Error(fmt::format("{}: {} is {} but the module's parameters are {}; convert the {} with .to({}), or "
+                            "the module with .to({})",
+                            who, arg, dtype_name(t.dtype()), dtype_name(dtype), arg, constant_name(dtype),
+                            constant_name(t.dtype())));
+}
+
 Tensor sequence_mask(const Tensor& X, const Tensor& valid_len, double value) {
     if (X.dim() < 2)
         throw Error(fmt::format("sequence_mask: X must have at least 2 axes (n, maxlen, ...), got shape {}",

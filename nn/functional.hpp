@@ -26,6 +26,11 @@ Tensor sequence_mask(const Tensor& X, const Tensor& valid_len, double value = 0.
 /// keys and values of the same length n.
 void check_attention_inputs(const char* who, const Tensor& queries, const Tensor& keys, const Tensor& values);
 
+/// Throws unless t holds `dtype`, the dtype of the module's parameters, saying how to convert:
+/// "Linear: input is float64 but the module's parameters are float32; convert the input with
+/// .to(kFloat32), or the module with .to(kFloat64)".
+void check_input_dtype(const char* who, const char* arg, const Tensor& t, Dtype dtype);
+
 /// Throws unless t's last axis is `size`:
 /// "MultiHeadAttention: keys must have last axis key_size = 3, got shape (2, 6, 4)".
 void check_last_axis(const char* who, const char* arg, const Tensor& t, const char* size_name,

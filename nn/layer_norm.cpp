@@ -4,6 +4,7 @@
 
 #include "core/creation.hpp"
 #include "core/ops.hpp"
+#include "nn/functional.hpp"
 
 namespace xgrad::nn {
 
@@ -25,6 +26,7 @@ Tensor LayerNorm::forward(const Tensor& x) {
     if (x.dim() < k || !std::equal(m_shape.begin(), m_shape.end(), x.shape().end() - static_cast<long>(k)))
         throw Error(fmt::format("LayerNorm: input must end with the normalized shape {}, got shape {}",
                                 shape_str(m_shape), shape_str(x.shape())));
+    if (m_affine) check_input_dtype("LayerNorm", "input", x, weight().dtype());
     std::vector<long> axes;
     for (std::size_t i = 0; i < k; ++i) axes.push_back(-static_cast<long>(i) - 1);
     const Tensor centred = x - mean(x, axes, true);

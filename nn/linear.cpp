@@ -4,6 +4,7 @@
 
 #include "core/creation.hpp"
 #include "core/ops.hpp"
+#include "nn/functional.hpp"
 
 namespace xgrad::nn {
 
@@ -22,6 +23,7 @@ Tensor Linear::forward(const Tensor& x) {
     if (x.dim() == 0 || x.size(-1) != m_in)
         throw Error(fmt::format("Linear: input must have last axis in_features = {}, got shape {}", m_in,
                                 shape_str(x.shape())));
+    check_input_dtype("Linear", "input", x, weight().dtype());
     // x (..., in)·Wᵀ (in, out) → (..., out): one gemm over every leading axis, W read transposed
     // in place (no flattening or transposed copies).
     Tensor y = x.dim() == 1 ? matmul(weight(), x) : matmul_t(x, weight(), false, true);

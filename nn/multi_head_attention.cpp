@@ -60,6 +60,8 @@ Tensor MultiHeadAttention::forward(const Tensor& queries, const Tensor& keys, co
     // queries: (batch, Tq, query_size), keys: (batch, Tk, key_size), values: (batch, Tk, value_size)
     constexpr const char* who = "MultiHeadAttention";
     check_attention_inputs(who, queries, keys, values);
+    for (const auto& [arg, t] : {std::pair{"queries", &queries}, std::pair{"keys", &keys}, std::pair{"values", &values}})
+        check_input_dtype(who, arg, *t, m_W_q->weight().dtype());
     check_last_axis(who, "queries", queries, "query_size", m_query_size);
     check_last_axis(who, "keys", keys, "key_size", m_key_size);
     check_last_axis(who, "values", values, "value_size", m_value_size);
