@@ -4,6 +4,7 @@
 
 #include "core/broadcast.hpp"
 #include "core/ops.hpp"
+#include "core/ops_util.hpp"
 
 namespace xgrad {
 
@@ -221,8 +222,12 @@ Tensor cast(const Tensor& a, Dtype d) {
     if (a.dtype() == d) return a;
     return dispatch_all(d, [&](auto to_tag) {
         using To = typename decltype(to_tag)::type;
-        xt::xarray<To> y = std::visit([](const auto& x) { return xt::xarray<To>(xt::cast<To>(x)); },
-                                      a.node().data);
+        xt::xarray<To> y = std::visit(
+            [](const auto& x) {
+                check_convertible<To>("cast", x.data(), x.size());
+                return xt::xarray<To>(xt::cast<To>(x));
+            },
+            a.node().data);
         if constexpr (std::is_floating_point_v<To>) {
             if (is_floating(a.dtype()))
                 return make_result<To>(std::move(y), {a}, "cast", [](Node& self, const Storage& gs) {

@@ -10,6 +10,7 @@
 #include "core/creation.hpp"
 #include "core/node.hpp"
 #include "core/ops.hpp"
+#include "core/ops_util.hpp"
 
 namespace xgrad {
 
@@ -245,11 +246,21 @@ template <class T> T Tensor::item() const {
     if (numel() != 1)
         throw Error(fmt::format("item: only a one-element tensor has an item, got shape {}",
                                 shape_str(shape())));
-    return std::visit([](const auto& a) { return static_cast<T>(*a.data()); }, node().data);
+    return std::visit(
+        [](const auto& a) {
+            check_convertible<T>("item", a.data(), 1);
+            return static_cast<T>(*a.data());
+        },
+        node().data);
 }
 
 template <class T> std::vector<T> Tensor::to_vector() const {
-    return std::visit([](const auto& a) { return std::vector<T>(a.begin(), a.end()); }, node().data);
+    return std::visit(
+        [](const auto& a) {
+            check_convertible<T>("to_vector", a.data(), a.size());
+            return std::vector<T>(a.begin(), a.end());
+        },
+        node().data);
 }
 
 template <class T> T* Tensor::data_ptr() {
