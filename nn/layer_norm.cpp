@@ -1,6 +1,7 @@
 #include "layer_norm.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/creation.hpp"
 #include "core/ops.hpp"
@@ -13,7 +14,9 @@ LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool elementwise_affine
     if (m_shape.empty() || std::count(m_shape.begin(), m_shape.end(), 0u) > 0)
         throw Error(fmt::format("LayerNorm: normalized_shape must be non-empty with positive sizes, got {}",
                                 shape_str(m_shape)));
-    if (!(eps > 0)) throw Error(fmt::format("LayerNorm: eps must be positive, got {}", eps));
+    // An infinite eps would scale every output to 0 without a word.
+    if (!(eps > 0) || !std::isfinite(eps))
+        throw Error(fmt::format("LayerNorm: eps must be positive and finite, got {}", eps));
     if (m_affine) {
         register_parameter("weight", ones(m_shape));
         register_parameter("bias", zeros(m_shape));
