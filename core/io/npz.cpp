@@ -2,13 +2,18 @@
 // APPNOTE.TXT sections 4.3.7 (local header), 4.3.12 (central directory), 4.3.16 (end record).
 #include "core/io/npz.hpp"
 
+#include <unistd.h>
+
 #define ZLIB_CONST  // zlib's input pointers become const: inflate and deflate never write input
 #include <zlib.h>
 
 #include <algorithm>
 #include <cstring>
 #include <initializer_list>
+#include <iterator>
 #include <limits>
+#include <map>
+#include <new>
 #include <set>
 
 #include "core/io/atomic_file.hpp"
@@ -377,6 +382,14 @@ NpyLayout parse_npy_header(std::string_view b, const std::string& what) {
     return {dtype, h.shape, span.end(), empty ? 0 : nonzero_bytes};
 }
 
+// The machine's memory in bytes (not what is free now, which changes): no archive whose arrays
+// need more can be loaded.
+std::uint64_t physical_memory() {
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+    if (pages <= 0 || page <= 0) return std::numeric_limits<std::uint64_t>::max();
+    return static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page);
+}
+
 // --- deflate (zlib) -----------------------------------------------------------------------------
 
 // zlib counts in unsigned int: larger buffers go through in pieces of at most this.
@@ -463,11 +476,8 @@ private:
 // from the declaration until the member's own .npy header agrees with it, so a small member
 // cannot make the reader allocate more than its data can inflate to; the stream must then end
 // exactly at `usize` bytes.
+// The caller has checked that `usize` is within kMaxInflateRatio of the compressed size.
 std::string inflate_npy_member(std::string_view deflated, std::size_t usize, const std::string& where) {
-    if (usize / kMaxInflateRatio > deflated.size())
-        throw Error(fmt::format("{}: corrupt compressed data: the archive says {} compressed bytes inflate to "
-                                "{}, more than deflate can expand them ({} times at most)",
-                                where, deflated.size(), usize, kMaxInflateRatio));
     Inflater z(deflated, usize, where);
     std::string out;
     z.fill(out, std::min(usize, kNpyPrologueMax));
@@ -649,10 +659,15 @@ Tensor parse_npy(std::string_view b, const std::string& what) {
         throw Error(fmt::format("{}: {}: shape {} of {} needs {} bytes of data, but {} {} present", what,
                                 data.size() < l.data_bytes ? "truncated" : "trailing bytes", shape_str(l.shape),
                                 dtype_name(l.dtype), l.data_bytes, data.size(), data.size() == 1 ? "is" : "are"));
-    return dispatch_all(l.dtype, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        return tensor_from_bytes<T>(l.shape, data);
-    });
+    try {
+        return dispatch_all(l.dtype, [&](auto tag) {
+            using T = typename decltype(tag)::type;
+            return tensor_from_bytes<T>(l.shape, data);
+        });
+    } catch (const std::bad_alloc&) {
+        throw Error(fmt::format("{}: shape {} of {} ({} bytes) does not fit in the memory left", what,
+                                shape_str(l.shape), dtype_name(l.dtype), l.data_bytes));
+    }
 }
 
 void save_npy(const std::string& path, const Tensor& t) {
@@ -735,8 +750,18 @@ NamedTensors parse_npz(std::string_view b, const std::string& what) {
         fail(fmt::format("corrupt: the central directory (offset {}, {} bytes) lies outside the {} bytes "
                          "before the end record", cd_offset, cd_size, end));
 
-    NamedTensors result;
+    // First the whole directory, checking everything that needs no inflating, so that an
+    // archive that cannot be read is refused before any member is allocated.
+    struct Member {
+        std::string name, where;
+        std::uint16_t method;
+        std::uint32_t crc;
+        std::size_t data_at, csize, usize;
+    };
+    std::vector<Member> members;
+    std::map<std::size_t, std::pair<std::size_t, std::string>> spans;  // start -> (end, member)
     std::set<std::string> seen;
+    std::uint64_t total_usize = 0;
     const std::string_view cd = b.substr(cd_offset, cd_size);
     std::size_t pos = 0;
     for (std::size_t i = 0; i < count; ++i) {
@@ -763,6 +788,10 @@ NamedTensors parse_npz(std::string_view b, const std::string& what) {
                              "(np.savez_compressed) members are supported", where, method));
         if (method == 0 && csize != usize)
             fail(fmt::format("corrupt: {} is stored but its sizes differ ({} and {})", where, csize, usize));
+        if (method == 8 && usize / kMaxInflateRatio > csize)
+            fail(fmt::format("{}: corrupt compressed data: the archive says {} compressed bytes inflate to {}, more "
+                             "than deflate can expand them ({} times at most)",
+                             where, csize, usize, kMaxInflateRatio));
         if (member.size() <= 4 || member.compare(member.size() - 4, 4, ".npy") != 0)
             fail(where + " is not an .npy array (an .npz holds only NAME.npy members)");
         std::string name = member.substr(0, member.size() - 4);
@@ -784,16 +813,46 @@ NamedTensors parse_npz(std::string_view b, const std::string& what) {
             if (lcrc != crc || (lcs != csize && lcs != 0xffffffff) || (lus != usize && lus != 0xffffffff))
                 fail(fmt::format("corrupt: the local header of {} disagrees with the central directory", where));
         }
-        std::string inflated;
-        if (method == 8) inflated = inflate_npy_member(b.substr(data_at, csize), usize, fmt::format("{}: {}", what, where));
-        const std::string_view data = method == 8 ? std::string_view(inflated) : b.substr(data_at, csize);
-        const std::uint32_t actual = crc32_update(0, data);
-        if (actual != crc)
-            fail(fmt::format("corrupt: CRC-32 mismatch in {} (stored {:08x}, computed {:08x})", where, crc, actual));
-        result.emplace_back(std::move(name), parse_npy(data, fmt::format("{}: {}", what, where)));
+        // Members may not share bytes: overlapping members would let one small compressed
+        // stream be counted many times over (the overlapped zip bomb), beyond any ratio check.
+        const std::size_t span_end = data_at + csize;
+        auto next = spans.lower_bound(local);
+        if (next != spans.end() && next->first < span_end)
+            fail(fmt::format("corrupt: {} (bytes {} to {}) overlaps member '{}' (from byte {})", where, local, span_end,
+                             next->second.second, next->first));
+        if (next != spans.begin() && std::prev(next)->second.first > local)
+            fail(fmt::format("corrupt: {} (from byte {}) overlaps member '{}' (bytes {} to {})", where, local,
+                             std::prev(next)->second.second, std::prev(next)->first, std::prev(next)->second.first));
+        spans.emplace(local, std::make_pair(span_end, member));
+        total_usize += usize;
+        members.push_back({std::move(name), where, method, crc, data_at, csize, usize});
     }
     if (pos != cd.size())
         fail(fmt::format("corrupt: the central directory holds {} bytes after its {} entries", cd.size() - pos, count));
+    // Every array needs its declared size in memory at once; more than the machine has cannot
+    // be loaded, and trying would end in the out-of-memory killer rather than an error.
+    const std::uint64_t memory = physical_memory();
+    if (total_usize > memory)
+        fail(fmt::format("its arrays need {} bytes in all, more than this machine's {} bytes of memory; refused "
+                         "before inflating anything",
+                         total_usize, memory));
+
+    NamedTensors result;
+    for (Member& m : members) {
+        try {
+            std::string inflated;
+            if (m.method == 8)
+                inflated = inflate_npy_member(b.substr(m.data_at, m.csize), m.usize, fmt::format("{}: {}", what, m.where));
+            const std::string_view data = m.method == 8 ? std::string_view(inflated) : b.substr(m.data_at, m.csize);
+            const std::uint32_t actual = crc32_update(0, data);
+            if (actual != m.crc)
+                fail(fmt::format("corrupt: CRC-32 mismatch in {} (stored {:08x}, computed {:08x})", m.where, m.crc,
+                                 actual));
+            result.emplace_back(std::move(m.name), parse_npy(data, fmt::format("{}: {}", what, m.where)));
+        } catch (const std::bad_alloc&) {
+            fail(fmt::format("{} ({} bytes) does not fit in the memory left", m.where, m.usize));
+        }
+    }
     return result;
 }
 

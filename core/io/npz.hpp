@@ -14,12 +14,16 @@
 /// field before that check. A deflated member's declared size must be one its compressed bytes
 /// can reach and must agree with the array its .npy header describes before its data is
 /// inflated, into a buffer of exactly that size; output beyond it, or short of it, is refused.
+/// Members may not share bytes (an overlapped zip bomb), and an archive whose declared sizes add
+/// up to more than the machine's memory is refused before any member is inflated.
 /// Anything else is refused with a message: other dtypes, big-endian data, Fortran order
 /// (rank >= 2), other compression methods, encrypted or zip64 archives, members that are not
 /// .npy files.
 ///
 /// Every failure, bad bytes and I/O alike, throws xgrad::Error naming the file (or the `what`
-/// given to the in-memory forms) and what was wrong.
+/// given to the in-memory forms) and what was wrong. Files are written and read through
+/// core/io/atomic_file.hpp: a save replaces only a regular file (following a symbolic link),
+/// atomically, and a load reads only a regular file.
 #include <string>
 #include <string_view>
 #include <utility>

@@ -63,7 +63,8 @@ std::string heatmaps(const std::vector<std::vector<Tensor>>& panels,
                      const std::vector<std::vector<std::string>>& titles = {},
                      const HeatmapOptions& opts = {});
 
-/// Writes `content` to `path` atomically (a temporary in the same folder, then a rename).
+/// Writes `content` to `path` atomically through AtomicFile (core/io/atomic_file.hpp): only a
+/// regular file (or a new name) is replaced, and a symbolic link is followed.
 void write_file(const std::string& path, const std::string& content);
 
 /// Tick positions at round numbers (1, 2 or 5 times a power of ten apart) covering [lo, hi]

@@ -3,11 +3,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "helpers.hpp"
 #include "core/io/npz.hpp"
@@ -26,11 +29,22 @@ bool identical(const NamedTensors& a, const NamedTensors& b) {
     return true;
 }
 
-std::size_t temporaries_in(const fs::path& dir) {
-    std::size_t n = 0;
-    for (const auto& e : fs::directory_iterator(dir))
-        if (e.path().filename().string().find(".tmp-") != std::string::npos) ++n;
-    return n;
+// Whether the stopped process `pid` has a file open in `dir` other than `target`: the
+// temporary of a write under way (an unnamed O_TMPFILE shows as "<dir>/#<inode> (deleted)").
+bool writing_in(pid_t pid, const fs::path& dir, const fs::path& target) {
+    for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
+        std::error_code ec;
+        const fs::path open = fs::read_symlink(e.path(), ec);
+        if (!ec && open.parent_path() == dir && open != target) return true;
+    }
+    return false;
+}
+
+std::vector<std::string> entries(const fs::path& dir) {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
 }
 
 }  // namespace
@@ -65,13 +79,16 @@ TEST_CASE("a save_npz killed mid-write leaves the previous checkpoint whole", "[
             ::_exit(3);
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng)));
-        REQUIRE(::kill(child, SIGKILL) == 0);
+        // Stop the writer first, so what it has open is the state the kill lands on.
+        REQUIRE(::kill(child, SIGSTOP) == 0);
         int status = 0;
+        REQUIRE(::waitpid(child, &status, WUNTRACED) == child);
+        REQUIRE(WIFSTOPPED(status));
+        if (writing_in(child, dir, target)) ++killed_mid_write;
+        REQUIRE(::kill(child, SIGKILL) == 0);
         REQUIRE(::waitpid(child, &status, 0) == child);
         REQUIRE(WIFSIGNALED(status));
         CHECK(WTERMSIG(status) == SIGKILL);
-        // The killed writer's temporary is still there when the kill landed mid-write.
-        if (temporaries_in(dir) > 0) ++killed_mid_write;
 
         // Whatever moment the kill hit, the checkpoint is one of the two complete states,
         // never a mixture or a truncated file.
@@ -79,12 +96,11 @@ TEST_CASE("a save_npz killed mid-write leaves the previous checkpoint whole", "[
         INFO("round " << round);
         CHECK((identical(loaded, previous) || identical(loaded, next)));
 
-        // Nothing can clean up after SIGKILL: the temporary stays until someone removes it.
-        // Remove it, and start the next round from the previous state again.
-        for (const auto& e : fs::directory_iterator(dir))
-            if (e.path().filename().string().find(".tmp-") != std::string::npos) fs::remove(e.path());
+        // The next writer succeeds, and leaves nothing but the checkpoint behind: the killed
+        // writer's temporary was unnamed, or is swept as the litter of a writer that is gone.
         save_npz(target, previous);
         CHECK(identical(load_npz(target), previous));
+        CHECK(entries(dir) == std::vector<std::string>{"ckpt.npz"});
     }
     // The test means something only if some kills really interrupted a write.
     CHECK(killed_mid_write > 0);
