@@ -203,6 +203,30 @@ TEST_CASE("threads hammering their default generators draw exactly the sequentia
     CHECK(both[1] == b);
 }
 
+TEST_CASE("one model evaluated on several threads at once gives each the sequential result", "[threads]") {
+    // Reading shared parameters is safe: forward passes, with or without recording a graph
+    // (each thread's graph is its own), as long as no thread writes them.
+    manual_seed(31);
+    Model shared;
+    shared.drop->eval();
+    Generator g(4);
+    const Tensor x = uniform({64, 6}, -1, 1, kFloat32, g);
+    const auto alone = shared.forward(x).to_vector<float>();
+    auto evaluate = [&](bool record) {
+        std::vector<float> out;
+        for (int i = 0; i < 20; ++i) {
+            std::unique_ptr<NoGradGuard> guard = record ? nullptr : std::make_unique<NoGradGuard>();
+            const auto y = shared.forward(x).to_vector<float>();
+            if (y != alone) out.push_back(static_cast<float>(i));
+        }
+        return out;
+    };
+    const auto results = concurrently<std::vector<float>>(
+        {[&] { return evaluate(false); }, [&] { return evaluate(true); }, [&] { return evaluate(true); }});
+    for (const auto& r : results) CHECK(r.empty());
+    manual_seed(0);
+}
+
 TEST_CASE("the default generator refuses to draw inside a parallel_for chunk", "[threads]") {
     // A chunk may run on any pool thread, each with its own generator: the values would
     // depend on the thread count. The error reaches the caller, from whichever chunk.
