@@ -1,7 +1,27 @@
 #pragma once
-/// Seedable random numbers for initialisation and dropout. A global default generator (seeded
-/// with manual_seed, as torch.manual_seed) or explicit Generator objects for independent
-/// streams. Same seed, same sequence, on one standard library build.
+/// Seedable random numbers for initialisation and dropout: a default generator per thread
+/// (seeded with manual_seed, as torch.manual_seed) or explicit Generator objects for
+/// independent streams. Same seed, same sequence, on one standard library build.
+///
+/// Threads. torch has one default generator behind a mutex, so two threads that draw from it
+/// get values that depend on how their draws interleave. xgrad gives every thread its own
+/// default generator instead, so a thread's draws depend only on its seed and on its own
+/// earlier draws: two models trained on two threads get exactly what they would get trained
+/// one after the other, each from the same seed.
+///
+/// - manual_seed(s) reseeds the calling thread's default generator, and makes s the process
+///   seed (initial_seed()).
+/// - A thread's default generator starts from the process seed at the thread's first draw
+///   (0 if manual_seed was never called). Call manual_seed before starting threads, or on
+///   each thread: a manual_seed on one thread does not reach a generator another thread has
+///   already drawn from.
+/// - Threads that start from the same seed draw the same values. For different streams (say
+///   dropout masks per data-parallel replica), seed each thread differently.
+/// - Inside a parallel_for chunk (core/runtime/parallel.hpp) default_generator() throws:
+///   chunks run on pool threads, each with its own generator, so the values drawn would
+///   depend on the thread count. Draw before the loop.
+/// - A Generator object is not synchronised: one shared between threads must be guarded by
+///   its users (a module built with an explicit Generator draws from it in every forward).
 #include <cstdint>
 #include <random>
 
@@ -23,9 +43,13 @@ private:
     std::mt19937_64 m_engine;
 };
 
-/// The process-wide generator used when none is passed.
+/// The calling thread's default generator, used when no Generator is passed (see above). The
+/// reference is valid while the thread runs: keep a pointer to it only on that thread.
 Generator& default_generator();
-/// Seeds the default generator.
+/// Seeds the calling thread's default generator and sets the process seed that threads start
+/// from at their first draw.
 void manual_seed(std::uint64_t seed);
+/// The process seed: the last manual_seed's argument, on any thread (0 before any).
+std::uint64_t initial_seed();
 
 }  // namespace xgrad

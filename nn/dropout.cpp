@@ -7,16 +7,22 @@
 
 namespace xgrad::nn {
 
-Dropout::Dropout(double p) : Dropout(p, default_generator()) {}
-
-Dropout::Dropout(double p, Generator& gen) : Module("Dropout"), m_p(p), m_gen(&gen) {
+namespace {
+double checked_p(double p) {
     if (!(p >= 0.0 && p < 1.0)) throw Error(fmt::format("Dropout: p must be in [0, 1), got {}", p));
+    return p;
 }
+}  // namespace
+
+Dropout::Dropout(double p) : Module("Dropout"), m_p(checked_p(p)), m_gen(nullptr) {}
+
+Dropout::Dropout(double p, Generator& gen) : Module("Dropout"), m_p(checked_p(p)), m_gen(&gen) {}
 
 Tensor Dropout::forward(const Tensor& x) {
     if (!is_training() || m_p == 0.0) return x;
     // keep where u >= p, so that P(keep) = 1 - p; the scaled mask is a constant of the graph.
-    const Tensor keep = ge(rand(x.shape(), x.dtype(), *m_gen), full({}, m_p, x.dtype()));
+    Generator& gen = m_gen ? *m_gen : default_generator();
+    const Tensor keep = ge(rand(x.shape(), x.dtype(), gen), full({}, m_p, x.dtype()));
     return x * (cast(keep, x.dtype()) * (1.0 / (1.0 - m_p)));
 }
 

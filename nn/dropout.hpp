@@ -12,8 +12,11 @@ namespace xgrad::nn {
 /// p must be in [0, 1). Prints as `Dropout(p=0.5, inplace=False)`.
 class Dropout : public Module {
 public:
+    /// Draws masks from the default generator of the thread that runs forward (not of the one
+    /// that built the module), so a model may be built on one thread and trained on another.
     explicit Dropout(double p = 0.5);
-    /// Draws masks from `gen`, which must outlive the module.
+    /// Draws masks from `gen`, which must outlive the module; sharing it between threads
+    /// that run forward at the same time is the caller's to synchronise.
     Dropout(double p, Generator& gen);
 
     Tensor forward(const Tensor& x);
@@ -24,7 +27,7 @@ public:
 
 private:
     double m_p;
-    Generator* m_gen;
+    Generator* m_gen;  ///< null: the calling thread's default generator
 };
 
 }  // namespace xgrad::nn

@@ -27,11 +27,12 @@ Adam::Adam(std::vector<Tensor> params, const AdamOptions& o, bool decoupled, std
 }
 
 void Adam::check(const AdamOptions& o) const {
-    require(o.lr() >= 0, "learning rate", o.lr(), "lr >= 0");
+    require_finite_non_negative("learning rate", o.lr(), "lr >= 0");
     require(o.betas().first >= 0 && o.betas().first < 1, "beta1", o.betas().first, "0 <= beta1 < 1");
     require(o.betas().second >= 0 && o.betas().second < 1, "beta2", o.betas().second, "0 <= beta2 < 1");
+    require(std::isfinite(o.eps()), "eps", o.eps(), "a finite number");
     require(o.eps() > 0, "eps", o.eps(), "eps > 0");
-    require(o.weight_decay() >= 0, "weight_decay", o.weight_decay(), "weight_decay >= 0");
+    require_finite_non_negative("weight_decay", o.weight_decay(), "weight_decay >= 0");
 }
 
 AdamOptions Adam::options() const {
@@ -40,6 +41,16 @@ AdamOptions Adam::options() const {
 
 void Adam::step() {
     NoGradGuard no_grad;
+    // Before any parameter moves, so that a refused step changes nothing (num_threads() starts
+    // the pool, which throws for a bad XGRAD_NUM_THREADS).
+    num_threads();
+    const std::string op = name() + ".step";
+    for (std::size_t i = 0; i < m_params.size(); ++i) {
+        if (m_step[i] == 0 || !m_params[i].has_grad()) continue;
+        fit_state(op, i, m_exp_avg[i], "exp_avg");
+        fit_state(op, i, m_exp_avg_sq[i], "exp_avg_sq");
+        if (m_amsgrad) fit_state(op, i, m_max_exp_avg_sq[i], "max_exp_avg_sq");
+    }
     for (std::size_t i = 0; i < m_params.size(); ++i) {
         Tensor& p = m_params[i];
         if (!p.has_grad()) continue;

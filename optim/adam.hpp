@@ -11,7 +11,8 @@
 ///   p ← p − (lr / (1 − β1ᵗ)) · m / (√v / √(1 − β2ᵗ) + eps)
 ///
 /// State per parameter: "step" t, "exp_avg" m, "exp_avg_sq" v and, with amsgrad,
-/// "max_exp_avg_sq" v̂. A parameter's state starts at its first step with a gradient.
+/// "max_exp_avg_sq" v̂. A parameter's state starts at its first step with a gradient, in the
+/// parameter's dtype, and follows it when the dtype changes (Optimizer::fit_state).
 #include <cstdint>
 #include <utility>
 
@@ -68,7 +69,8 @@ private:
 
 class Adam : public Optimizer {
 public:
-    /// Throws for lr < 0, a beta outside [0, 1), eps <= 0 or weight_decay < 0.
+    /// Throws for lr < 0, a beta outside [0, 1), eps <= 0, weight_decay < 0, and for any of
+    /// them NaN or infinite.
     Adam(std::vector<Tensor> params, const AdamOptions& options = {});
     void step() override;
     /// The current hyper-parameters (lr as set_lr left it).

@@ -11,12 +11,23 @@ LRScheduler::LRScheduler(Optimizer& optimizer, std::string name)
     : m_optimizer(optimizer), m_name(std::move(name)), m_base_lr(optimizer.lr()), m_last_lr(optimizer.lr()) {}
 
 void LRScheduler::start() {
-    m_last_lr = lr_at(0);
+    m_last_lr = checked_lr_at(0);
     m_optimizer.set_lr(m_last_lr);
 }
 
+double LRScheduler::checked_lr_at(std::int64_t epoch) const {
+    if (epoch < 0) throw Error(fmt::format("{}: invalid epoch {} (expected epoch >= 0)", m_name, epoch));
+    const double lr = lr_at(epoch);
+    if (!std::isfinite(lr) || lr < 0)
+        throw Error(fmt::format("{}: the lr at epoch {} is {} (base_lr {}); the schedule has left the finite "
+                                "numbers >= 0",
+                                m_name, epoch, lr, m_base_lr));
+    return lr;
+}
+
 void LRScheduler::step() {
-    const double lr = lr_at(m_last_epoch + 1);
+    if (m_last_epoch == INT64_MAX) throw Error(fmt::format("{}: step: the epoch count would overflow", m_name));
+    const double lr = checked_lr_at(m_last_epoch + 1);
     m_optimizer.set_lr(lr);
     ++m_last_epoch;
     m_last_lr = lr;
@@ -41,11 +52,19 @@ void LRScheduler::load_state_dict(const NamedTensors& state) {
         throw Error(fmt::format("{}: missing entry '{}'", op, epoch.defined() ? "base_lr" : "last_epoch"));
     if (epoch.dim() != 0 || epoch.dtype() != kInt64 || epoch.item<std::int64_t>() < 0)
         throw Error(fmt::format("{}: 'last_epoch' must be a 0-d int64 count >= 0, got {}", op, to_string(epoch)));
-    if (base.dim() != 0 || base.dtype() != kFloat64 || !(base.item<double>() >= 0))
-        throw Error(fmt::format("{}: 'base_lr' must be a 0-d float64 >= 0, got {}", op, to_string(base)));
+    if (base.dim() != 0 || base.dtype() != kFloat64 || !std::isfinite(base.item<double>()) ||
+        base.item<double>() < 0)
+        throw Error(fmt::format("{}: 'base_lr' must be a 0-d float64, finite and >= 0, got {}", op, to_string(base)));
 
+    const double saved_base = m_base_lr;
     m_base_lr = base.item<double>();
-    const double lr = lr_at(epoch.item<std::int64_t>());
+    double lr;
+    try {
+        lr = checked_lr_at(epoch.item<std::int64_t>());
+    } catch (...) {
+        m_base_lr = saved_base;  // changes nothing on failure
+        throw;
+    }
     m_last_epoch = epoch.item<std::int64_t>();
     m_last_lr = lr;
     m_optimizer.set_lr(lr);
@@ -61,6 +80,7 @@ StepLR::StepLR(Optimizer& optimizer, std::int64_t step_size, double gamma)
 }
 
 double StepLR::lr_at(std::int64_t epoch) const {
+    if (m_base_lr == 0) return 0;  // not 0·inf = NaN once gamma^k overflows
     return m_base_lr * std::pow(m_gamma, static_cast<double>(epoch / m_step_size));
 }
 

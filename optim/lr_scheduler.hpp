@@ -26,7 +26,7 @@ public:
     double get_last_lr() const { return m_last_lr; }
     std::int64_t last_epoch() const { return m_last_epoch; }
     double base_lr() const { return m_base_lr; }
-    /// The lr at step `epoch` (>= 0).
+    /// The lr at step `epoch` (>= 0), unchecked.
     virtual double lr_at(std::int64_t epoch) const = 0;
 
     /// {"last_epoch": int64 0-d, "base_lr": float64 0-d}.
@@ -38,6 +38,9 @@ protected:
     LRScheduler(Optimizer& optimizer, std::string name);
     /// Sets the lr for last_epoch 0; the derived constructor calls it once its fields are set.
     void start();
+    /// lr_at(epoch), or throws naming the schedule when epoch < 0 or the lr is not a finite
+    /// number >= 0 (a StepLR with gamma > 1 overflows after enough steps).
+    double checked_lr_at(std::int64_t epoch) const;
 
     Optimizer& m_optimizer;
     std::string m_name;

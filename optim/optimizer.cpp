@@ -26,11 +26,26 @@ Optimizer::Optimizer(std::vector<Tensor> params, double lr, std::string name)
                 throw Error(fmt::format("{}: parameters {} and {} are the same tensor; pass each parameter once",
                                         m_name, j, i));
     }
-    require(lr >= 0, "learning rate", lr, "lr >= 0");
+    require_finite_non_negative("learning rate", lr, "lr >= 0");
 }
 
 void Optimizer::require(bool ok, const char* what, double value, const char* rule) const {
     if (!ok) throw Error(fmt::format("{}: invalid {} {} (expected {})", m_name, what, value, rule));
+}
+
+void Optimizer::require_finite_non_negative(const char* what, double value, const char* rule) const {
+    require(std::isfinite(value), what, value, "a finite number");
+    require(value >= 0, what, value, rule);
+}
+
+void Optimizer::fit_state(const std::string& op, std::size_t i, Tensor& buffer, const char* buffer_name) const {
+    const Tensor& p = m_params[i];
+    if (buffer.shape() != p.shape())
+        throw Error(fmt::format("{}: parameter {} now has shape {}, but its state '{}' was made for shape {}: the "
+                                "parameter changed shape since its last step (set_data or load_state_dict with "
+                                "another shape); make a new optimizer for it",
+                                op, i, shape_str(p.shape()), buffer_name, shape_str(buffer.shape())));
+    if (buffer.dtype() != p.dtype()) buffer = buffer.detach().to(p.dtype());
 }
 
 void Optimizer::zero_grad() {
@@ -38,7 +53,7 @@ void Optimizer::zero_grad() {
 }
 
 void Optimizer::set_lr(double lr) {
-    require(lr >= 0, "learning rate", lr, "lr >= 0");
+    require_finite_non_negative("learning rate", lr, "lr >= 0");
     m_lr = lr;
 }
 
@@ -106,7 +121,7 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
         throw Error(fmt::format("{}: the state is for {} parameters, this optimizer has {}", op, count,
                                 m_params.size()));
     const double lr = scalar_of(kind + ".lr", kFloat64).item<double>();
-    require(lr >= 0, "learning rate", lr, "lr >= 0");
+    require_finite_non_negative("learning rate", lr, "lr >= 0");
     HyperParameters hyper = hyper_parameters();
     for (auto& [name, value] : hyper) value = scalar_of(kind + "." + name, kFloat64).item<double>();
     check_hyper_parameters(hyper);
@@ -129,10 +144,12 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
                 if (t.dim() != 0 || t.dtype() != kInt64 || t.item<std::int64_t>() < 1)
                     throw Error(fmt::format("{}: entry '{}' must be a 0-d int64 count >= 1, got {}", op, key,
                                             to_string(t)));
-            } else if (t.shape() != p.shape() || t.dtype() != p.dtype()) {
+            } else if (t.shape() != p.shape() || !is_floating(t.dtype())) {
                 throw Error(fmt::format("{}: entry '{}' is {} {}, but parameter {} is {} {}", op, key,
                                         dtype_name(t.dtype()), shape_str(t.shape()), i, dtype_name(p.dtype()),
                                         shape_str(p.shape())));
+            } else if (t.dtype() != p.dtype()) {
+                t = t.detach().to(p.dtype());  // as torch: a float32 run's state resumes a float64 model
             }
             buffers[i].push_back(t.detach());  // a copy: later steps must not write into the caller's tensors
         }

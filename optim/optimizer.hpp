@@ -30,7 +30,7 @@ public:
     void zero_grad();
 
     double lr() const { return m_lr; }
-    /// Sets the learning rate (schedulers call this); throws unless lr >= 0.
+    /// Sets the learning rate (schedulers call this); throws unless lr is finite and >= 0.
     void set_lr(double lr);
     const std::vector<Tensor>& parameters() const { return m_params; }
     /// "SGD", "Adam", "AdamW": the name used in messages.
@@ -44,8 +44,9 @@ public:
     /// <kind> is "sgd", "adam" or "adamw". Later steps do not change the returned tensors.
     NamedTensors state_dict() const;
     /// Restores a state_dict(): hyper-parameters (the learning rate included) and buffers are
-    /// copied in. Everything is checked first (names, parameter count, shapes, dtypes, values)
-    /// and on any mismatch it throws, naming the entry, with the optimizer unchanged.
+    /// copied in, buffers converted to their parameter's float dtype (as torch). Everything is
+    /// checked first (names, parameter count, shapes, values) and on any mismatch it throws,
+    /// naming the entry, with the optimizer unchanged.
     void load_state_dict(const NamedTensors& state);
 
 protected:
@@ -57,6 +58,18 @@ protected:
 
     /// Throws "<name>: invalid <what> <value> (expected <rule>)" unless ok.
     void require(bool ok, const char* what, double value, const char* rule) const;
+    /// require() for a hyper-parameter that must be finite ("expected a finite number") and
+    /// >= 0 ("expected <rule>"): lr, momentum, weight decay. An infinite one would train into
+    /// NaN without a word.
+    void require_finite_non_negative(const char* what, double value, const char* rule) const;
+
+    /// Makes parameter i's state buffer `buffer` ("exp_avg"...) fit the parameter again before
+    /// a step: converted to the parameter's dtype if that changed since the buffer was made
+    /// (Module::to), as torch makes state in the parameter's dtype. A parameter whose shape
+    /// changed (set_data or a model's load_state_dict with another shape) throws instead: its
+    /// state means nothing for the new shape, and reading it would run out of bounds. `op` is
+    /// "Adam.step"... for the message.
+    void fit_state(const std::string& op, std::size_t i, Tensor& buffer, const char* buffer_name) const;
 
     // Hooks for state_dict / load_state_dict, implemented by each optimizer.
     virtual HyperParameters hyper_parameters() const = 0;

@@ -18,10 +18,10 @@ SGD::SGD(std::vector<Tensor> params, const SGDOptions& options)
 }
 
 void SGD::check(const SGDOptions& o) const {
-    require(o.lr() >= 0, "learning rate", o.lr(), "lr >= 0");
-    require(o.momentum() >= 0, "momentum", o.momentum(), "momentum >= 0");
+    require_finite_non_negative("learning rate", o.lr(), "lr >= 0");
+    require_finite_non_negative("momentum", o.momentum(), "momentum >= 0");
     require(std::isfinite(o.dampening()), "dampening", o.dampening(), "a finite number");
-    require(o.weight_decay() >= 0, "weight_decay", o.weight_decay(), "weight_decay >= 0");
+    require_finite_non_negative("weight_decay", o.weight_decay(), "weight_decay >= 0");
     if (o.nesterov() && (o.momentum() <= 0 || o.dampening() != 0))
         throw Error(fmt::format("SGD: nesterov momentum requires momentum > 0 and dampening = 0, got momentum {} "
                                 "and dampening {}",
@@ -35,6 +35,10 @@ SGDOptions SGD::options() const {
 
 void SGD::step() {
     NoGradGuard no_grad;
+    // Before any parameter moves, so that a refused step changes nothing.
+    for (std::size_t i = 0; i < m_params.size(); ++i)
+        if (m_momentum_buffer[i].defined() && m_params[i].has_grad())
+            fit_state("SGD.step", i, m_momentum_buffer[i], "momentum_buffer");
     for (std::size_t i = 0; i < m_params.size(); ++i) {
         Tensor& p = m_params[i];
         if (!p.has_grad()) continue;

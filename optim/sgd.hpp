@@ -7,7 +7,8 @@
 ///   g ← g + momentum·b if nesterov, else g ← b               (if momentum ≠ 0)
 ///   p ← p − lr·g
 ///
-/// State per parameter: the momentum buffer b (only when momentum ≠ 0).
+/// State per parameter: the momentum buffer b (only when momentum ≠ 0), in the parameter's
+/// dtype, following it when the dtype changes (Optimizer::fit_state).
 #include "optimizer.hpp"
 
 namespace xgrad::optim {
@@ -38,8 +39,8 @@ private:
 
 class SGD : public Optimizer {
 public:
-    /// Throws for lr < 0, momentum < 0, weight_decay < 0, and nesterov without momentum or with
-    /// dampening.
+    /// Throws for lr < 0, momentum < 0, weight_decay < 0, any of them or dampening NaN or
+    /// infinite, and nesterov without momentum or with dampening.
     SGD(std::vector<Tensor> params, const SGDOptions& options);
     void step() override;
     /// The current hyper-parameters (lr as set_lr left it).

@@ -1,16 +1,22 @@
 #include "core/runtime/parallel.hpp"
 
+#include <fmt/format.h>
 #include <sched.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
+
+#include "core/error.hpp"
 
 namespace xgrad {
 
@@ -18,18 +24,65 @@ namespace {
 
 thread_local bool inside_chunk = false;
 
+// Marks the calling thread as inside a chunk while it lives, restoring the flag on unwind.
+class ChunkScope {
+public:
+    ChunkScope() : m_saved(inside_chunk) { inside_chunk = true; }
+    ~ChunkScope() { inside_chunk = m_saved; }
+    ChunkScope(const ChunkScope&) = delete;
+    ChunkScope& operator=(const ChunkScope&) = delete;
+
+private:
+    bool m_saved;
+};
+
+// A whole decimal count from environment variable `var`: digits only (strtol would read " 3"
+// and "3abc" as 3 and "1e3" as 1), at least `min`; above `cap`, however many digits, `cap`.
+struct Count {
+    std::size_t value;
+    bool capped;
+};
+Count parse_count(const char* var, const std::string& v, std::size_t min, std::size_t cap, const char* expected) {
+    const bool digits =
+        !v.empty() && std::all_of(v.begin(), v.end(), [](unsigned char c) { return c >= '0' && c <= '9'; });
+    if (digits) {
+        std::size_t n = 0;
+        for (const char c : v) {
+            n = n * 10 + static_cast<std::size_t>(c - '0');
+            if (n > cap) return {cap, true};  // long before n * 10 could wrap
+        }
+        if (n >= min) return {n, false};
+    }
+    throw Error(fmt::format("{}: invalid value '{}' (expected {})", var, v, expected));
+}
+
 std::size_t threads_wanted() {
     if (const char* v = std::getenv("XGRAD_NUM_THREADS")) {
-        const long n = std::strtol(v, nullptr, 10);
-        if (n >= 1) return static_cast<std::size_t>(std::min(n, 64L));
+        const ThreadCount count = parse_num_threads(v);
+        if (count.capped)
+            std::fprintf(stderr, "xgrad: XGRAD_NUM_THREADS=%s is more than the %zu threads xgrad uses at most; using %zu\n",
+                         v, kMaxThreads, count.threads);
+        return count.threads;
     }
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0) return std::clamp<std::size_t>(CPU_COUNT(&set), 1, 8);
     return std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, 8);
 }
 
-// A job hands chunk i to worker i - 1 and the caller runs chunk 0, then waits for the count of
-// finished chunks. Both sides spin for a short while (m_spin) before sleeping on a
+// XGRAD_POOL_SPIN_US: how long an idle thread polls before sleeping (default 100; 0: never).
+std::chrono::microseconds spin_wanted() {
+    constexpr std::size_t cap = 100000;
+    if (const char* v = std::getenv("XGRAD_POOL_SPIN_US")) {
+        const Count c = parse_count("XGRAD_POOL_SPIN_US", v, 0, cap,
+                                    "a whole number of microseconds >= 0, digits only; unset it for the default 100");
+        if (c.capped) std::fprintf(stderr, "xgrad: XGRAD_POOL_SPIN_US=%s is more than %zu; using %zu\n", v, cap, cap);
+        return std::chrono::microseconds(c.value);
+    }
+    return std::chrono::microseconds(100);
+}
+
+// A loop hands chunk i to worker i - 1 and the caller runs chunk 0, then waits for the count
+// of finished chunks. Both sides spin for a short while (m_spin) before sleeping on a
 // condition variable: in a training step one parallel loop follows another within
 // microseconds, and waking a sleeping thread costs tens of microseconds in a VM, more than
 // a small loop's whole chunk.
@@ -49,28 +102,51 @@ public:
     }
     std::size_t size() const { return m_workers.size() + 1; }
 
-    void run(std::size_t chunks, const std::function<void(std::size_t)>& chunk) {
-        std::lock_guard<std::mutex> one_job(m_job_mutex);  // concurrent callers take turns
+    // Runs a loop on the pool; false, having run nothing, when another thread's loop has it.
+    bool try_run(std::size_t chunks, const std::function<void(std::size_t)>& chunk) {
+        std::unique_lock<std::mutex> one_loop(m_loop_mutex, std::try_to_lock);
+        if (!one_loop.owns_lock()) return false;
         {
             std::lock_guard<std::mutex> lock(m_mutex);
             m_chunk = &chunk;
             m_chunks = chunks;
+            m_error = nullptr;
             m_done.store(1);
             m_generation.fetch_add(1);
         }
         m_wake.notify_all();
-        inside_chunk = true;
-        chunk(0);
-        inside_chunk = false;
+        {
+            ChunkScope scope;
+            run_chunk(chunk, 0);
+        }
+        // Also after a failed chunk 0: the workers are still reading `chunk`.
         if (!spin_until([&] { return m_done.load() == chunks; })) {
             std::unique_lock<std::mutex> lock(m_mutex);
             m_finished.wait(lock, [&] { return m_done.load() == chunks; });
         }
-        std::lock_guard<std::mutex> lock(m_mutex);
-        m_chunk = nullptr;
+        std::exception_ptr error;
+        {
+            std::lock_guard<std::mutex> lock(m_mutex);
+            m_chunk = nullptr;
+            error = std::exchange(m_error, nullptr);
+        }
+        if (error) std::rethrow_exception(error);
+        return true;
     }
 
 private:
+    // chunk(index), keeping the loop's first exception for the caller: one escaping a worker
+    // would end the process, one escaping the caller early would leave the workers running a
+    // destroyed `chunk`.
+    void run_chunk(const std::function<void(std::size_t)>& chunk, std::size_t index) {
+        try {
+            chunk(index);
+        } catch (...) {
+            std::lock_guard<std::mutex> lock(m_mutex);
+            if (!m_error) m_error = std::current_exception();
+        }
+    }
+
     // Polls `ready` for up to m_spin; true as soon as it holds.
     template <class F> bool spin_until(F&& ready) const {
         if (ready()) return true;
@@ -99,7 +175,7 @@ private:
                 if (index >= m_chunks) continue;
                 chunk = m_chunk;
             }
-            (*chunk)(index);
+            run_chunk(*chunk, index);
             {
                 std::lock_guard<std::mutex> lock(m_mutex);
                 m_done.fetch_add(1);
@@ -109,26 +185,19 @@ private:
     }
 
     std::vector<std::thread> m_workers;
-    std::mutex m_job_mutex, m_mutex;
+    std::mutex m_loop_mutex, m_mutex;
     std::condition_variable m_wake, m_finished;
     const std::function<void(std::size_t)>* m_chunk = nullptr;
     std::size_t m_chunks = 0;
+    std::exception_ptr m_error;  // the loop's first exception; guarded by m_mutex
     std::atomic<std::size_t> m_done{0}, m_generation{0};
     bool m_stop = false;
     std::atomic<bool> m_stop_flag{false};
     const std::chrono::microseconds m_spin;
 };
 
-// XGRAD_POOL_SPIN_US: how long an idle thread polls before sleeping (default 100; 0: never).
-std::chrono::microseconds spin_wanted() {
-    if (const char* v = std::getenv("XGRAD_POOL_SPIN_US")) {
-        char* end = nullptr;
-        const long n = std::strtol(v, &end, 10);
-        if (end != v && *end == '\0' && n >= 0) return std::chrono::microseconds(std::min(n, 100000L));
-    }
-    return std::chrono::microseconds(100);
-}
-
+// A bad setting throws from here on every call (a static whose initialiser throws is tried
+// again next time), so no loop ever runs on a pool the user did not ask for.
 Pool& pool() {
     static Pool p(threads_wanted(), spin_wanted());
     return p;
@@ -136,15 +205,32 @@ Pool& pool() {
 
 }  // namespace
 
+ThreadCount parse_num_threads(const std::string& value) {
+    const Count c = parse_count("XGRAD_NUM_THREADS", value, 1, kMaxThreads,
+                                "a whole number of threads >= 1, digits only; unset it for the default, the CPUs "
+                                "this process may use, at most 8");
+    return {c.value, c.capped};
+}
+
+bool in_parallel_chunk() { return inside_chunk; }
+
 std::size_t num_threads() { return pool().size(); }
 
 void parallel_for(std::size_t n, std::size_t grain, const std::function<void(std::size_t, std::size_t)>& f) {
     if (n == 0) return;
     const std::size_t chunks =
         inside_chunk ? 1 : std::min(pool().size(), std::max<std::size_t>(1, n / std::max<std::size_t>(grain, 1)));
-    if (chunks <= 1) return f(0, n);
+    if (chunks <= 1) {
+        // Marked as a chunk too, so that what a chunk may not do fails on one thread as on many.
+        ChunkScope scope;
+        return f(0, n);
+    }
     const std::function<void(std::size_t)> chunk = [&](std::size_t i) { f(n * i / chunks, n * (i + 1) / chunks); };
-    pool().run(chunks, chunk);
+    if (pool().try_run(chunks, chunk)) return;
+    // Another thread's loop has the pool: the same chunks, one after another, on this thread.
+    // Waiting for the pool instead would stall, or deadlock on a lock the caller holds.
+    ChunkScope scope;
+    for (std::size_t i = 0; i < chunks; ++i) chunk(i);
 }
 
 }  // namespace xgrad
