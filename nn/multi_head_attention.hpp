@@ -22,7 +22,7 @@ Tensor transpose_output(const Tensor& X, std::size_t num_heads);
 /// attention per head. W_q (query_size → num_hiddens), W_k (key_size → num_hiddens),
 /// W_v (value_size → num_hiddens), W_o (num_hiddens → num_hiddens), with a bias only if
 /// `bias`; registered (and drawn from `gen`) in d2l's order: attention, W_q, W_k, W_v, W_o.
-/// Dropout masks come from the default generator (manual_seed), as in PyTorch.
+/// Dropout masks come from the calling thread's default generator (manual_seed), as in PyTorch.
 /// Shapes: queries (batch, Tq, query_size), keys (batch, Tk, key_size), values (batch, Tk,
 /// value_size) → (batch, Tq, num_hiddens).
 /// valid_lens: undefined, (batch,) or (batch, Tq), shared by the heads of each batch row (as

@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <cstdint>
@@ -281,13 +282,14 @@ template <class T> bool trivial(std::size_t m, std::size_t n, std::size_t k, T b
     return true;
 }
 
-bool counting = false;
+// A profiling switch read by every product, on any thread: atomic, and the list under its lock.
+std::atomic<bool> counting{false};
 std::vector<BlasProduct> counted;
 std::mutex counted_mutex;  // products of one batch may run on several threads
 
 template <class F>
 void timed(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, bool is_double, F&& run) {
-    if (!counting) return run();
+    if (!counting.load(std::memory_order_relaxed)) return run();
     const auto t0 = std::chrono::steady_clock::now();
     run();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -345,11 +347,15 @@ void blas_set_num_threads(int threads) {
 }
 
 void blas_count(bool on) {
-    counting = on;
+    std::lock_guard<std::mutex> lock(counted_mutex);
+    counting.store(on);
     if (on) counted.clear();
 }
 
-std::vector<BlasProduct> blas_counted() { return counted; }
+std::vector<BlasProduct> blas_counted() {
+    std::lock_guard<std::mutex> lock(counted_mutex);
+    return counted;
+}
 
 namespace blas {
 
