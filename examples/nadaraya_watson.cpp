@@ -7,20 +7,20 @@
 // with one learnable weight w, the width of the Gaussian kernel. Training fits w by SGD on
 // the training set itself, each point predicted from the other 49 (leave-one-out, as d2l).
 //
-//   nadaraya_watson [--epochs 5] [--lr 0.5] [--seed 0] [--out out/nadaraya_watson]
+//   nadaraya_watson [--epochs 5] [--lr 0.5] [--seed 0] [--out out/nadaraya_watson] [--overwrite]
 //
 // Next: seq2seq, whole Transformer blocks.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <filesystem>
 #include <string>
 #include <vector>
 
 #include <xgrad/xgrad.hpp>
 
 #include "common/flags.hpp"
+#include "common/out_folder.hpp"
 
 using namespace xgrad;
 namespace flags = xgrad::examples::flags;
@@ -57,13 +57,12 @@ private:
 
 std::vector<double> values_of(const Tensor& t) { return t.to_vector<double>(); }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
     std::int64_t epochs = 5;
     double lr = 0.5;
     std::uint64_t seed = 0;
     std::string out = "out/nadaraya_watson";
+    bool overwrite = false;
     CLI::App app("Fits the kernel width of Nadaraya-Watson attention pooling to 50 noisy samples of\n"
                  "f(x) = 2 sin(x) + x^0.8 (d2l 10.2) and plots the fit and the attention weights.",
                  "nadaraya_watson");
@@ -72,7 +71,15 @@ int main(int argc, char** argv) {
     app.add_option("--lr", lr, "learning rate")->check(flags::real(0));
     app.add_option("--seed", seed, "seed for the data and the initial w")->check(flags::seed());
     app.add_option("--out", out, "where the pictures go");
+    app.add_flag("--overwrite", overwrite, "replace the pictures of an earlier run in --out");
     if (const auto exit_code = flags::parse(app, argc, argv)) return *exit_code;
+    const std::string fit_path = out + "/regression.svg", heat_path = out + "/attention.svg";
+    try {
+        examples::prepare_out_folder(out, {"regression.svg", "attention.svg"},
+                                     examples::start_from_flags(false, overwrite));
+    } catch (const Error& e) {
+        return flags::refuse(app, e.what());
+    }
     Generator gen(seed);
 
     // Data: 50 sorted inputs uniform in [0, 5), outputs with N(0, 0.5) noise; test inputs on a grid.
@@ -103,10 +110,17 @@ int main(int argc, char** argv) {
     for (std::int64_t epoch = 0; epoch < epochs; ++epoch) {
         trainer.zero_grad();
         const Tensor l = nn::mse_loss(net.forward(x_tr, keys, values), y_tr, nn::Reduction::none);
+        const double loss = l.sum().item<double>();
+        // Too high a learning rate sends w to infinity: say so instead of plotting NaN.
+        if (!std::isfinite(loss))
+            throw Error(fmt::format("the training loss is {} at epoch {}: the fit has diverged (lower --lr)", loss,
+                                    epoch + 1));
         l.sum().backward();
         trainer.step();
-        fmt::print("epoch {}, loss {:.2f}\n", epoch + 1, l.sum().item<double>());
+        fmt::print("epoch {}, loss {:.2f}\n", epoch + 1, loss);
     }
+    if (!std::isfinite(net.w()))
+        throw Error(fmt::format("w is {} after training: the fit has diverged (lower --lr)", net.w()));
     fmt::print("w after training {:.4f}\n", net.w());
 
     // Predict the test grid from all 50 training pairs.
@@ -115,7 +129,6 @@ int main(int argc, char** argv) {
     const Tensor test_values = expand(y_tr.reshape({1, -1}), {n_test, n_train});
     const Tensor y_hat = net.forward(x_test, test_keys, test_values);
 
-    std::filesystem::create_directories(out);
     const std::vector<double> xs = values_of(x_test);
     // The training data as dots: NaN between the points leaves each one alone, unjoined.
     svg::Series data{"Training data", {}, {}, "#7f7f7f"};
@@ -129,7 +142,6 @@ int main(int argc, char** argv) {
     plot.ylabel = "y";
     plot.xlim = {{0, 5}};
     plot.ylim = {{-1, 5}};
-    const std::string fit_path = out + "/regression.svg";
     svg::write_file(fit_path, svg::line_plot({{"Truth", xs, y_truth, "", "none"},
                                               {"Prediction", xs, values_of(y_hat), "", "7,4"},
                                               data},
@@ -140,8 +152,19 @@ int main(int argc, char** argv) {
     heat.title = "Attention weights";
     heat.xlabel = "Sorted training inputs";
     heat.ylabel = "Sorted testing inputs";
-    const std::string heat_path = out + "/attention.svg";
     svg::write_file(heat_path, svg::heatmaps({{net.attention_weights()}}, {}, heat));
     fmt::print("wrote {} and {}\n", fit_path, heat_path);
     return EXIT_SUCCESS;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        return run(argc, argv);
+    } catch (const std::exception& e) {
+        std::fflush(stdout);
+        fmt::print(stderr, "\nnadaraya_watson: error: {}\n", e.what());
+        return 1;
+    }
 }

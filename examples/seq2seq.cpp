@@ -9,13 +9,12 @@
 // decoded greedily, one token at a time, reusing each decoder block's cache of earlier steps.
 //
 //   seq2seq [--steps 1000] [--lr 0.003] [--batch 64] [--hidden 64] [--heads 4] [--layers 2]
-//           [--digits 6] [--seed 0] [--out out/seq2seq]
+//           [--digits 6] [--seed 0] [--out out/seq2seq] [--overwrite]
 //
 // Next: seq_train, a training program with progress, checkpoints and data-parallel runs.
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
-#include <filesystem>
 #include <set>
 #include <string>
 #include <vector>
@@ -23,11 +22,14 @@
 #include <xgrad/xgrad.hpp>
 
 #include "common/flags.hpp"
+#include "common/out_folder.hpp"
 #include "number_words.hpp"
 
 using namespace xgrad;
 namespace flags = xgrad::examples::flags;
 using number_words::Batch;
+using xgrad::examples::format_bytes, xgrad::examples::physical_memory_bytes, xgrad::examples::prepare_out_folder,
+    xgrad::examples::start_from_flags;
 
 namespace {
 
@@ -44,7 +46,31 @@ struct Config {
     std::int64_t log_every = 100;
     std::uint64_t seed = 0;
     std::string out = "out/seq2seq";
+    bool overwrite = false;
 };
+
+const std::vector<std::string> kOutputs = {"loss.svg", "attention.svg"};
+
+// How many numbers of 1 to `digits` digits held_out_numbers() may hold back: a fifth of each length.
+std::size_t held_out_capacity(int digits) {
+    std::size_t total = 0, of_length = 10;
+    for (int len = 1; len <= digits; ++len, of_length = (len == 2 ? 90 : of_length * 10)) total += of_length / 5;
+    return total;
+}
+
+// Roughly the bytes a run needs, in double so that no product of sizes overflows: parameters
+// with their gradients, Adam's moments and copies, and a training step's activations (source
+// of at most 16 words, target of digits + 1 tokens; the FFN is 2 x hidden wide). Held-out
+// decoding goes in chunks of 250 and needs far less.
+double estimated_bytes(const Config& c) {
+    const double d = static_cast<double>(c.hidden), f = 2 * d, L = static_cast<double>(c.layers),
+                 h = static_cast<double>(c.heads), B = static_cast<double>(c.batch), S = 16,
+                 T = static_cast<double>(c.digits) + 1;
+    const double params = 64 * d + L * (12 * (d * d + d) + 4 * d * f);
+    const double tokens = B * (S + 2 * T);
+    const double step = L * (tokens * (20 * d + 2 * f) + 4 * B * h * (S * S + T * T + T * S));
+    return 32 * params + 6 * step;
+}
 
 /// d2l's TransformerEncoder and TransformerDecoder in one module: token embeddings scaled by
 /// √hidden plus sinusoidal positions, `layers` blocks each, and a Linear head on the decoder.
@@ -162,11 +188,10 @@ void add_flags(CLI::App& app, Config& c) {
         ->check(whole(1, kMaxSize));
     app.add_option("--seed", c.seed, "seed for the initial weights and the training samples")->check(flags::seed());
     app.add_option("--out", c.out, "where loss.svg and attention.svg go");
+    app.add_flag("--overwrite", c.overwrite, "replace the loss.svg and attention.svg of an earlier run in --out");
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
     Config c;
     CLI::App app("Trains an encoder-decoder Transformer to turn number words into digits\n"
                  "(\"three hundred twelve thousand five\" => 312005), then decodes held-out numbers greedily.",
@@ -176,6 +201,20 @@ int main(int argc, char** argv) {
     if (const auto exit_code = flags::parse(app, argc, argv)) return *exit_code;
     if (c.hidden % c.heads != 0)
         return flags::refuse(app, fmt::format("--hidden ({}) must be a multiple of --heads ({})", c.hidden, c.heads));
+    if (c.held_out > held_out_capacity(c.digits))
+        return flags::refuse(app, fmt::format("--held-out {}: numbers of 1 to {} digits (--digits) leave room for at "
+                                              "most {} held-out numbers, a fifth of each length", c.held_out,
+                                              c.digits, held_out_capacity(c.digits)));
+    const double memory = physical_memory_bytes();
+    if (memory > 0 && estimated_bytes(c) > memory)
+        return flags::refuse(app, fmt::format("this run would need about {} of memory, more than the {} this machine "
+                                              "has: make --batch, --hidden or --layers smaller",
+                                              format_bytes(estimated_bytes(c)), format_bytes(memory)));
+    try {
+        prepare_out_folder(c.out, kOutputs, start_from_flags(false, c.overwrite));
+    } catch (const Error& e) {
+        return flags::refuse(app, e.what());
+    }
     const auto& sv = number_words::source_vocab();
     const auto& tv = number_words::target_vocab();
     manual_seed(c.seed);  // dropout masks
@@ -211,6 +250,9 @@ int main(int argc, char** argv) {
         const Tensor logits = net.decode(b.dec_input, net.encode(b.src, b.src_valid_len), b.src_valid_len);
         // Mean over the real target tokens: padding is ignored.
         const Tensor loss = nn::cross_entropy(logits, b.label, nn::Reduction::mean, tv["<pad>"]);
+        if (!std::isfinite(loss.item<double>()))
+            throw Error(fmt::format("the training loss is {} at step {}: the run has diverged (lower --lr)",
+                                    loss.item<double>(), step));
         opt.zero_grad();
         loss.backward();
         opt.step();
@@ -272,7 +314,6 @@ int main(int argc, char** argv) {
                train_seconds, eval_seconds);
 
     // Pictures: the training curve, and the cross-attention of one held-out example.
-    std::filesystem::create_directories(c.out);
     svg::LinePlotOptions plot;
     plot.title = "Number words to digits";
     plot.xlabel = "step";
@@ -322,4 +363,16 @@ int main(int argc, char** argv) {
     svg::write_file(c.out + "/attention.svg", svg::heatmaps(panels, titles, heat));
     fmt::print("wrote {0}/loss.svg and {0}/attention.svg\n", c.out);
     return EXIT_SUCCESS;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        return run(argc, argv);
+    } catch (const std::exception& e) {
+        std::fflush(stdout);
+        fmt::print(stderr, "\nseq2seq: error: {}\n", e.what());
+        return 1;
+    }
 }

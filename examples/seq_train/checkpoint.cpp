@@ -1,5 +1,6 @@
 // seq_train's checkpoint: one .npz that numpy reads, with entries config.*, trainer.step,
 // model.*, optim.*, sched.* and history.*.
+#include <cmath>
 #include <utility>
 
 #include "core/creation.hpp"
@@ -11,6 +12,27 @@ namespace xgrad::examples {
 namespace {
 
 double optimizer_code(const std::string& name) { return name == "sgd" ? 0 : name == "adam" ? 1 : 2; }
+
+// The checkpoint stores every setting as a number; the names a user typed for the ones that
+// are choices, for messages.
+std::string config_value_str(const std::string& name, double v) {
+    const auto is = [&](double code) { return v == code; };
+    if (name == "task") {
+        for (Task t : {Task::copy, Task::reverse, Task::sort})
+            if (is(static_cast<double>(t))) return task_name(t);
+    } else if (name == "pos") {
+        for (PosEncoding p : {PosEncoding::learned, PosEncoding::sinusoidal})
+            if (is(static_cast<double>(p))) return pos_name(p);
+    } else if (name == "optimizer") {
+        for (const char* o : {"sgd", "adam", "adamw"})
+            if (is(optimizer_code(o))) return o;
+    } else if (name == "scale_embeddings") {
+        if (is(0) || is(1)) return is(1) ? "on" : "off";
+    } else {
+        return fmt::format("{}", v);
+    }
+    return fmt::format("unknown ({})", v);
+}
 
 // Everything that shapes the trajectory: a checkpoint resumes only into the same configuration.
 std::vector<std::pair<std::string, double>> config_entries(const TrainConfig& c) {
@@ -77,21 +99,53 @@ void load_checkpoint(const std::string& path, TrainState& s) {
             if (n == name) return t;
         throw Error(fmt::format("load checkpoint '{}': entry '{}' is missing", path, name));
     };
+    auto scalar = [&](const std::string& name) {
+        const Tensor& t = find(name);
+        if (t.numel() != 1 || t.dim() > 1)
+            throw Error(fmt::format("load checkpoint '{}': entry '{}': expected one number, got shape {}", path, name,
+                                    shape_str(t.shape())));
+        const double v = t.item<double>();
+        if (!std::isfinite(v))
+            throw Error(fmt::format("load checkpoint '{}': entry '{}': expected a finite number, got {}", path,
+                                    name, v));
+        return v;
+    };
+    auto curve = [&](const std::string& name) {
+        const Tensor& t = find(name);
+        if (t.dim() != 1)
+            throw Error(fmt::format("load checkpoint '{}': entry '{}': expected a 1-D array, got shape {}", path,
+                                    name, shape_str(t.shape())));
+        return t.to_vector<double>();
+    };
 
     std::string mismatches;
     for (const auto& [name, v] : config_entries(s.config)) {
-        const double saved = find("config." + name).item<double>();
-        if (saved != v) mismatches += fmt::format("\n  {}: checkpoint {}, this run {}", name, saved, v);
+        const double saved = scalar("config." + name);
+        if (saved != v)
+            mismatches += fmt::format("\n  {}: checkpoint {}, this run {}", name, config_value_str(name, saved),
+                                      config_value_str(name, v));
     }
     if (!mismatches.empty())
         throw Error(fmt::format("load checkpoint '{}': it was written with a different configuration "
                                 "(resume with the same flags):{}", path, mismatches));
-    const std::int64_t step = find("trainer.step").item<std::int64_t>();
+    const double saved_step = scalar("trainer.step");
+    if (!(saved_step >= 0 && saved_step <= static_cast<double>(s.config.steps)) ||
+        saved_step != std::floor(saved_step))
+        throw Error(fmt::format("load checkpoint '{}': entry 'trainer.step': expected a whole number from 0 to {} "
+                                "(--steps), got {}", path, s.config.steps, saved_step));
+    const auto step = static_cast<std::int64_t>(saved_step);
     History h;
-    for (const auto& [name, v] : curves(h)) *v = find(std::string("history.") + name).to_vector<double>();
-    if (step < 0 || step > s.config.steps || h.step.size() != static_cast<std::size_t>(step))
-        throw Error(fmt::format("load checkpoint '{}': step {} does not fit (steps {}, history of {})", path, step,
-                                s.config.steps, h.step.size()));
+    for (const auto& [name, v] : curves(h)) *v = curve(std::string("history.") + name);
+    // Every training step has a point on the three training curves; the evaluations have one
+    // point each on theirs.
+    for (const auto& [name, v] : curves(h)) {
+        const bool per_step = v == &h.step || v == &h.loss || v == &h.token_acc;
+        const std::size_t expected = per_step ? static_cast<std::size_t>(step) : h.eval_step.size();
+        if (v->size() != expected)
+            throw Error(fmt::format("load checkpoint '{}': entry 'history.{}': expected {} values ({}), got {}",
+                                    path, name, expected, per_step ? "one per step" : "one per evaluation",
+                                    v->size()));
+    }
 
     // Each load_state_dict checks everything before changing anything; if a later one throws,
     // the earlier ones are rolled back so the state stays as it was.

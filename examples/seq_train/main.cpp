@@ -9,13 +9,14 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <memory>
+#include <new>
 
 #include <nlohmann/json.hpp>
 #include <xgrad/xgrad.hpp>
 
 #include "common/flags.hpp"
+#include "common/out_folder.hpp"
 #include "common/progress.hpp"
 #include "core/io/atomic_file.hpp"
 #include "data.hpp"
@@ -28,7 +29,12 @@ using namespace xgrad::examples;
 
 namespace {
 
-extern "C" void on_sigint(int) { g_interrupted = 1; }
+// The first Ctrl-C stops the run after the step, with its checkpoint and results; a second one
+// ends the program at once (the files are written atomically, so none is left half-written).
+extern "C" void on_sigint(int) {
+    g_interrupted = 1;
+    std::signal(SIGINT, SIG_DFL);
+}
 
 struct Options {
     TrainConfig config;
@@ -36,8 +42,11 @@ struct Options {
     std::string task = "reverse", pos = "learned", out = "seq_train_out";
     std::size_t held_out = 1000;
     std::int64_t log_every = 50;
-    bool resume = false, distributed = false;
+    bool resume = false, overwrite = false, distributed = false;
 };
+
+// What a run writes to --out; the checkpoint first, so that --resume finds it by that name.
+const std::vector<std::string> kOutputs = {"checkpoint.npz", "metrics.json", "loss.svg", "attention.svg"};
 
 void add_flags(CLI::App& app, Options& o) {
     using flags::kMaxCount, flags::kMaxSize, flags::whole, flags::real;
@@ -61,7 +70,9 @@ void add_flags(CLI::App& app, Options& o) {
     app.add_flag("--scale-embeddings", c.model.scale_embeddings,
                  "multiply the token embeddings by sqrt(hidden) as d2l does (stalls near 40% here)");
     app.add_option("--dropout", c.model.dropout, "dropout probability")->check(flags::fraction());
-    app.add_option("--warmup", c.warmup, "linear warm-up steps before the cosine decay")->check(whole(0, kMaxCount));
+    app.add_option("--warmup", c.warmup, "linear warm-up steps before the cosine decay (at most --steps)")
+        ->check(whole(0, kMaxCount))
+        ->default_str("a tenth of --steps, at most 30");
     app.add_option("--momentum", c.momentum, "momentum for sgd")->check(real(0, 1));
     app.add_option("--weight-decay", c.weight_decay, "decoupled weight decay for adamw")->check(real(0));
     app.add_option("--clip", c.clip, "clip the gradient norm to this (0: no clipping)")->check(real(0));
@@ -71,13 +82,15 @@ void add_flags(CLI::App& app, Options& o) {
     app.add_option("--eval-every", o.loop.eval_every, "evaluate on the held-out set every N steps (0: only at the end)")
         ->check(whole(0, kMaxCount));
     app.add_option("--log-every", o.log_every, "print a progress line every N steps when stdout is not a terminal")
-        ->check(whole(0, kMaxCount));
+        ->check(whole(1, kMaxCount));
     app.add_option("--checkpoint-every", o.loop.checkpoint_every,
                    "also write the checkpoint every N steps (0: at the end)")->check(whole(0, kMaxCount));
     app.add_option("--stop-after", o.loop.stop_after,
                    "stop after N steps of this run, with a checkpoint (0: run to --steps)")->check(whole(0, kMaxCount));
     app.add_option("--out", o.out, "output folder");
     app.add_flag("--resume", o.resume, "continue from --out/checkpoint.npz (same flags)");
+    app.add_flag("--overwrite", o.overwrite,
+                 "start afresh in an --out that holds an earlier run, removing its checkpoint and results");
     app.add_flag("--distributed", o.distributed,
                  "data-parallel over MPI: run under mpirun -np N; --batch is the global batch (a multiple of N)");
 }
@@ -156,7 +169,8 @@ std::string write_attention_plot(const std::string& path, SeqEncoder& model, con
     return fmt::format("{} => {}   (truth {})", join_tokens(input), join_tokens(pred), join_tokens(truth));
 }
 
-// The summary of a finished run: held-out results, speed, and where the files are.
+// The summary of a run, finished or stopped early: held-out results, speed, and where the
+// files are. A stopped run gets the same files, describing it as far as it went.
 void report(const Options& o, TrainState& state, const Replicas& replicas, const Batch& held, const LoopStats& run,
             double wall) {
     const TrainConfig& c = state.config;
@@ -174,6 +188,8 @@ void report(const Options& o, TrainState& state, const Replicas& replicas, const
         {"pos", o.pos},
         {"scale_embeddings", c.model.scale_embeddings ? 1 : 0},
         {"steps", state.step},
+        {"steps_planned", c.steps},
+        {"finished", state.step >= c.steps},
         {"steps_this_run", run.steps},
         {"final_loss", h.loss.empty() ? NAN : h.loss.back()},  // NaN is written as null
         {"held_out_loss", e.loss},
@@ -185,10 +201,12 @@ void report(const Options& o, TrainState& state, const Replicas& replicas, const
         {"tokens_per_second", tps},
         {"parameters", state.model->num_parameters()}};
     write_file_atomic(o.out + "/metrics.json", metrics.dump(2) + "\n", "metrics.json");
+    const std::string stopped =
+        state.step < c.steps ? fmt::format(", stopped at step {} of {}", state.step, c.steps) : "";
     write_loss_plot(o.out + "/loss.svg", h,
-                    fmt::format("{} task, {} ({} pos{}), d {}, {} heads, {} layers", o.task, c.optimizer, o.pos,
+                    fmt::format("{} task, {} ({} pos{}), d {}, {} heads, {} layers{}", o.task, c.optimizer, o.pos,
                                 c.model.scale_embeddings ? ", scaled" : "", c.model.hidden, c.model.heads,
-                                c.model.layers));
+                                c.model.layers, stopped));
     const std::string example = write_attention_plot(o.out + "/attention.svg", *state.model, held);
 
     fmt::print("held-out ({} sequences): token accuracy {:.2f}%, sequence accuracy {:.2f}%, loss {:.4f}\n",
@@ -217,6 +235,7 @@ int run(int argc, const char* const* argv) {
     add_flags(app, o);
     if (const auto exit_code = flags::parse(app, argc, argv)) return *exit_code;
     TrainConfig& c = o.config;
+    if (app.count("--warmup") == 0) c.warmup = default_warmup(c.steps);
     if (c.warmup > c.steps)
         return flags::refuse(app, fmt::format("--warmup ({}) must be at most --steps ({})", c.warmup, c.steps));
     if (c.model.hidden % c.model.heads != 0)
@@ -224,6 +243,14 @@ int run(int argc, const char* const* argv) {
                                               c.model.heads));
     c.task.task = parse_task(o.task);
     c.model.pos = parse_pos(o.pos);
+    // The last checks before anything runs: whether the run fits in memory, and whether --out
+    // can take it. Every rank makes them (before MPI starts), so all refuse alike.
+    try {
+        check_memory(c, o.held_out, physical_memory_bytes());
+        prepare_out_folder(o.out, kOutputs, start_from_flags(o.resume, o.overwrite), kOutputs.front());
+    } catch (const Error& e) {
+        return flags::refuse(app, e.what());
+    }
 
     // Data-parallel: MPI from here to the end of run(). Only rank 0 prints and writes files.
     const std::unique_ptr<Replicas> replicas = o.distributed ? start_data_parallel() : std::make_unique<Replicas>();
@@ -231,8 +258,7 @@ int run(int argc, const char* const* argv) {
     // These matrices are tiny (64 × 64): a second OpenBLAS thread costs more in hand-off than it
     // saves, and on a loaded machine its spin-waiting can triple a run's time.
     if (!std::getenv("OPENBLAS_NUM_THREADS")) blas_set_num_threads(1);
-    if (main_rank) std::filesystem::create_directories(o.out);
-    const std::string checkpoint = o.out + "/checkpoint.npz";
+    const std::string checkpoint = o.out + "/" + kOutputs.front();
     o.loop.checkpoint = checkpoint;
     TrainState state(c);
     // Every rank reads the checkpoint: on several hosts --out must be on a shared filesystem.
@@ -259,12 +285,12 @@ int run(int argc, const char* const* argv) {
     progress.finish();
     const double wall = progress.elapsed();
     save_checkpoint(checkpoint, state);
+    report(o, state, *replicas, held, stats, wall);
     if (state.step < c.steps) {
         fmt::print("stopped at step {} of {}; checkpoint in {} (continue with --resume)\n", state.step, c.steps,
                    checkpoint);
         return stats.interrupted ? 130 : 0;
     }
-    report(o, state, *replicas, held, stats, wall);
     return 0;
 }
 
@@ -273,6 +299,13 @@ int run(int argc, const char* const* argv) {
 int main(int argc, char** argv) {
     try {
         return run(argc, argv);
+    } catch (const std::bad_alloc& e) {
+        // check_memory() refuses runs that clearly do not fit; this is for the ones near the edge.
+        std::fflush(stdout);
+        end_job_on_error("seq_train", e);
+        fmt::print(stderr, "\nseq_train: error: out of memory (std::bad_alloc): make --batch, --held-out, "
+                           "--max-len, --hidden or --ffn smaller\n");
+        return 1;
     } catch (const std::exception& e) {
         std::fflush(stdout);
         end_job_on_error("seq_train", e);

@@ -1,8 +1,11 @@
 #include "train.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <utility>
 
+#include "common/out_folder.hpp"
 #include "core/creation.hpp"
 #include "core/ops.hpp"
 #include "nn/loss.hpp"
@@ -17,6 +20,50 @@ volatile std::sig_atomic_t g_interrupted = 0;
 double default_lr(const std::string& optimizer) {
     if (optimizer == "sgd") return 0.1;
     return 3e-3;
+}
+
+std::int64_t default_warmup(std::int64_t steps) { return std::clamp<std::int64_t>(steps / 10, 0, 30); }
+
+MemoryEstimate estimate_memory(const TrainConfig& c, std::size_t held_out) {
+    // float32 parameters and activations; counts of values, each term an upper bound of what
+    // the modules save for backward (projections, layer norms, the FFN, the attention weights).
+    const double V = static_cast<double>(c.task.vocab_size()), T = static_cast<double>(c.task.max_len),
+                 d = static_cast<double>(c.model.hidden), f = static_cast<double>(c.model.ffn_hidden),
+                 L = static_cast<double>(c.model.layers), h = static_cast<double>(c.model.heads),
+                 B = static_cast<double>(c.batch), H = static_cast<double>(held_out);
+    const double per_block = 4 * (d * d + d) + 2 * d * f + f + d + 4 * d;
+    const double params = V * d + (c.model.pos == PosEncoding::learned ? T * d : 0) + L * per_block + d * V + V;
+    // Parameter, gradient, two moments, and the copies a checkpoint save or load makes.
+    MemoryEstimate m;
+    m.parameters = 4 * 8 * params;
+    const auto activations = [&](double rows, double layers) {
+        const double tokens = rows * T;
+        return layers * (20 * tokens * d + 2 * tokens * f + 4 * rows * h * T * T) + 3 * tokens * d + 3 * tokens * V;
+    };
+    // The factors are measured (maximum resident size of runs of 2-20 GiB), rounded up a little:
+    // the estimate is for refusing runs that cannot fit, not for refusing runs that might.
+    m.step = 6 * activations(B, L);  // 4-byte values and part of them again as gradients
+    // No graph: one block's temporaries at a time, but every block keeps its attention weights,
+    // and the batch is held as int64 tensors and vectors.
+    m.evaluation = 2 * (activations(H, 1) + L * H * h * T * T) + 8 * 6 * H * T;
+    return m;
+}
+
+void check_memory(const TrainConfig& c, std::size_t held_out, double available) {
+    const MemoryEstimate m = estimate_memory(c, held_out);
+    if (!(available > 0) || m.total() <= available) return;
+    const char* part =
+        m.parameters >= m.step && m.parameters >= m.evaluation
+            ? "the parameters and optimizer state (--hidden x (--hidden, --ffn) x --layers, and --hidden x "
+              "--symbols)"
+        : m.step >= m.evaluation
+            ? "a training step's activations (--batch x --max-len x (--hidden, --ffn) x --layers, --batch x "
+              "--max-len x --symbols, and --batch x --heads x --max-len^2 x --layers)"
+            : "the held-out evaluation (--held-out x --max-len x (--hidden, --ffn, --symbols), and --held-out x "
+              "--heads x --max-len^2 x --layers)";
+    throw Error(fmt::format("this run would need about {} of memory, more than the {} this machine has; most "
+                            "of it is {}: make those flags smaller",
+                            format_bytes(m.total()), format_bytes(available), part));
 }
 
 namespace {
@@ -72,9 +119,21 @@ TrainConfig checked(TrainConfig c) {
         throw Error(fmt::format("train: need steps >= 1, batch >= 1 and 0 <= warmup <= steps (got steps {}, "
                                 "batch {}, warmup {})", c.steps, c.batch, c.warmup));
     // lr and clip use 0 for "default" and "none": a negative or NaN value must not fall into that.
-    if (!(c.lr >= 0) || !(c.clip >= 0))
-        throw Error(fmt::format("train: need lr >= 0 (0: the optimizer's default) and clip >= 0 (0: none), "
-                                "got lr {} and clip {}", c.lr, c.clip));
+    if (!(c.lr >= 0 && std::isfinite(c.lr)) || !(c.clip >= 0 && std::isfinite(c.clip)))
+        throw Error(fmt::format("train: need a finite lr >= 0 (0: the optimizer's default) and a finite clip >= 0 "
+                                "(0: none), got lr {} and clip {}", c.lr, c.clip));
+    if (!(c.momentum >= 0 && c.momentum <= 1) || !(c.weight_decay >= 0 && std::isfinite(c.weight_decay)) ||
+        !(c.model.dropout >= 0 && c.model.dropout < 1))
+        throw Error(fmt::format("train: need momentum in [0, 1], a finite weight_decay >= 0 and dropout in [0, 1), "
+                                "got momentum {}, weight_decay {} and dropout {}", c.momentum, c.weight_decay,
+                                c.model.dropout));
+    // Zero sizes reach the layers as "Embedding: ... got 11 and 0": say which size it was here.
+    const std::pair<const char*, std::size_t> sizes[] = {
+        {"task.max_len", c.task.max_len}, {"task.num_symbols", c.task.num_symbols},
+        {"model.hidden", c.model.hidden}, {"model.heads", c.model.heads},
+        {"model.layers", c.model.layers}, {"model.ffn_hidden", c.model.ffn_hidden}};
+    for (const auto& [name, value] : sizes)
+        if (value < 1) throw Error(fmt::format("train: need {} >= 1, got {}", name, value));
     return c;
 }
 
@@ -145,6 +204,14 @@ LoopStats train(TrainState& s, Replicas& replicas, const Batch& held_out, Progre
         const Tensor logits = (*s.model)(batch.inputs, batch.valid_lens);
         const double tokens = static_cast<double>(global.num_tokens());
         const Tensor loss = nn::cross_entropy(logits, loss_targets(batch), nn::Reduction::sum, kIgnore) / tokens;
+        // A diverged run (too high a learning rate) would otherwise train on NaN to the end and
+        // save NaN weights over the last good checkpoint. Each rank checks its own share; an
+        // error on one rank ends the whole job (end_job_on_error).
+        const double local_loss = loss.item<double>();
+        if (!std::isfinite(local_loss))
+            throw Error(fmt::format("train: the training loss is {} at step {}: the run has diverged (lower --lr{}); "
+                                    "checkpoints saved before this step are kept", local_loss, s.step + 1,
+                                    c.clip > 0 ? "" : ", or clip the gradient norm with --clip"));
         // Backward; summed over the ranks the gradients are those of the mean. Clip, step, schedule.
         s.optimizer->zero_grad();
         loss.backward();
@@ -153,7 +220,7 @@ LoopStats train(TrainState& s, Replicas& replicas, const Batch& held_out, Progre
         s.optimizer->step();
         s.schedule->step();
         ++s.step;
-        std::vector<double> sums{loss.item<double>(), static_cast<double>(count_correct(logits, batch).tokens)};
+        std::vector<double> sums{local_loss, static_cast<double>(count_correct(logits, batch).tokens)};
         replicas.sum(sums);
         const double mean_loss = sums[0], token_acc = sums[1] / tokens;
         s.history.step.push_back(static_cast<double>(s.step));

@@ -28,7 +28,7 @@ struct TrainConfig {
     std::int64_t steps = 300;
     double lr = 0;        ///< 0: the optimizer's default (default_lr)
     std::size_t batch = 64;
-    std::int64_t warmup = 30;
+    std::int64_t warmup = 30;   ///< seq_train's default is default_warmup(steps)
     double momentum = 0.9;      ///< sgd
     double weight_decay = 0.01; ///< adamw (adam and sgd use none)
     double clip = 1.0;          ///< max gradient norm, 0 for none
@@ -37,6 +37,25 @@ struct TrainConfig {
 
 /// The learning rate used when TrainConfig::lr is 0, chosen by measurement on the reverse task.
 double default_lr(const std::string& optimizer);
+
+/// seq_train's warm-up when --warmup is not given: a tenth of the steps, at most 30, so that a
+/// short run (--steps 20) gets a warm-up that fits in it.
+std::int64_t default_warmup(std::int64_t steps);
+
+/// A run's memory, roughly, in bytes: what it holds for the whole run (parameters, gradients,
+/// optimizer state and the copies a checkpoint makes), a training step's activations and their
+/// gradients, and one held-out evaluation (the whole set goes through the model at once).
+struct MemoryEstimate {
+    double parameters = 0, step = 0, evaluation = 0;
+    double total() const { return parameters + step + evaluation; }
+};
+MemoryEstimate estimate_memory(const TrainConfig& config, std::size_t held_out);
+
+/// Throws xgrad::Error when estimate_memory() exceeds `available` bytes, naming the flags of
+/// the largest part, so that a run too large for the machine stops before it starts instead of
+/// failing with std::bad_alloc (or being killed) part-way. The estimate is computed in double:
+/// no product of sizes can overflow.
+void check_memory(const TrainConfig& config, std::size_t held_out, double available);
 
 struct EvalResult {
     double loss = 0, token_acc = 0, seq_acc = 0;
@@ -85,16 +104,19 @@ extern volatile std::sig_atomic_t g_interrupted;
 /// Trains `state` to config.steps, or for stop_after steps, or until interrupted. On rank 0 it
 /// reports each step to `progress`, evaluates `held_out` and saves checkpoints; the other ranks
 /// go straight on to the next step. Throws xgrad::Error when the global batch does not split
-/// evenly over the ranks.
+/// evenly over the ranks, and when the training loss is not finite (the run has diverged:
+/// nothing is saved after that, so the last checkpoint holds the last finite state).
 LoopStats train(TrainState& state, Replicas& replicas, const Batch& held_out, Progress& progress,
                 const LoopOptions& options);
 
 /// Writes model, optimizer, schedule, step, history and the configuration to one .npz,
 /// atomically (a temporary file renamed over `path`).
 void save_checkpoint(const std::string& path, const TrainState& state);
-/// Restores a save_checkpoint(). Throws xgrad::Error (naming the file and what is wrong) for an
-/// unreadable or truncated file, missing entries, or a checkpoint written with a different
-/// configuration; on any failure the state is left as it was.
+/// Restores a save_checkpoint(). Throws xgrad::Error (naming the file, the entry, what was
+/// expected and what came) for an unreadable or truncated file, missing entries, entries of the
+/// wrong shape (a curve where one number belongs), or a checkpoint written with a different
+/// configuration (each difference by name: "task: checkpoint copy, this run sort"); on any
+/// failure the state is left as it was.
 void load_checkpoint(const std::string& path, TrainState& state);
 
 }  // namespace xgrad::examples
