@@ -81,7 +81,8 @@ Tensor arange(double start, double end, double step, TensorOptions opts) {
     // The count is ceil((end - start) / step), checked as a double before it becomes an
     // integer: the conversion is undefined past size_t, and the span may be inf (±1e308 bounds).
     const double span = std::ceil((end - start) / step);
-    if (!(span <= static_cast<double>(kMaxElements)))
+    static_assert(kMaxElements == (std::size_t(1) << 60) - 1, "the bound below is kMaxElements + 1");
+    if (!(span < 0x1p60))
         throw Error(fmt::format("arange: start={}, end={}, step={} give {} elements, more than fit in memory",
                                 start, end, step, span));
     const std::size_t n = span > 0 ? static_cast<std::size_t>(span) : 0;
