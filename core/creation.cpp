@@ -176,8 +176,10 @@ Tensor randn(const Shape& shape, TensorOptions opts, Generator& gen) {
 }
 
 Tensor uniform(const Shape& shape, double low, double high, TensorOptions opts, Generator& gen) {
-    if (!(low <= high) || !std::isfinite(low) || !std::isfinite(high))
-        throw Error(fmt::format("uniform: expected finite low <= high, got low={}, high={}", low, high));
+    // high - low must be finite too: ±1e308 bounds would draw inf, and NaN where inf meets a 0 draw.
+    if (!(low <= high) || !std::isfinite(high - low))
+        throw Error(fmt::format("uniform: expected finite low <= high a finite distance apart, got low={}, high={}",
+                                low, high));
     return draw("uniform", shape, opts, [&] { return low + (high - low) * gen.next_double(); }, low, high);
 }
 
