@@ -38,8 +38,11 @@ std::vector<std::size_t> kept_lengths(const char* who, const char* arg, const Te
     }
     const bool per_query = lens.dim() == 2;
     std::vector<std::size_t> keep(batch * queries);
-    for (std::size_t r = 0; r < keep.size(); ++r)
-        keep[r] = static_cast<std::size_t>(std::min(static_cast<double>(keys), v[per_query ? r : r / queries]));
+    for (std::size_t r = 0; r < keep.size(); ++r) {
+        // A whole v in [0, 2^64) converts exactly; larger ones, like any beyond `keys`, mean every key.
+        const double v_r = v[per_query ? r : r / queries];
+        keep[r] = v_r >= 0x1p64 ? keys : std::min(keys, static_cast<std::size_t>(v_r));
+    }
     return keep;
 }
 

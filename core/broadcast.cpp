@@ -15,6 +15,7 @@ Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b) {
                                     da, db));
         out[i] = da == 1 ? db : da;
     }
+    checked_numel(op, out);
     return out;
 }
 

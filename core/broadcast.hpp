@@ -6,7 +6,8 @@
 namespace xgrad {
 
 /// Shape both operands broadcast to, or "<op>: shapes (2, 3) and (4,) cannot be broadcast
-/// together (axis -1: 3 vs 4)".
+/// together (axis -1: 3 vs 4)"; checked with checked_numel (two large operands can broadcast
+/// to more elements than fit in memory).
 Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b);
 
 /// Sums g over the axes that broadcasting added or stretched, so the result has `shape`.

@@ -11,9 +11,11 @@ namespace xgrad {
 
 namespace {
 
-// A leaf of the requested dtype whose values come from fill(xarray<T>&).
-template <class Fill> Tensor build(const Shape& shape, TensorOptions opts, Fill&& fill) {
-    checked_numel("tensor", shape);
+// A leaf of the requested dtype whose values come from fill(xarray<T>&); `op` names it in
+// errors (a shape too large to count, or to allocate).
+template <class Fill> Tensor build(const char* op, const Shape& shape, TensorOptions opts, Fill&& fill) {
+    checked_numel(op, shape);
+    const AllocContext context(op, shape);
     Tensor t = dispatch_all(opts.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         xt::xarray<T> a = xt::zeros<T>(shape);
@@ -28,11 +30,11 @@ template <class Fill> Tensor build(const Shape& shape, TensorOptions opts, Fill&
 // exactly `high` in float32 (rand gave 1.0f about once in 2^25 draws); those become the
 // largest T below `high`, but never less than `low`.
 template <class Draw>
-Tensor draw(const Shape& shape, TensorOptions opts, Draw&& next, double low = -INFINITY, double high = INFINITY) {
+Tensor draw(const char* op, const Shape& shape, TensorOptions opts, Draw&& next, double low = -INFINITY,
+            double high = INFINITY) {
     if (!is_floating(opts.dtype()))
-        throw Error(fmt::format("random tensors: expected dtype float32 or float64, got {}",
-                                dtype_name(opts.dtype())));
-    return build(shape, opts, [&](auto& a) {
+        throw Error(fmt::format("{}: expected dtype float32 or float64, got {}", op, dtype_name(opts.dtype())));
+    return build(op, shape, opts, [&](auto& a) {
         using T = typename std::decay_t<decltype(a)>::value_type;
         T below = static_cast<T>(high);
         while (static_cast<double>(below) >= high) below = std::nextafter(below, -std::numeric_limits<T>::infinity());
@@ -44,18 +46,27 @@ Tensor draw(const Shape& shape, TensorOptions opts, Draw&& next, double low = -I
     });
 }
 
-}  // namespace
+// A double stored as T: for int64, NaN, ±inf and values outside int64's range throw (the
+// cast would be undefined); fractions truncate toward zero, as torch's.
+template <class T> T stored_as(const char* op, const char* what, double v) {
+    if constexpr (std::is_same_v<T, std::int64_t>) return checked_int64(op, what, v);
+    else return static_cast<T>(v);
+}
 
-Tensor zeros(const Shape& shape, TensorOptions opts) { return build(shape, opts, [](auto&) {}); }
-
-Tensor ones(const Shape& shape, TensorOptions opts) { return full(shape, 1.0, opts); }
-
-Tensor full(const Shape& shape, double value, TensorOptions opts) {
-    return build(shape, opts, [value](auto& a) {
+Tensor filled(const char* op, const Shape& shape, double value, TensorOptions opts) {
+    return build(op, shape, opts, [op, value](auto& a) {
         using T = typename std::decay_t<decltype(a)>::value_type;
-        a.fill(static_cast<T>(value));
+        a.fill(stored_as<T>(op, "the fill value", value));
     });
 }
+
+}  // namespace
+
+Tensor zeros(const Shape& shape, TensorOptions opts) { return build("zeros", shape, opts, [](auto&) {}); }
+
+Tensor ones(const Shape& shape, TensorOptions opts) { return filled("ones", shape, 1.0, opts); }
+
+Tensor full(const Shape& shape, double value, TensorOptions opts) { return filled("full", shape, value, opts); }
 
 Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype()); }
 Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.dtype()); }
@@ -67,16 +78,27 @@ Tensor arange(double start, double end, double step, TensorOptions opts) {
         throw Error(fmt::format("arange: expected finite start, end and a non-zero step, got start={}, "
                                 "end={}, step={}",
                                 start, end, step));
-    const double span = (end - start) / step;
-    const std::size_t n = span > 0 ? static_cast<std::size_t>(std::ceil(span)) : 0;
-    return build({n}, opts, [&](auto& a) {
+    // The count is ceil((end - start) / step), checked as a double before it becomes an
+    // integer: the conversion is undefined past size_t, and the span may be inf (±1e308 bounds).
+    const double span = std::ceil((end - start) / step);
+    static_assert(kMaxElements == (std::size_t(1) << 60) - 1, "the bound below is kMaxElements + 1");
+    if (!(span < 0x1p60))
+        throw Error(fmt::format("arange: start={}, end={}, step={} give {} elements, more than fit in memory",
+                                start, end, step, span));
+    const std::size_t n = span > 0 ? static_cast<std::size_t>(span) : 0;
+    return build("arange", {n}, opts, [&](auto& a) {
         using T = typename std::decay_t<decltype(a)>::value_type;
+        // Both ends are checked for int64 (values in between lie between them).
+        if (n > 0) {
+            stored_as<T>("arange", "the first value", start);
+            stored_as<T>("arange", "the last value", start + step * static_cast<double>(n - 1));
+        }
         for (std::size_t i = 0; i < n; ++i) a(i) = static_cast<T>(start + step * static_cast<double>(i));
     });
 }
 
 Tensor eye(std::size_t n, TensorOptions opts) {
-    return build({n, n}, opts, [n](auto& a) {
+    return build("eye", {n, n}, opts, [n](auto& a) {
         using T = typename std::decay_t<decltype(a)>::value_type;
         for (std::size_t i = 0; i < n; ++i) a(i, i) = static_cast<T>(1);
     });
@@ -87,8 +109,14 @@ Tensor from_vector(const std::vector<double>& values, const Shape& shape, Tensor
     if (n != values.size())
         throw Error(fmt::format("from_vector: shape {} holds {} elements, got {} values", shape_str(shape),
                                 n, values.size()));
-    return build(shape, opts, [&](auto& a) {
+    return build("from_vector", shape, opts, [&](auto& a) {
         using T = typename std::decay_t<decltype(a)>::value_type;
+        if constexpr (std::is_same_v<T, std::int64_t>)
+            for (std::size_t k = 0; k < n; ++k)
+                if (!fits_int64(values[k]))
+                    throw Error(fmt::format("from_vector: value {} at index {} cannot be stored as int64 (must be "
+                                            "finite and within int64's range)",
+                                            values[k], k));
         std::transform(values.begin(), values.end(), a.begin(), [](double v) { return static_cast<T>(v); });
     });
 }
@@ -98,6 +126,7 @@ Tensor from_vector(const std::vector<std::int64_t>& values, const Shape& shape) 
     if (n != values.size())
         throw Error(fmt::format("from_vector: shape {} holds {} elements, got {} values", shape_str(shape),
                                 n, values.size()));
+    const AllocContext context("from_vector", shape);
     xt::xarray<std::int64_t> a = xt::zeros<std::int64_t>(shape);
     std::copy(values.begin(), values.end(), a.begin());
     return make_leaf(Storage(std::move(a)));
@@ -139,22 +168,26 @@ Tensor tensor(
 }
 
 Tensor rand(const Shape& shape, TensorOptions opts, Generator& gen) {
-    return draw(shape, opts, [&gen] { return gen.next_double(); }, 0.0, 1.0);
+    return draw("rand", shape, opts, [&gen] { return gen.next_double(); }, 0.0, 1.0);
 }
 
 Tensor randn(const Shape& shape, TensorOptions opts, Generator& gen) {
-    return draw(shape, opts, [&gen] { return gen.next_normal(); });
+    return draw("randn", shape, opts, [&gen] { return gen.next_normal(); });
 }
 
 Tensor uniform(const Shape& shape, double low, double high, TensorOptions opts, Generator& gen) {
-    if (!(low <= high) || !std::isfinite(low) || !std::isfinite(high))
-        throw Error(fmt::format("uniform: expected finite low <= high, got low={}, high={}", low, high));
-    return draw(shape, opts, [&] { return low + (high - low) * gen.next_double(); }, low, high);
+    // high - low must be finite too: ±1e308 bounds would draw inf, and NaN where inf meets a 0 draw.
+    if (!(low <= high) || !std::isfinite(high - low))
+        throw Error(fmt::format("uniform: expected finite low <= high a finite distance apart, got low={}, high={}",
+                                low, high));
+    return draw("uniform", shape, opts, [&] { return low + (high - low) * gen.next_double(); }, low, high);
 }
 
 Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, Generator& gen) {
     if (low >= high)
         throw Error(fmt::format("randint: expected low < high, got low={}, high={}", low, high));
+    checked_numel("randint", shape);
+    const AllocContext context("randint", shape);
     xt::xarray<std::int64_t> a = xt::zeros<std::int64_t>(shape);
     // In unsigned arithmetic: high - low overflows int64 (undefined) for a range wider than 2^63.
     const std::uint64_t range = static_cast<std::uint64_t>(high) - static_cast<std::uint64_t>(low);
@@ -169,6 +202,9 @@ Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, Generato
 }
 
 Tensor randperm(std::size_t n, Generator& gen) {
+    checked_numel("randperm", {n});
+    const Shape shape{n};
+    const AllocContext context("randperm", shape);
     xt::xarray<std::int64_t> a = xt::zeros<std::int64_t>({n});
     std::iota(a.begin(), a.end(), 0);
     // Fisher-Yates with our own draws: std::shuffle's algorithm is library-specific.

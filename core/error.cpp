@@ -1,5 +1,7 @@
 #include "core/error.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace xgrad {
@@ -28,11 +30,27 @@ std::size_t normalize_axis(const char* op, long axis, const Shape& shape) {
 }
 
 std::size_t checked_numel(const char* op, const Shape& shape) {
-    std::size_t n = 1;
-    for (std::size_t d : shape)
-        if (__builtin_mul_overflow(n, d, &n))
-            throw Error(fmt::format("{}: shape {} has more elements than can be addressed", op, shape_str(shape)));
-    return n;
+    std::size_t nonzero = 1;
+    bool empty = false;
+    for (std::size_t d : shape) {
+        if (d == 0) {
+            empty = true;
+            continue;
+        }
+        if (__builtin_mul_overflow(nonzero, d, &nonzero) || nonzero > kMaxElements)
+            throw Error(empty || std::find(shape.begin(), shape.end(), 0) != shape.end()
+                            ? fmt::format("{}: shape {} is too large: without its zero-length axes it has more "
+                                          "elements than fit in memory",
+                                          op, shape_str(shape))
+                            : fmt::format("{}: shape {} has more elements than fit in memory", op, shape_str(shape)));
+    }
+    return empty ? 0 : nonzero;
+}
+
+std::int64_t checked_int64(const char* op, const char* what, double v) {
+    if (!fits_int64(v))
+        throw Error(fmt::format("{}: {} must be finite and within int64's range, got {}", op, what, v));
+    return static_cast<std::int64_t>(v);
 }
 
 }  // namespace xgrad

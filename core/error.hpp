@@ -1,6 +1,7 @@
 #pragma once
 /// The one exception type for bad input: what op, which argument, what was expected, what came.
 #include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -26,8 +27,22 @@ Shape unravel_index(std::size_t flat, const Shape& shape);
 /// "<op>: axis 3 is out of range for a tensor of rank 2 (shape (2, 5))".
 std::size_t normalize_axis(const char* op, long axis, const Shape& shape);
 
-/// The number of elements of `shape`, or throws "<op>: shape (...) has more elements than
-/// can be addressed" when the product overflows (a wrapped count would size a tiny buffer).
+/// The most elements a tensor may have: 2^60 - 1, so that its bytes (at most 8 per element)
+/// and every offset into it fit in a ptrdiff_t. No machine has that much memory.
+inline constexpr std::size_t kMaxElements = static_cast<std::size_t>(PTRDIFF_MAX) / 8;
+
+/// The number of elements of `shape`: every shape that becomes a count or an allocation goes
+/// through it. Throws "<op>: shape (4611686018427387904, 4) has more elements than fit in
+/// memory" past kMaxElements, where a wrapped product would size a tiny buffer. A shape with a
+/// zero axis must pass the same test without its zero axes, since strides, (outer, n, inner)
+/// splits and partial products are taken of them.
 std::size_t checked_numel(const char* op, const Shape& shape);
+
+/// A double as int64 (truncated toward zero, as static_cast), or throws "<op>: <what> must be
+/// finite and within int64's range, got nan": the cast would be undefined for those.
+std::int64_t checked_int64(const char* op, const char* what, double v);
+
+/// Whether a double converts to int64 without undefined behaviour: finite, in [-2^63, 2^63).
+inline bool fits_int64(double v) { return v >= -0x1p63 && v < 0x1p63; }  // NaN fails both
 
 }  // namespace xgrad

@@ -45,7 +45,8 @@ template <class Fwd, class Bwd> Tensor unary(const char* op, const Tensor& a, Sa
 template <class Fwd, class BwdA, class BwdB>
 Tensor binary(const char* op, const Tensor& a, const Tensor& b, Saves reads, Fwd fwd, BwdA bwd_a, BwdB bwd_b) {
     check_same_dtype(op, a, b);
-    broadcast_shapes(op, a.shape(), b.shape());
+    const Shape shape = broadcast_shapes(op, a.shape(), b.shape());
+    const AllocContext context(op, shape);
     return dispatch_floating(op, a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         xt::xarray<T> y = fwd(values<T>(a), values<T>(b));
@@ -249,7 +250,8 @@ namespace {
 
 template <class Cmp> Tensor compare(const char* op, const Tensor& a, const Tensor& b, Cmp cmp) {
     check_same_dtype(op, a, b);
-    broadcast_shapes(op, a.shape(), b.shape());
+    const Shape shape = broadcast_shapes(op, a.shape(), b.shape());
+    const AllocContext context(op, shape);
     return dispatch_all(a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         xt::xarray<bool> r = cmp(values<T>(a), values<T>(b));

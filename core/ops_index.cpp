@@ -36,8 +36,9 @@ Tensor repeat_interleave(const Tensor& a, std::size_t repeats, long axis) {
     Shape out_shape = in;
     if (__builtin_mul_overflow(in[ax], repeats, &out_shape[ax]))
         throw Error(fmt::format("repeat_interleave: {} repeats of axis {} of shape {} are more elements than "
-                                "can be addressed", repeats, ax, shape_str(in)));
+                                "fit in memory", repeats, ax, shape_str(in)));
     checked_numel("repeat_interleave", out_shape);
+    const AllocContext context("repeat_interleave", out_shape);
     return dispatch_all(a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         xt::xarray<T> y = xt::xarray<T>::from_shape(out_shape);
@@ -73,6 +74,8 @@ Tensor index_select(const Tensor& a, long axis, const Tensor& index) {
     Shape out_shape(in.begin(), in.begin() + static_cast<long>(ax));
     out_shape.insert(out_shape.end(), index.shape().begin(), index.shape().end());
     out_shape.insert(out_shape.end(), in.begin() + static_cast<long>(ax) + 1, in.end());
+    checked_numel("index_select", out_shape);
+    const AllocContext context("index_select", out_shape);
     const axis_split s = split_at(in, ax);
     return dispatch_all(a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;

@@ -91,6 +91,9 @@ Plan plan_product(const char* op, const Shape& sa, const Shape& sb, bool ta, boo
                                 shape_str(shown_b), p.k, kb));
     const Shape ba(sa.begin(), sa.end() - 2), bb(sb.begin(), sb.end() - 2);
     const Shape batch = broadcast_shapes(op, ba, bb);
+    Shape out = batch;  // the result (batch..., M, N), counted before any per-batch table is built
+    out.insert(out.end(), {p.m, p.n});
+    checked_numel(op, out);
     p.out_shape = batch;
     if (bb.empty() && !ta) {
         // (..., M, K)·(K, N): the batches of A stack into one (…·M, K) matrix, one gemm.
@@ -123,6 +126,7 @@ Tensor product(const char* op, const Tensor& a, const Tensor& b, const Plan& p) 
     check_same_dtype(op, a, b);
     return dispatch_floating(op, a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
+        const AllocContext context(op, p.out_shape);
         xt::xarray<T> c = xt::empty<T>(p.out_shape);
         const T* A = values<T>(a).data();
         const T* B = values<T>(b).data();

@@ -18,7 +18,8 @@ void check_bool(const char* op, const char* what, const Tensor& t) {
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
     check_bool("where", "cond", cond);
     check_same_dtype("where", a, b);
-    broadcast_shapes("where", broadcast_shapes("where", cond.shape(), a.shape()), b.shape());
+    const Shape shape = broadcast_shapes("where", broadcast_shapes("where", cond.shape(), a.shape()), b.shape());
+    const AllocContext context("where", shape);
     return dispatch_all(a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         xt::xarray<T> y = xt::where(values<bool>(cond), values<T>(a), values<T>(b));

@@ -15,12 +15,6 @@ std::string dims_str(const std::vector<long>& dims) {
     return fmt::format("({})", fmt::join(dims, ", "));
 }
 
-std::size_t numel_of(const Shape& s) {
-    std::size_t n = 1;
-    for (auto d : s) n *= d;
-    return n;
-}
-
 // The same values under another shape (reshape, squeeze, unsqueeze).
 Tensor reshaped(const char* op, const Tensor& a, const Shape& shape) {
     return dispatch_all(a.dtype(), [&](auto tag) {
@@ -98,32 +92,37 @@ Tensor permute_impl(const char* op, const Tensor& a, std::vector<std::size_t> pe
 
 Tensor reshape(const Tensor& a, const std::vector<long>& shape) {
     const Shape& in = a.shape();
-    const std::size_t total = numel_of(in);
+    const std::size_t total = a.numel();
     long inferred = -1;
-    std::size_t known = 1;
+    Shape out(shape.size());
     for (std::size_t i = 0; i < shape.size(); ++i) {
         if (shape[i] == -1) {
             if (inferred >= 0)
                 throw Error(fmt::format("reshape: only one size may be -1, got {}", dims_str(shape)));
             inferred = static_cast<long>(i);
+            out[i] = 1;  // for now: the product of the others is counted below
         } else if (shape[i] < 0) {
             throw Error(fmt::format("reshape: invalid size {} in {} (sizes are ≥ 0, or -1 for one inferred size)",
                                     shape[i], dims_str(shape)));
         } else {
-            known *= static_cast<std::size_t>(shape[i]);
+            out[i] = static_cast<std::size_t>(shape[i]);
         }
     }
-    Shape out(shape.size());
-    for (std::size_t i = 0; i < shape.size(); ++i) out[i] = shape[i] < 0 ? 0 : static_cast<std::size_t>(shape[i]);
     if (inferred >= 0) {
-        if (known == 0 || total % known != 0)
+        const std::size_t known = checked_numel("reshape", out);
+        if (known == 0)
+            throw Error(fmt::format("reshape: cannot infer the -1 in {}: the other sizes multiply to 0, so any "
+                                    "length would fit (input shape {})",
+                                    dims_str(shape), shape_str(in)));
+        if (total % known != 0)
             throw Error(fmt::format("reshape: cannot reshape {} ({} elements) into {}", shape_str(in), total,
                                     dims_str(shape)));
         out[static_cast<std::size_t>(inferred)] = total / known;
     }
-    if (checked_numel("reshape", out) != total)
+    const std::size_t count = checked_numel("reshape", out);
+    if (count != total)
         throw Error(fmt::format("reshape: cannot reshape {} ({} elements) into {} ({} elements)", shape_str(in),
-                                total, shape_str(out), numel_of(out)));
+                                total, shape_str(out), count));
     return reshaped("reshape", a, out);
 }
 
@@ -192,8 +191,13 @@ Tensor concat(const std::vector<Tensor>& tensors, long axis) {
             throw Error(fmt::format("concat: tensor {} has shape {} but tensor 0 has shape {}; they must "
                                     "match except along axis {}",
                                     t, shape_str(s), shape_str(first), axis));
-        out_shape[ax] += s[ax];
+        if (__builtin_add_overflow(out_shape[ax], s[ax], &out_shape[ax]))
+            throw Error(fmt::format("concat: the lengths along axis {} add up to more than fit in memory (tensor {} "
+                                    "of shape {} overflows it)",
+                                    axis, t, shape_str(s)));
     }
+    checked_numel("concat", out_shape);
+    const AllocContext context("concat", out_shape);
     // Per input, its length along the axis and its start within the result's axis.
     std::vector<std::size_t> lengths, starts;
     for (const Tensor& t : tensors) {
@@ -238,7 +242,8 @@ Tensor slice(const Tensor& a, long axis, long start, long end, long step) {
     auto clamp = [n](long v) { return std::clamp(v < 0 ? v + n : v, 0L, n); };
     const long first = clamp(start);
     const long stop = clamp(end);
-    const std::size_t count = stop > first ? static_cast<std::size_t>((stop - first + step - 1) / step) : 0;
+    // ceil((stop - first) / step) without the sum stop - first + step, which overflows for a huge step
+    const std::size_t count = stop > first ? static_cast<std::size_t>((stop - first - 1) / step + 1) : 0;
     Shape out_shape = in;
     out_shape[ax] = count;
     const axis_split s = split_at(in, ax);
@@ -274,6 +279,7 @@ Tensor expand(const Tensor& a, const Shape& shape) {
                                 "aligned from the right)",
                                 shape_str(a.shape()), shape_str(shape)));
     checked_numel("expand", shape);
+    const AllocContext context("expand", shape);
     return dispatch_all(a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         xt::xarray<T> y = xt::broadcast(values<T>(a), shape);

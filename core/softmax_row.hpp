@@ -17,7 +17,9 @@ namespace xgrad::kernel {
 
 constexpr double kMaskedScore = -1e6;
 
-/// max of x[0..n), n ≥ 1.
+/// max of x[0..n), n ≥ 1. With a NaN in x the result may or may not be NaN; either way the
+/// exps below give NaN for that key and so a NaN sum, so every softmax row with a NaN among its
+/// kept keys becomes NaN, as in torch (test_adversarial_nan.cpp checks every kernel and dtype).
 template <class T> T row_max(const T* x, std::size_t n) {
     if constexpr (std::is_same_v<T, float>) {
         return vec::max_of(x, n);

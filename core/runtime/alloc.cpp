@@ -1,12 +1,18 @@
 #include "core/runtime/alloc.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <iterator>
 #include <list>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
 
 namespace xgrad {
 
@@ -57,7 +63,7 @@ public:
         if (const char* env = std::getenv("XGRAD_ALLOC_CACHE_MB")) {
             char* end = nullptr;
             const unsigned long long v = std::strtoull(env, &end, 10);
-            if (end != env && *end == '\0') mb = static_cast<std::size_t>(v);
+            if (end != env && *end == '\0') mb = static_cast<std::size_t>(std::min<unsigned long long>(v, SIZE_MAX >> 20));
         }
         m_limit = mb << 20;
     }
@@ -179,9 +185,53 @@ Cache& cache() {
     return *c;
 }
 
+// What the allocations of this thread are for (AllocContext), read only when one fails.
+struct Context {
+    const char* op = nullptr;
+    const std::vector<std::size_t>* shape = nullptr;
+};
+thread_local Context t_context;
+
+std::string human_bytes(double bytes) {
+    const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB"};
+    std::size_t u = 0;
+    while (bytes >= 1024 && u + 1 < std::size(units)) {
+        bytes /= 1024;
+        ++u;
+    }
+    return fmt::format("{:.1f} {}", bytes, units[u]);
+}
+
+[[noreturn]] void out_of_memory(const std::string& request) {
+    const Context& c = t_context;
+    if (c.op && c.shape)
+        throw Error(fmt::format("{}: out of memory for a result of shape {}: cannot allocate {}", c.op,
+                                shape_str(*c.shape), request));
+    throw Error(fmt::format("allocator: out of memory: cannot allocate {}", request));
+}
+
 }  // namespace
 
-void* cached_alloc(std::size_t bytes) { return cache().alloc(bytes); }
+void* cached_alloc(std::size_t bytes) {
+    try {
+        return cache().alloc(bytes);
+    } catch (const std::bad_alloc&) {
+        out_of_memory(fmt::format("{} bytes ({})", bytes, human_bytes(static_cast<double>(bytes))));
+    }
+}
+
+void throw_out_of_memory(std::size_t count, std::size_t size) {
+    out_of_memory(fmt::format("{} elements of {} bytes ({})", count, size,
+                              human_bytes(static_cast<double>(count) * static_cast<double>(size))));
+}
+
+AllocContext::AllocContext(const char* op, const std::vector<std::size_t>& shape) noexcept
+    : m_previous_op(t_context.op), m_previous_shape(t_context.shape) {
+    t_context = {op, &shape};
+}
+
+AllocContext::~AllocContext() { t_context = {m_previous_op, m_previous_shape}; }
+
 void cached_free(void* p, std::size_t bytes) noexcept { cache().free(p, bytes); }
 AllocCacheStats alloc_cache_stats() { return cache().stats(); }
 void empty_cache() { cache().empty(); }

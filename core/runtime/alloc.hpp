@@ -20,11 +20,14 @@
 /// off). Under AddressSanitizer the default is 0, so freed memory stays poisoned.
 #include <cstddef>
 #include <cstdint>
-#include <new>
+#include <vector>
 
 namespace xgrad {
 
-/// At least `bytes` bytes, 64-byte aligned; never null (throws std::bad_alloc).
+/// At least `bytes` bytes, 64-byte aligned; never null. When the system has no such block it
+/// throws xgrad::Error naming the size (and the op and shape of an AllocContext in force):
+/// "zeros: out of memory for a result of shape (1099511627776,): cannot allocate
+/// 4398046511104 bytes (4.0 TiB)".
 void* cached_alloc(std::size_t bytes);
 /// Returns a block from cached_alloc(bytes), with the same `bytes`.
 void cached_free(void* p, std::size_t bytes) noexcept;
@@ -42,13 +45,31 @@ void empty_cache();
 /// Sets the most bytes the cache holds (0: no caching), releasing blocks beyond it.
 void set_alloc_cache_limit(std::size_t bytes);
 
+/// Throws the out-of-memory xgrad::Error for a request of `count` elements of `size` bytes
+/// each whose byte count does not even fit in a size_t.
+[[noreturn]] void throw_out_of_memory(std::size_t count, std::size_t size);
+
+/// While alive, says what this thread's allocations are for, so that running out of memory
+/// names the op and the shape it was making. Costs two thread-local stores; nests.
+class AllocContext {
+public:
+    AllocContext(const char* op, const std::vector<std::size_t>& shape) noexcept;
+    ~AllocContext();
+    AllocContext(const AllocContext&) = delete;
+    AllocContext& operator=(const AllocContext&) = delete;
+
+private:
+    const char* m_previous_op;
+    const std::vector<std::size_t>* m_previous_shape;
+};
+
 /// A standard allocator over cached_alloc, for xt::xarray's storage.
 template <class T> struct cache_allocator {
     using value_type = T;
     cache_allocator() noexcept = default;
     template <class U> cache_allocator(const cache_allocator<U>&) noexcept {}
     T* allocate(std::size_t n) {
-        if (n > SIZE_MAX / sizeof(T)) throw std::bad_array_new_length();
+        if (n > SIZE_MAX / sizeof(T)) throw_out_of_memory(n, sizeof(T));
         return static_cast<T*>(cached_alloc(n * sizeof(T)));
     }
     void deallocate(T* p, std::size_t n) noexcept { cached_free(p, n * sizeof(T)); }

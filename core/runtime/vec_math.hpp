@@ -12,7 +12,9 @@ namespace xgrad::vec {
 /// [−87, 88] before the exponent is built). Returns Σ y[j].
 float exp_shifted_sum(const float* x, float m, float* y, std::size_t n);
 
-/// max x[j] for n ≥ 1 (NaN-free input).
+/// max x[j] for n ≥ 1. A NaN in x is skipped or returned depending on where it falls (no
+/// defined order): callers that must propagate NaN rely on exp_shifted_sum, which turns any
+/// NaN x[j], and any NaN m, into a NaN sum.
 float max_of(const float* x, std::size_t n);
 
 }  // namespace xgrad::vec
