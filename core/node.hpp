@@ -26,35 +26,6 @@ using Storage = std::variant<xt::xarray<float>, xt::xarray<double>, xt::xarray<s
 /// shape as self.data). Adds into the inputs' gradients with accumulate().
 using BackwardFn = std::function<void(Node& self, const Storage& grad_out)>;
 
-struct Node {
-    Storage data;
-    Shape shape;                   // cached copy of data's shape (the handle returns a reference)
-    std::optional<Storage> grad;   // what the user reads as .grad(): leaves and retained non-leaves
-    std::optional<Storage> flow;   // gradient arriving during one backward sweep (engine only)
-    bool requires_grad = false;
-    bool is_leaf = true;
-    bool retains_grad = false;
-    bool graph_freed = false;      // backward ran without retain_graph: fn and parents are gone
-    const char* op = "";           // name of the op that made it ("" for leaves)
-    std::uint64_t version = 0;     // bumped by every in-place write (set_data, data_ptr, mutable_data_ptr)
-    const char* last_write = "";   // the accessor of the latest in-place write, for the stale-graph error
-    std::vector<Tensor> parents;   // inputs of the op, in argument order
-    // The versions, at forward, of the tensors this op's backward reads: parents first, then its
-    // own output; kNotSaved for one it does not read (add's inputs), whose writes are harmless.
-    std::vector<std::uint64_t> saved_versions;
-    static constexpr std::uint64_t kNotSaved = ~std::uint64_t{0};
-    BackwardFn backward;
-
-    explicit Node(Storage values);
-    Node(const Node&) = delete;
-    Node& operator=(const Node&) = delete;
-    /// Releases long parent chains iteratively: a recursive destructor would overflow the
-    /// stack on graphs with a very long path (an RNN unrolled for 100k steps).
-    ~Node();
-
-    Dtype dtype() const { return static_cast<Dtype>(data.index()); }
-};
-
 /// Which of an op's tensors its backward reads: inputs by position (bit i for input i) and its
 /// own output. Only these are checked against in-place writes before a backward runs (as torch
 /// checks only what an op saved): `y = a + b; a.mutable_data_ptr()...; y.backward()` is fine,
@@ -66,6 +37,38 @@ struct Saves {
     static constexpr Saves none() { return {0u, false}; }
     static constexpr Saves only_output() { return {0u, true}; }
     static constexpr Saves only_inputs(std::uint32_t bits) { return {bits, false}; }
+    constexpr bool reads_input(std::size_t i) const { return i >= 32 || (inputs >> i & 1u); }
+};
+
+struct Node {
+    Storage data;
+    Shape shape;                   // cached copy of data's shape (the handle returns a reference)
+    std::optional<Storage> grad;   // what the user reads as .grad(): leaves and retained non-leaves
+    std::optional<Storage> flow;   // gradient arriving during one backward sweep (engine only)
+    bool requires_grad = false;
+    bool is_leaf = true;
+    bool retains_grad = false;
+    bool graph_freed = false;      // backward ran without retain_graph: fn and parents are gone
+    const char* op = "";           // name of the op that made it ("" for leaves)
+    std::uint64_t version = 0;     // bumped by every in-place write (set_data, data_ptr, mutable_data_ptr)
+    std::uint64_t layout_version = 0;  // bumped by a set_data that changes the shape or the dtype
+    const char* last_write = "";   // the accessor of the latest in-place write, for the stale-graph error
+    std::vector<Tensor> parents;   // inputs of the op, in argument order
+    // At forward, for the parents and then the output: the version of each tensor the backward
+    // reads (saves), the layout version of the others. Every backward uses its inputs' shapes
+    // and dtypes, so a new layout is refused for all of them; new values only for saved ones.
+    Saves saves;
+    std::vector<std::uint64_t> saved_versions;
+    BackwardFn backward;
+
+    explicit Node(Storage values);
+    Node(const Node&) = delete;
+    Node& operator=(const Node&) = delete;
+    /// Releases long parent chains iteratively: a recursive destructor would overflow the
+    /// stack on graphs with a very long path (an RNN unrolled for 100k steps).
+    ~Node();
+
+    Dtype dtype() const { return static_cast<Dtype>(data.index()); }
 };
 
 /// Throws "<op>: dtypes differ: float32 and float64 (convert one with .to())".

@@ -60,7 +60,7 @@ Tensor repeat_interleave(const Tensor& a, std::size_t repeats, long axis) {
                         for (std::size_t i = 0; i < s.inner; ++i) d[i] += g[i];
                 }
                 accumulate<G>("repeat_interleave", x, std::move(gx));
-            }));
+            }), Saves::none());
     });
 }
 
@@ -102,7 +102,7 @@ Tensor index_select(const Tensor& a, long axis, const Tensor& index) {
                         g += s.inner;
                     }
                 accumulate<G>("index_select", x, std::move(gx));
-            }));
+            }), Saves::only_inputs(2u));
     });
 }
 
@@ -152,7 +152,7 @@ Tensor gather(const Tensor& a, long axis, const Tensor& index) {
                 const G* g = grad_as<G>(gs).data();
                 for (std::size_t k = 0; k < offsets.size(); ++k) gx.data()[offsets[k]] += g[k];
                 accumulate<G>("gather", x, std::move(gx));
-            }));
+            }), Saves::none());
     });
 }
 

@@ -83,7 +83,8 @@ Tensor reduce_sum(const char* op, const Tensor& a, const std::vector<std::size_t
                                   g.reshape(kept);
                                   if (mean) g /= static_cast<T>(count);
                                   accumulate<T>(op, x, xt::xarray<T>(xt::broadcast(g, x.shape())));
-                              });
+                              },
+                              Saves::none());
     });
 }
 
@@ -161,7 +162,7 @@ Tensor max(const Tensor& a, long axis, bool keepdims) {
                     for (std::size_t i = 0; i < s.inner; ++i)
                         d[(o * s.n + idx[o * s.inner + i]) * s.inner + i] = g[o * s.inner + i];
                 accumulate<G>("max", x, std::move(gx));
-            }));
+            }), Saves::none());
     });
 }
 

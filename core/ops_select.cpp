@@ -38,7 +38,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
                     const Tensor& tb = self.parents[2];
                     accumulate<G>("where", tb, sum_to<G>(xt::xarray<G>(xt::where(c, G(0), g)), tb.shape()));
                 }
-            }));
+            }), Saves::only_inputs(1u));
     });
 }
 
@@ -56,7 +56,7 @@ Tensor masked_fill(const Tensor& a, const Tensor& mask, double value) {
                                       const auto& m = values<bool>(self.parents[1]);
                                       accumulate<G>("masked_fill", self.parents[0],
                                                     xt::xarray<G>(xt::where(m, G(0), grad_as<G>(gs))));
-                                  }));
+                                  }), Saves::only_inputs(2u));
     });
 }
 

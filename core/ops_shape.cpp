@@ -28,7 +28,7 @@ Tensor reshaped(const char* op, const Tensor& a, const Shape& shape) {
                                       xt::xarray<G> g = grad_as<G>(gs);
                                       g.reshape(x.shape());
                                       accumulate<G>(op, x, std::move(g));
-                                  }));
+                                  }), Saves::none());
     });
 }
 
@@ -84,7 +84,7 @@ Tensor permute_impl(const char* op, const Tensor& a, std::vector<std::size_t> pe
             floating_backward(op, [op, inverse = std::move(inverse)](auto gtag, Node& self, const Storage& gs) {
                 using G = typename decltype(gtag)::type;
                 accumulate<G>(op, self.parents[0], permuted(grad_as<G>(gs), inverse));
-            }));
+            }), Saves::none());
     });
 }
 
@@ -229,7 +229,7 @@ Tensor concat(const std::vector<Tensor>& tensors, long axis) {
                     }
                     accumulate<G>("concat", self.parents[t], std::move(gt));
                 }
-            }));
+            }), Saves::none());
     });
 }
 
@@ -269,7 +269,7 @@ Tensor slice(const Tensor& a, long axis, long start, long end, long step) {
                     for (std::size_t j = 0; j < count; ++j, g += s.inner)
                         std::copy(g, g + s.inner, gx.data() + (o * s.n + from + j * stride) * s.inner);
                 accumulate<G>("slice", x, std::move(gx));
-            }));
+            }), Saves::none());
     });
 }
 
@@ -288,7 +288,7 @@ Tensor expand(const Tensor& a, const Shape& shape) {
                                       using G = typename decltype(gtag)::type;
                                       const Tensor& x = self.parents[0];
                                       accumulate<G>("expand", x, sum_to<G>(xt::xarray<G>(grad_as<G>(gs)), x.shape()));
-                                  }));
+                                  }), Saves::none());
     });
 }
 

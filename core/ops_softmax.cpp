@@ -62,7 +62,7 @@ Tensor softmax(const Tensor& a, long axis) {
             for_each_row<T, 2>(l, {values<T>(self).data(), grad_as<T>(gs).data()}, gx.data(),
                                [&](const auto& yg, T* d) { kernel::softmax_grad_prefix(yg[0], yg[1], d, l.n, l.n); });
             accumulate<T>("softmax", self.parents[0], std::move(gx));
-        });
+        }, Saves::only_output());
     });
 }
 
@@ -85,7 +85,7 @@ Tensor log_softmax(const Tensor& a, long axis) {
                                    for (std::size_t k = 0; k < l.n; ++k) d[k] = yg[1][k] - std::exp(yg[0][k]) * total;
                                });
             accumulate<T>("log_softmax", self.parents[0], std::move(gx));
-        });
+        }, Saves::only_output());
     });
 }
 
@@ -128,7 +128,7 @@ Tensor masked_softmax(const Tensor& X, const ResolvedMask& mask) {
                 for (std::size_t r = r0; r < r1; ++r) kept.backward(r, y + r * n, g + r * n, d + r * n);
             });
             accumulate<T>("masked_softmax", self.parents[0], std::move(gx));
-        });
+        }, Saves::only_output());
     });
 }
 

@@ -79,12 +79,13 @@ Tensor make_result(xt::xarray<T>&& value, std::vector<Tensor> inputs, const char
     if (track) {
         node->requires_grad = true;
         node->is_leaf = false;
+        node->saves = saves;
         node->saved_versions.reserve(inputs.size() + 1);
         for (std::size_t i = 0; i < inputs.size(); ++i) {
-            const bool saved = inputs[i].defined() && (i >= 32 || (saves.inputs >> i & 1u));
-            node->saved_versions.push_back(saved ? inputs[i].node().version : Node::kNotSaved);
+            const Node* in = inputs[i].defined() ? &inputs[i].node() : nullptr;
+            node->saved_versions.push_back(!in ? 0 : saves.reads_input(i) ? in->version : in->layout_version);
         }
-        node->saved_versions.push_back(saves.output ? 0 : Node::kNotSaved);
+        node->saved_versions.push_back(0);
         node->parents = std::move(inputs);
         node->backward = std::move(backward);
     }
@@ -307,6 +308,7 @@ void Tensor::set_data(const Tensor& values) const {
     if (!values.defined()) throw Error("set_data: values is an undefined tensor");
     if (&n == &values.node()) return;
     if (n.grad && (values.shape() != n.shape || values.dtype() != n.dtype())) n.grad.reset();
+    if (values.shape() != n.shape || values.dtype() != n.dtype()) ++n.layout_version;
     n.data = values.node().data;
     n.shape = values.shape();
     ++n.version;
@@ -344,22 +346,29 @@ XGRAD_INSTANTIATE(bool)
 namespace {
 
 // Refuses, before any backward runs, a graph one of whose ops would read values written in place
-// since its forward pass (a saved input, or its own output). Tensors an op did not save (add's
-// inputs) may change: its backward does not read them.
+// since its forward pass (a saved input, or its own output), or whose input set_data gave a new
+// shape or dtype (every backward builds its gradients to its inputs' layouts). New values in a
+// tensor an op did not save (add's inputs) are fine: its backward does not read them.
 void check_versions(const std::vector<std::shared_ptr<Node>>& order) {
     for (const auto& n : order) {
         if (n->is_leaf || n->saved_versions.empty()) continue;
         const std::size_t k = n->parents.size();
         for (std::size_t i = 0; i <= k; ++i) {
-            if (n->saved_versions[i] == Node::kNotSaved) continue;
             if (i < k && !n->parents[i].defined()) continue;
             const Node& input = i < k ? n->parents[i].node() : *n;
-            if (input.version == n->saved_versions[i]) continue;
             const std::string what =
                 i < k ? fmt::format("its input {} ({} of shape {})", i, *input.op ? fmt::format("a '{}' result", input.op)
                                                                                     : std::string("a leaf"),
                                     shape_str(input.shape))
                       : fmt::format("its output (of shape {})", shape_str(input.shape));
+            const bool saved = i < k ? n->saves.reads_input(i) : n->saves.output;
+            if (!saved) {
+                if (i == k || input.layout_version == n->saved_versions[i]) continue;
+                throw Error(fmt::format("backward: {} was given another shape or dtype by set_data() after the "
+                                        "forward pass of '{}'; run the forward pass again after changing it",
+                                        what, n->op));
+            }
+            if (input.version == n->saved_versions[i]) continue;
             const std::string how = *input.last_write ? fmt::format(", last through {}", input.last_write) : "";
             const char* hint = std::string_view(input.last_write) == "data_ptr()"
                                    ? "; data_ptr() hands out write access and counts as a write, read with const_data_ptr()"

@@ -154,9 +154,36 @@ TEST_CASE("an op's saved output is checked and an unsaved one is not", "[autogra
     CHECK(x.grad().to_vector<double>() == std::vector<double>{3, 3});
 }
 
-TEST_CASE("a changed dtype of an unsaved input is a clear error, not a bad variant access", "[autograd][version]") {
-    Tensor x = tensor({0.5, 1.5}, kFloat64).requires_grad_();
-    Tensor y = (x + 1.0).sum();
-    x.set_data(tensor({0.5f, 1.5f}));
-    CHECK_THROWS_WITH(y.backward(), Catch::Contains("changed dtype"));
+TEST_CASE("a new shape or dtype is refused even for a tensor the op did not save", "[autograd][version]") {
+    // Every backward builds its gradients to its inputs' current shapes: a set_data of another
+    // shape under a max or a reshape would index out of bounds or mis-shape the gradient.
+    auto refused = [](const char* name, const std::function<Tensor(const Tensor&)>& op, const Tensor& other) {
+        INFO(name);
+        Tensor x = tensor({{0.5, 1.5, -2.0}, {3.0, 0.0, 1.0}}, kFloat64).requires_grad_();
+        Tensor y = op(x).sum();
+        x.set_data(other);
+        CHECK_THROWS_WITH(y.backward(), Catch::Contains("its input 0 (a leaf of shape") &&
+                                            Catch::Contains("was given another shape or dtype by set_data() after "
+                                                            "the forward pass of"));
+        CHECK_FALSE(x.has_grad());
+    };
+    const Tensor longer = zeros({7, 9}, kFloat64);
+    const Tensor as_float = zeros({2, 3}, kFloat32);
+    for (const Tensor& other : {longer, as_float}) {
+        refused("add", [](const Tensor& x) { return x + 1.0; }, other);
+        refused("reshape", [](const Tensor& x) { return x.reshape({3, 2}); }, other);
+        refused("permute", [](const Tensor& x) { return x.transpose(0, 1); }, other);
+        refused("sum", [](const Tensor& x) { return x.sum({1}); }, other);
+        refused("max", [](const Tensor& x) { return max(x, 1); }, other);
+        refused("slice", [](const Tensor& x) { return slice(x, 1, 0, 2); }, other);
+        refused("expand", [](const Tensor& x) { return expand(x.unsqueeze(0), Shape{4, 2, 3}); }, other);
+        refused("concat", [](const Tensor& x) { return concat({x, x}, 0); }, other);
+        refused("softmax", [](const Tensor& x) { return softmax(x, 1) * 2.0; }, other);
+    }
+    // The same values in the same layout are a value write: allowed for the ops that saved nothing.
+    Tensor x = tensor({1.0, 2.0}, kFloat64).requires_grad_();
+    Tensor y = (x.reshape({2, 1}) * 3.0).sum();
+    x.set_data(tensor({5.0, 6.0}, kFloat64));
+    y.backward();
+    CHECK(x.grad().to_vector<double>() == std::vector<double>{3, 3});
 }
