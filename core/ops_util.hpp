@@ -51,24 +51,15 @@ inline std::vector<std::size_t> row_major_strides(const Shape& shape) {
     return strides;
 }
 
-/// Whether a value converts to To without undefined behaviour or a silently wrong result: a float
-/// into int64 must be finite and inside int64's range (torch gives INT64_MIN for NaN, C++ gives
-/// undefined behaviour); every other conversion between the four element types is defined.
-template <class To, class From> bool converts_exactly_enough(From v) {
-    if constexpr (std::is_floating_point_v<From> && std::is_same_v<To, std::int64_t>)
-        // 2^63 is exactly representable; the range is [-2^63, 2^63).
-        return v >= -9223372036854775808.0 && v < 9223372036854775808.0;  // false for NaN
-    else
-        return true;
-}
-
-/// Converts every element of `a` to To, or throws naming `who`, the value and its flat index:
-/// "cast: float32 value nan at flat index 3 cannot be converted to int64".
+/// Checks every element of `a` converts to To, or throws naming `who`, the value and its flat
+/// index: "cast: float32 value nan at flat index 3 cannot be converted to int64". Only a float
+/// into int64 can fail (torch gives INT64_MIN for NaN, C++ undefined behaviour); every other
+/// conversion between the four element types is defined.
 template <class To, class From>
 void check_convertible(const char* who, const From* a, std::size_t n) {
     if constexpr (std::is_floating_point_v<From> && std::is_same_v<To, std::int64_t>) {
         for (std::size_t i = 0; i < n; ++i)
-            if (!converts_exactly_enough<To>(a[i]))
+            if (!fits_int64(static_cast<double>(a[i])))
                 throw Error(fmt::format("{}: {} value {} at flat index {} cannot be converted to {} (it must be "
                                         "finite and within [-2^63, 2^63))",
                                         who, dtype_name(dtype_of<From>()), a[i], i, dtype_name(dtype_of<To>())));

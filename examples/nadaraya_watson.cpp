@@ -159,12 +159,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-    try {
-        return run(argc, argv);
-    } catch (const std::exception& e) {
-        std::fflush(stdout);
-        fmt::print(stderr, "\nnadaraya_watson: error: {}\n", e.what());
-        return 1;
-    }
-}
+int main(int argc, char** argv) { return xgrad::examples::flags::run_main("nadaraya_watson", run, argc, argv); }

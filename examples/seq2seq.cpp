@@ -367,12 +367,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-    try {
-        return run(argc, argv);
-    } catch (const std::exception& e) {
-        std::fflush(stdout);
-        fmt::print(stderr, "\nseq2seq: error: {}\n", e.what());
-        return 1;
-    }
-}
+int main(int argc, char** argv) { return xgrad::examples::flags::run_main("seq2seq", run, argc, argv); }

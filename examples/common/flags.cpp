@@ -78,4 +78,14 @@ int refuse(const CLI::App& app, const std::string& message) {
     return 2;
 }
 
+int run_main(const char* program, int (*body)(int, char**), int argc, char** argv) {
+    try {
+        return body(argc, argv);
+    } catch (const std::exception& e) {
+        std::fflush(stdout);
+        fmt::print(stderr, "\n{}: error: {}\n", program, e.what());
+        return 1;
+    }
+}
+
 }  // namespace xgrad::examples::flags

@@ -50,4 +50,8 @@ std::optional<int> parse(CLI::App& app, int argc, const char* const* argv);
 /// stderr and returns the exit code 2.
 int refuse(const CLI::App& app, const std::string& message);
 
+/// Runs a program's body: an exception that escapes it ends the program with
+/// "\n<program>: error: <what>" on stderr and exit code 1, instead of std::terminate.
+int run_main(const char* program, int (*body)(int, char**), int argc, char** argv);
+
 }  // namespace xgrad::examples::flags
