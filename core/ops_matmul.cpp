@@ -93,9 +93,13 @@ Plan plan_product(const char* op, const Shape& sa, const Shape& sb, bool ta, boo
     const Shape batch = broadcast_shapes(op, ba, bb);
     Shape out = batch;  // the result (batch..., M, N), counted before any per-batch table is built
     out.insert(out.end(), {p.m, p.n});
-    checked_numel(op, out);
+    const bool empty = checked_numel(op, out) == 0;
     p.out_shape = batch;
-    if (bb.empty() && !ta) {
+    if (empty) {
+        // Nothing to multiply: no per-batch tables (a batch of 2^40 empty products would build
+        // 2^40 offsets), and the input gradients are zeros.
+        p.a_repeats = p.b_repeats = true;
+    } else if (bb.empty() && !ta) {
         // (..., M, K)·(K, N): the batches of A stack into one (…·M, K) matrix, one gemm.
         p.m *= count_of(batch);
         p.a_off = p.b_off = {0};

@@ -123,3 +123,20 @@ TEST_CASE("matmul_t in float32 and its errors", "[matmul]") {
     CHECK_THROWS_WITH(matmul_t(ones({2, 3, 2}), ones({3, 2, 2}), false, false, 1.0),
                       Catch::Contains("matmul_t") && Catch::Contains("cannot be broadcast"));
 }
+
+TEST_CASE("empty products: no work per batch, zero gradients", "[matmul][sizes]") {
+    // 2^40 batches of (0, 3)·(3, 4): an empty result, built without a table per batch.
+    const Tensor huge = zeros({std::size_t{1} << 40, 0, 3}).requires_grad_();
+    const Tensor w = ones({3, 4}).requires_grad_();
+    Tensor y = matmul(huge, w);
+    CHECK(y.shape() == Shape{std::size_t{1} << 40, 0, 4});
+    y.sum().backward();
+    CHECK(w.grad().to_vector<float>() == std::vector<float>(12, 0.0f));
+    // (2, 3, 4)·(4, 0): empty result, A's gradient is zeros of A's shape.
+    const Tensor a = ones({2, 3, 4}).requires_grad_();
+    Tensor z = bmm(a, zeros({2, 4, 0}));
+    z.sum().backward();
+    CHECK(a.grad().to_vector<float>() == std::vector<float>(24, 0.0f));
+    // (2, 3, 0)·(0, 5): an inner size of 0 gives zeros, not uninitialised memory.
+    CHECK(matmul(ones({2, 3, 0}), ones({0, 5})).to_vector<float>() == std::vector<float>(30, 0.0f));
+}
