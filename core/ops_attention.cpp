@@ -78,9 +78,12 @@ Tensor head_attention_weights(const Tensor& queries, const Tensor& keys, std::si
                 for (std::size_t i = 0; i < Lq; ++i) kept.forward(b * Lq + i, S + i * Lk, S + i * Lk);
             }
         });
-        // Saves only the weights (its output) and the resolved mask: no scores tensor is kept.
+        // Saves only the weights (its output) and the resolved mask: no scores tensor is kept. A
+        // bool mask is read again by the backward, so it is an input whose writes are refused.
+        std::vector<Tensor> inputs{queries, keys};
+        if (mask.by_mask()) inputs.push_back(mask.where());
         return make_result<T>(
-            std::move(out), {queries, keys}, op, [mask, B, H, Lq, Lk, D, d, alpha, grain](Node& self, const Storage& gs) {
+            std::move(out), std::move(inputs), op, [mask, B, H, Lq, Lk, D, d, alpha, grain](Node& self, const Storage& gs) {
                 const bool need_q = needs_grad(self, 0), need_k = needs_grad(self, 1);
                 if (!need_q && !need_k) return;
                 const kernel::MaskedRows kept(mask);

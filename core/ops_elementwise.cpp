@@ -159,13 +159,17 @@ Tensor sigmoid(const Tensor& a) {
 }
 
 Tensor relu(const Tensor& a) {
-    // The subgradient at 0 is 0, as in PyTorch.
+    // The subgradient at 0 is 0, as in PyTorch. NaN passes through, as in torch (a maximum
+    // with 0 would turn it into 0 and hide it), and so does its gradient.
     return unary(
         "relu", a, kReadsX,
-        [](const auto& x) { return xt::maximum(x, static_cast<value_t<decltype(x)>>(0)); },
+        [](const auto& x) {
+            using T = value_t<decltype(x)>;
+            return xt::where(x <= static_cast<T>(0), static_cast<T>(0), x);
+        },
         [](const auto& x, const auto&, const auto& g) {
             using T = value_t<decltype(x)>;
-            return xt::where(x > static_cast<T>(0), g, static_cast<T>(0));
+            return xt::where(x <= static_cast<T>(0), static_cast<T>(0), g);
         });
 }
 

@@ -118,7 +118,11 @@ Tensor masked_softmax(const Tensor& X, const ResolvedMask& mask) {
         parallel_for(rows, row_grain(n), [&](std::size_t r0, std::size_t r1) {
             for (std::size_t r = r0; r < r1; ++r) kept.forward(r, x + r * n, y + r * n);
         });
-        return make_result<T>(std::move(out), {X}, "masked_softmax", [mask, rows, n](Node& self, const Storage& gs) {
+        // A bool mask is read again by the backward: it is an input, so writing it after the
+        // forward pass makes the backward refuse (lengths and causal are copied into `mask`).
+        std::vector<Tensor> inputs{X};
+        if (mask.by_mask()) inputs.push_back(mask.where());
+        return make_result<T>(std::move(out), std::move(inputs), "masked_softmax", [mask, rows, n](Node& self, const Storage& gs) {
             const T* y = values<T>(self).data();
             const T* g = grad_as<T>(gs).data();
             xt::xarray<T> gx = xt::empty<T>(self.shape);
@@ -128,7 +132,7 @@ Tensor masked_softmax(const Tensor& X, const ResolvedMask& mask) {
                 for (std::size_t r = r0; r < r1; ++r) kept.backward(r, y + r * n, g + r * n, d + r * n);
             });
             accumulate<T>("masked_softmax", self.parents[0], std::move(gx));
-        }, Saves::only_output());
+        }, Saves{2u, true});
     });
 }
 

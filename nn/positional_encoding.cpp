@@ -1,6 +1,7 @@
 #include "positional_encoding.hpp"
 
 #include <cmath>
+#include <new>
 
 #include "core/creation.hpp"
 #include "core/ops.hpp"
@@ -29,7 +30,17 @@ PositionalEncoding::PositionalEncoding(std::size_t num_hiddens, double dropout, 
     if (num_hiddens == 0 || max_len == 0)
         throw Error(fmt::format("PositionalEncoding: num_hiddens and max_len must be positive, got {} and {}",
                                 num_hiddens, max_len));
-    std::vector<double> P(max_len * num_hiddens);
+    // The table is counted before it is sized: max_len·num_hiddens can wrap around.
+    const Shape shape{1, max_len, num_hiddens};
+    checked_numel("PositionalEncoding", shape);
+    std::vector<double> P;
+    try {
+        P.resize(max_len * num_hiddens);
+    } catch (const std::bad_alloc&) {
+        throw Error(fmt::format("PositionalEncoding: out of memory for a table of shape {} (max_len {}, "
+                                "num_hiddens {})",
+                                shape_str(shape), max_len, num_hiddens));
+    }
     const double d = static_cast<double>(num_hiddens);
     for (std::size_t i = 0; i < max_len; ++i)
         for (std::size_t j = 0; 2 * j < num_hiddens; ++j) {
@@ -37,7 +48,7 @@ PositionalEncoding::PositionalEncoding(std::size_t num_hiddens, double dropout, 
             P[i * num_hiddens + 2 * j] = std::sin(angle);
             if (2 * j + 1 < num_hiddens) P[i * num_hiddens + 2 * j + 1] = std::cos(angle);
         }
-    m_P = from_vector(P, {1, max_len, num_hiddens});
+    m_P = from_vector(P, shape);
 }
 
 Tensor PositionalEncoding::forward(const Tensor& X, std::size_t offset) {

@@ -84,6 +84,9 @@ protected:
     void check_hyper_parameters(const HyperParameters& h) const override;
     void set_hyper_parameters(const HyperParameters& h) override;
     std::vector<std::string> buffer_names(const HyperParameters& h) const override;
+    bool non_negative_buffer(const std::string& name) const override {
+        return name == "exp_avg_sq" || name == "max_exp_avg_sq";
+    }
     std::vector<Tensor> get_state(std::size_t i) const override;
     void set_state(std::size_t i, std::vector<Tensor> state) override;
 

@@ -148,8 +148,19 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
                 throw Error(fmt::format("{}: entry '{}' is {} {}, but parameter {} is {} {}", op, key,
                                         dtype_name(t.dtype()), shape_str(t.shape()), i, dtype_name(p.dtype()),
                                         shape_str(p.shape())));
-            } else if (t.dtype() != p.dtype()) {
-                t = t.detach().to(p.dtype());  // as torch: a float32 run's state resumes a float64 model
+            } else {
+                // A state from a healthy run is finite (and >= 0 where the buffer is a square): one
+                // that is not would turn every weight into NaN at the next step without a word.
+                const std::vector<double> v = t.to_vector<double>();
+                const auto bad = std::find_if(v.begin(), v.end(), [&](double x) {
+                    return !std::isfinite(x) || (x < 0 && non_negative_buffer(name));
+                });
+                if (bad != v.end())
+                    throw Error(fmt::format("{}: entry '{}' holds {} at flat index {}; expected finite values{}", op,
+                                            key, *bad, bad - v.begin(),
+                                            non_negative_buffer(name) ? " >= 0" : ""));
+                if (t.dtype() != p.dtype())
+                    t = t.detach().to(p.dtype());  // as torch: a float32 run's state resumes a float64 model
             }
             buffers[i].push_back(t.detach());  // a copy: later steps must not write into the caller's tensors
         }

@@ -80,6 +80,9 @@ protected:
     /// "exp_avg_sq"}. "step" is an int64 0-d count >= 1; the others have the parameter's shape
     /// and dtype.
     virtual std::vector<std::string> buffer_names(const HyperParameters& h) const = 0;
+    /// Whether a buffer only ever holds values >= 0 (Adam's second moments): a loaded state
+    /// with a negative one is refused, since the next step would take its square root.
+    virtual bool non_negative_buffer(const std::string& /*name*/) const { return false; }
     /// Parameter i's buffers in buffer_names() order, or empty before its first step.
     virtual std::vector<Tensor> get_state(std::size_t i) const = 0;
     /// Adopts buffers (in buffer_names() order, owned by the optimizer from now on), or resets

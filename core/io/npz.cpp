@@ -563,6 +563,19 @@ Error archive_too_large(const char* op, const std::string& name) {
 // Streams an archive through `out(std::string_view)`: member headers and npy headers are built
 // in memory; stored array data goes straight from the tensors, deflated data is compressed into
 // memory first, since the local header that precedes it holds its size.
+// Whether a member name, unzipped, would land outside the folder it is unzipped into: an
+// absolute path, a Windows separator, or a '..' component.
+inline bool escapes_folder(const std::string& name) {
+    if (name.front() == '/' || name.find('\\') != std::string::npos) return true;
+    std::size_t start = 0;
+    while (start <= name.size()) {
+        const std::size_t end = std::min(name.find('/', start), name.size());
+        if (name.compare(start, end - start, "..") == 0 && end - start == 2) return true;
+        start = end + 1;
+    }
+    return false;
+}
+
 template <class Out> void write_npz(const NamedTensors& arrays, bool compressed, const char* op, Out&& out) {
     std::vector<ZipEntry> entries;
     std::set<std::string> names;
@@ -574,6 +587,11 @@ template <class Out> void write_npz(const NamedTensors& arrays, bool compressed,
             throw Error(fmt::format("{}: the array name '{}' contains a NUL byte", op, name));
         if (!names.insert(name).second)
             throw Error(fmt::format("{}: the array name '{}' appears twice", op, name));
+        if (escapes_folder(name + ".npy"))
+            throw Error(fmt::format("{}: the array name '{}' would unzip outside the archive's folder (it is "
+                                    "absolute, holds a backslash or a '..' component); numpy would write it, "
+                                    "but an unzip of it could overwrite other files",
+                                    op, name));
         check_defined(t, fmt::format("{}: array '{}'", op, name));
         ZipEntry e;
         e.name = name + ".npy";

@@ -1015,3 +1015,17 @@ TEST_CASE("files: npy shapes that overflow or are absurd or negative are refused
                                 "a.npz"),
                       Catch::Contains("a.npz: member 'a.npy'") && Catch::Contains("refused before inflating"));
 }
+
+TEST_CASE("save_npz refuses array names that would unzip outside the folder", "[files]") {
+    const std::string dir = fmt::format("/tmp/xgrad-npz-names-{}", ::getpid());
+    ::mkdir(dir.c_str(), 0755);
+    const std::string path = dir + "/names.npz";
+    for (const char* bad : {"../evil", "a/../../evil", "/etc/evil", "a\\b", "a/../b/../../c"}) {
+        INFO(bad);
+        CHECK_THROWS_WITH(save_npz(path, {{bad, xgrad::ones({1})}}), Catch::Contains("would unzip outside"));
+    }
+    CHECK_NOTHROW(save_npz(path, {{"a/b", xgrad::ones({1})}, {"..a", xgrad::ones({1})}, {"a..b", xgrad::ones({1})}}));
+    CHECK(load_npz(path).size() == 3);
+    std::remove(path.c_str());
+    ::rmdir(dir.c_str());
+}

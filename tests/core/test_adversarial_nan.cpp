@@ -229,3 +229,19 @@ TEST_CASE("max and argmax: the first NaN wins, along any axis and in every dtype
         CHECK(vals(x.grad()) == std::vector<double>{0, 1, 0, 1, 0, 0, 0, 1, 0});
     }
 }
+
+TEST_CASE("relu passes NaN through as torch does, value and gradient", "[nan]") {
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    for (Dtype d : {kFloat32, kFloat64}) {
+        INFO(dtype_name(d));
+        Tensor x = tensor({nan, -1.0, 0.0, 2.0}, d).requires_grad_();
+        Tensor y = relu(x);
+        const std::vector<double> v = y.to_vector<double>();
+        CHECK(std::isnan(v[0]));  // torch: relu(nan) = nan; a maximum with 0 would hide it
+        CHECK(v[1] == 0);
+        CHECK(v[2] == 0);
+        CHECK(v[3] == 2);
+        y.sum().backward();
+        CHECK(x.grad().to_vector<double>() == std::vector<double>{1, 0, 0, 1});  // torch's threshold_backward
+    }
+}

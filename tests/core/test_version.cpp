@@ -187,3 +187,29 @@ TEST_CASE("a new shape or dtype is refused even for a tensor the op did not save
     y.backward();
     CHECK(x.grad().to_vector<double>() == std::vector<double>{3, 3});
 }
+
+TEST_CASE("a bool attention mask written after the forward pass is refused", "[autograd][version]") {
+    // Lengths and causal masks are copied when resolved; a bool mask is read again by the
+    // backward, so the fused kernels take it as an input whose writes are refused.
+    manual_seed(0);
+    Tensor x = randn({1, 2, 3}, kFloat64).requires_grad_();
+    Tensor m = full({2, 3}, 1, kBool);
+    Tensor loss = (masked_softmax(x, AttentionMask::attend_where(m)) * randn({1, 2, 3}, kFloat64)).sum();
+    m.set_data(full({2, 3}, 0, kBool));
+    CHECK_THROWS_WITH(loss.backward(), STALE("masked_softmax") && Catch::Contains("its input 1"));
+
+    Tensor q = randn({2, 3, 4}, kFloat64).requires_grad_();
+    Tensor mask = full({2, 3, 3}, 1, kBool);
+    Tensor w = head_attention_weights(q, q, 2, 0.5, AttentionMask::attend_where(mask)).sum();
+    (void)mask.data_ptr<bool>();
+    CHECK_THROWS_WITH(w.backward(), STALE("head_attention_weights") && Catch::Contains("its input 2"));
+
+    // Lengths were copied: a write to them after the forward pass changes nothing, as before.
+    Tensor lens = tensor({1.0, 2.0}, kInt64);
+    Tensor x2 = randn({2, 2, 3}, kFloat64).requires_grad_();
+    Tensor y2 = (masked_softmax(x2, lens) * tensor({1.0, 2.0, 3.0}, kFloat64)).sum();
+    lens.mutable_data_ptr<std::int64_t>()[0] = 3;
+    y2.backward();
+    const std::vector<double> g = x2.grad().to_vector<double>();
+    CHECK(g[0] == 0);  // row 0 kept one key: its softmax is constant 1
+}

@@ -61,3 +61,11 @@ TEST_CASE("inputs outside what a module holds are refused, not read past", "[nn]
     l.forward(x).sum().backward();
     for (float g : l.weight().grad().to_vector<float>()) CHECK(g == 0);
 }
+
+TEST_CASE("a positional table whose size wraps around is refused before it is filled", "[nn][hostile]") {
+    // 2^40 · 2^40 wraps to 0: the table was sized small and written far past its end.
+    CHECK_THROWS_WITH(PositionalEncoding(std::size_t{1} << 40, 0.0, std::size_t{1} << 40),
+                      Catch::StartsWith("PositionalEncoding: shape (1, 1099511627776, 1099511627776)"));
+    CHECK_THROWS_WITH(PositionalEncoding(std::size_t{1} << 32, 0.0, (std::size_t{1} << 32) + 1),
+                      Catch::StartsWith("PositionalEncoding: "));
+}

@@ -384,3 +384,26 @@ TEST_CASE("load_state_dict converts float buffers to the parameter's dtype, as t
         CHECK_THROWS_WITH(opt64->load_state_dict(bad), Catch::Contains("is int64 (3,), but parameter 0 is float64"));
     }
 }
+
+TEST_CASE("a loaded Adam state with NaN moments or negative second moments is refused", "[optim-hostile]") {
+    for (bool amsgrad : {false, true}) {
+        Tensor w = from_vector({1.0, 2.0}, {2}, kFloat64).requires_grad_();
+        Adam opt({w}, AdamOptions(0.1).amsgrad(amsgrad));
+        w.set_grad(ones({2}, kFloat64));
+        opt.step();
+        const NamedTensors good = opt.state_dict();
+        for (const char* buffer : {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}) {
+            if (!amsgrad && std::string(buffer) == "max_exp_avg_sq") continue;
+            for (double bad : {std::nan(""), double(INFINITY), -1.0}) {
+                if (std::string(buffer) == "exp_avg" && bad == -1.0) continue;  // a first moment may be negative
+                INFO(buffer << " " << bad << " amsgrad " << amsgrad);
+                NamedTensors state = good;
+                for (auto& [key, t] : state)
+                    if (key == std::string("state.0.") + buffer) t = from_vector({bad, 0.5}, {2}, kFloat64);
+                CHECK_THROWS_WITH(opt.load_state_dict(state), Catch::Contains(std::string("state.0.") + buffer) &&
+                                                                  Catch::Contains("at flat index 0; expected finite"));
+                opt.load_state_dict(good);  // the refused state changed nothing
+            }
+        }
+    }
+}
