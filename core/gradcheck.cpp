@@ -10,6 +10,13 @@ namespace xgrad {
 
 GradcheckResult gradcheck(const GradcheckFn& f, const std::vector<Tensor>& inputs,
                           const GradcheckOptions& o) {
+    // A NaN tolerance would pass every gradient (no comparison with NaN is true), an eps of 0
+    // or inf would measure nothing.
+    if (!(o.eps > 0) || !std::isfinite(o.eps))
+        throw Error(fmt::format("gradcheck: eps must be positive and finite, got {}", o.eps));
+    for (const auto& [name, v] : {std::pair{"atol", o.atol}, std::pair{"rtol", o.rtol}})
+        if (!(v >= 0) || !std::isfinite(v))
+            throw Error(fmt::format("gradcheck: {} must be finite and >= 0, got {}", name, v));
     // Fresh float64 leaves, so that neither the caller's tensors nor their graphs are touched.
     std::vector<Tensor> x;
     std::vector<bool> checked;

@@ -56,11 +56,15 @@ Tensor reduce_sum(const char* op, const Tensor& a, const std::vector<std::size_t
             throw Error(fmt::format("{}: expected a floating-point tensor (float32 or float64), got {} "
                                     "(convert it with .to(kFloat32) first)",
                                     op, dtype_name(a.dtype())));
-        // int64 and bool sum to int64, as torch; integers carry no gradient.
+        // int64 and bool sum to int64, as torch; integers carry no gradient. An overflowing sum
+        // wraps around as torch's does: summed as unsigned, where wrapping is defined (signed
+        // overflow is undefined behaviour).
         xt::xarray<std::int64_t> r = std::visit(
             [&](const auto& x) -> xt::xarray<std::int64_t> {
                 if (x.size() == 0) return xt::zeros<std::int64_t>(kept);  // see below
-                return xt::sum(xt::cast<std::int64_t>(x), axes, xt::evaluation_strategy::immediate);
+                const xt::xarray<std::uint64_t> u =
+                    xt::sum(xt::cast<std::uint64_t>(xt::cast<std::int64_t>(x)), axes, xt::evaluation_strategy::immediate);
+                return xt::cast<std::int64_t>(u);
             },
             a.node().data);
         r.reshape(out_shape);

@@ -49,7 +49,11 @@ Tensor masked_fill(const Tensor& a, const Tensor& mask, double value) {
                                 shape_str(mask.shape()), shape_str(a.shape())));
     return dispatch_all(a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
-        xt::xarray<T> y = xt::where(values<bool>(mask), static_cast<T>(value), values<T>(a));
+        // Into int64 the value must fit (NaN or 1e30 would be undefined behaviour, as a cast).
+        T fill;
+        if constexpr (std::is_same_v<T, std::int64_t>) fill = checked_int64("masked_fill", "value", value);
+        else fill = static_cast<T>(value);
+        xt::xarray<T> y = xt::where(values<bool>(mask), fill, values<T>(a));
         return make_any_result<T>(std::move(y), {a, mask}, "masked_fill",
                                   floating_backward("masked_fill", [](auto gtag, Node& self, const Storage& gs) {
                                       using G = typename decltype(gtag)::type;

@@ -20,6 +20,7 @@
 #include <xgrad/xgrad.hpp>
 
 #include "common/flags.hpp"
+#include "common/interrupt.hpp"
 #include "common/out_folder.hpp"
 
 using namespace xgrad;
@@ -107,7 +108,14 @@ int run(int argc, char** argv) {
     NWKernelRegression net(gen);
     optim::SGD trainer(net.parameters(), lr);
     fmt::print("w at start {:.4f}\n", net.w());
+    examples::stop_on_sigint();
+    bool stopped = false;
     for (std::int64_t epoch = 0; epoch < epochs; ++epoch) {
+        if (examples::interrupted()) {  // Ctrl-C: plot the fit so far instead of losing it
+            fmt::print("interrupted: stopped after epoch {} of {}; writing the results so far\n", epoch, epochs);
+            stopped = true;
+            break;
+        }
         trainer.zero_grad();
         const Tensor l = nn::mse_loss(net.forward(x_tr, keys, values), y_tr, nn::Reduction::none);
         const double loss = l.sum().item<double>();
@@ -154,7 +162,7 @@ int run(int argc, char** argv) {
     heat.ylabel = "Sorted testing inputs";
     svg::write_file(heat_path, svg::heatmaps({{net.attention_weights()}}, {}, heat));
     fmt::print("wrote {} and {}\n", fit_path, heat_path);
-    return EXIT_SUCCESS;
+    return stopped ? 130 : EXIT_SUCCESS;
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include <xgrad/xgrad.hpp>
 
 #include "common/flags.hpp"
+#include "common/interrupt.hpp"
 #include "common/out_folder.hpp"
 #include "number_words.hpp"
 
@@ -245,6 +246,8 @@ int run(int argc, char** argv) {
     int plot_loss_n = 0;
     const auto start = std::chrono::steady_clock::now();
     auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+    examples::stop_on_sigint();
+    std::int64_t stopped_at = 0;  // the step Ctrl-C stopped the run after, 0 if it ran to the end
     for (std::int64_t step = 1; step <= c.steps; ++step) {
         const Batch b = training_batch();
         const Tensor logits = net.decode(b.dec_input, net.encode(b.src, b.src_valid_len), b.src_valid_len);
@@ -260,7 +263,9 @@ int run(int argc, char** argv) {
 
         loss_sum += loss.item<double>();
         plot_loss_sum += loss.item<double>();
-        if (++plot_loss_n == 20 || step == c.steps) {
+        // A Ctrl-C ends the run after this step, which is then reported and evaluated as a last one.
+        const bool last = step == c.steps || examples::interrupted();
+        if (++plot_loss_n == 20 || last) {
             steps_logged.push_back(step);
             losses.push_back(plot_loss_sum / plot_loss_n);
             plot_loss_sum = plot_loss_n = 0;
@@ -272,7 +277,7 @@ int run(int argc, char** argv) {
             tokens_seen += 1;
             tokens_right += predicted[i] == labels[i];
         }
-        if (step % c.log_every == 0 || step == c.steps) {
+        if (step % c.log_every == 0 || last) {
             const std::int64_t n = step % c.log_every == 0 ? c.log_every : step % c.log_every;
             predictions.clear();
             const double eval_start = seconds();
@@ -285,6 +290,11 @@ int run(int argc, char** argv) {
             accs_at.push_back(step);
             accs.push_back(acc);
             loss_sum = tokens_right = tokens_seen = 0;
+        }
+        if (last && step != c.steps) {
+            stopped_at = step;
+            fmt::print("interrupted: stopped at step {} of {}; writing the results so far\n", step, c.steps);
+            break;
         }
     }
     const double train_seconds = seconds() - eval_seconds;
@@ -315,7 +325,8 @@ int run(int argc, char** argv) {
 
     // Pictures: the training curve, and the cross-attention of one held-out example.
     svg::LinePlotOptions plot;
-    plot.title = "Number words to digits";
+    plot.title = stopped_at ? fmt::format("Number words to digits (stopped at step {} of {})", stopped_at, c.steps)
+                            : std::string("Number words to digits");
     plot.xlabel = "step";
     plot.ylabel = "training loss";
     plot.y2label = "held-out exact match";
@@ -362,7 +373,7 @@ int run(int argc, char** argv) {
     heat.yticks = out_tokens;
     svg::write_file(c.out + "/attention.svg", svg::heatmaps(panels, titles, heat));
     fmt::print("wrote {0}/loss.svg and {0}/attention.svg\n", c.out);
-    return EXIT_SUCCESS;
+    return stopped_at ? 130 : EXIT_SUCCESS;
 }
 
 }  // namespace

@@ -141,8 +141,11 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
                                         key, i));
             Tensor t = take(key);
             if (name == "step") {
-                if (t.dim() != 0 || t.dtype() != kInt64 || t.item<std::int64_t>() < 1)
-                    throw Error(fmt::format("{}: entry '{}' must be a 0-d int64 count >= 1, got {}", op, key,
+                // At most 2^53: the next step adds one and uses it as a double (INT64_MAX overflowed).
+                constexpr std::int64_t kMaxStep = std::int64_t{1} << 53;
+                if (t.dim() != 0 || t.dtype() != kInt64 || t.item<std::int64_t>() < 1 ||
+                    t.item<std::int64_t>() > kMaxStep)
+                    throw Error(fmt::format("{}: entry '{}' must be a 0-d int64 count in [1, 2^53], got {}", op, key,
                                             to_string(t)));
             } else if (t.shape() != p.shape() || !is_floating(t.dtype())) {
                 throw Error(fmt::format("{}: entry '{}' is {} {}, but parameter {} is {} {}", op, key,

@@ -201,21 +201,57 @@ std::string colour_at(const std::vector<Rgb>& map, double t) {
 
 }  // namespace
 
+// The length of the well-formed UTF-8 sequence at s[i] of a character XML 1.0 allows, or 0:
+// no overlong forms, surrogates, code points past U+10FFFF, or U+FFFE/U+FFFF.
+std::size_t xml_char_length(const std::string& s, std::size_t i) {
+    const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[i + k]); };
+    const unsigned char c = b(0);
+    std::size_t n;
+    char32_t cp;
+    if (c < 0x80) return 1;
+    if (c >= 0xc2 && c <= 0xdf) n = 2, cp = c & 0x1f;
+    else if (c >= 0xe0 && c <= 0xef) n = 3, cp = c & 0x0f;
+    else if (c >= 0xf0 && c <= 0xf4) n = 4, cp = c & 0x07;
+    else return 0;
+    if (i + n > s.size()) return 0;
+    for (std::size_t k = 1; k < n; ++k) {
+        if ((b(k) & 0xc0) != 0x80) return 0;
+        cp = (cp << 6) | (b(k) & 0x3f);
+    }
+    const char32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < least[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff) || cp == 0xfffe || cp == 0xffff) return 0;
+    return n;
+}
+
 std::string escape(const std::string& s) {
     std::string out;
     out.reserve(s.size());
-    for (char c : s) {
+    for (std::size_t i = 0; i < s.size();) {
+        const char c = s[i];
         switch (c) {
             case '&': out += "&amp;"; break;
             case '<': out += "&lt;"; break;
             case '>': out += "&gt;"; break;
             case '"': out += "&quot;"; break;
             case '\'': out += "&apos;"; break;
-            default:
-                // Control characters are not allowed in XML 1.0 at all.
-                if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n') out += ' ';
-                else out += c;
+            default: {
+                // Control characters are not allowed in XML 1.0 at all, and a byte that does not
+                // start a valid character would make the file unreadable: both are replaced.
+                if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n') {
+                    out += ' ';
+                    break;
+                }
+                const std::size_t n = xml_char_length(s, i);
+                if (n == 0) {
+                    out += "\xef\xbf\xbd";  // U+FFFD, the replacement character
+                    break;
+                }
+                out.append(s, i, n);
+                i += n;
+                continue;
+            }
         }
+        ++i;
     }
     return out;
 }

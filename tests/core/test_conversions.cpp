@@ -41,3 +41,21 @@ TEST_CASE("conversions that are always defined stay silent", "[convert]") {
     CHECK(std::isinf(t.to(kFloat32).to_vector<float>()[2]));                         // as torch: overflow is inf
     CHECK(tensor({3.0}, kInt64).to(kFloat32).item<float>() == 3.0f);
 }
+
+TEST_CASE("masked_fill into int64 refuses a value int64 cannot hold", "[convert]") {
+    const Tensor t = zeros({2}, kInt64);
+    const Tensor m = full({2}, 1, kBool);
+    for (double bad : {std::nan(""), HUGE_VAL, -HUGE_VAL, 1e30, 9.3e18}) {
+        INFO(bad);
+        CHECK_THROWS_WITH(masked_fill(t, m, bad), Catch::StartsWith("masked_fill: value must be finite"));
+    }
+    CHECK(masked_fill(t, m, -7.9).to_vector<std::int64_t>() == std::vector<std::int64_t>{-7, -7});
+}
+
+TEST_CASE("an int64 sum that overflows wraps around as torch's, without undefined behaviour", "[convert]") {
+    const std::int64_t max = std::numeric_limits<std::int64_t>::max();
+    const Tensor t = from_vector(std::vector<std::int64_t>{max, 1}, {2});
+    CHECK(sum(t).item<std::int64_t>() == std::numeric_limits<std::int64_t>::min());
+    CHECK(t.reshape({1, 2}).sum({1}).to_vector<std::int64_t>() == std::vector<std::int64_t>{std::numeric_limits<std::int64_t>::min()});
+    CHECK(sum(from_vector(std::vector<std::int64_t>{-3, 5}, {2})).item<std::int64_t>() == 2);
+}

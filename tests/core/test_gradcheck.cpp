@@ -1,4 +1,6 @@
 // The checker itself: it must pass correct gradients and catch a wrong one.
+#include <cmath>
+
 #include "core/node.hpp"
 #include "helpers.hpp"
 
@@ -31,4 +33,17 @@ TEST_CASE("gradcheck passes a right gradient and skips inputs without requires_g
     CHECK(result.passed);
     CHECK(result.report.empty());
     CHECK(!x.grad().defined());  // the caller's tensors are untouched
+}
+
+TEST_CASE("gradcheck refuses tolerances and steps that would measure nothing", "[gradcheck]") {
+    Tensor x = param({2, 3}, 0.5, 1.5);
+    auto f = [](auto& v) { return bad_cube(v[0]); };
+    const double nan = std::nan(""), inf = HUGE_VAL;
+    for (double eps : {0.0, -1e-6, nan, inf})
+        CHECK_THROWS_WITH(gradcheck(f, {x}, {eps, 1e-5, 1e-3, 0, "f"}), Catch::StartsWith("gradcheck: eps must be"));
+    for (double tol : {-1.0, nan, inf}) {
+        INFO(tol);  // a NaN tolerance once passed this wrong gradient
+        CHECK_THROWS_WITH(gradcheck(f, {x}, {1e-6, tol, 1e-3, 0, "f"}), Catch::StartsWith("gradcheck: atol must be"));
+        CHECK_THROWS_WITH(gradcheck(f, {x}, {1e-6, 1e-5, tol, 0, "f"}), Catch::StartsWith("gradcheck: rtol must be"));
+    }
 }

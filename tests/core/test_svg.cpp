@@ -260,3 +260,19 @@ TEST_CASE("svg::write_file replaces a file atomically", "[svg]") {
                       Catch::Contains("svg::write_file") && Catch::Contains("p.svg"));
     fs::remove_all(dir);
 }
+
+TEST_CASE("text that is not valid UTF-8 or not an XML character is replaced, valid text is kept", "[svg]") {
+    const std::string replacement = "\xef\xbf\xbd";  // U+FFFD
+    for (const char* bad : {"\xff", "\xc3\x28", "\xc0\xaf", "\xe2\x82", "\x80", "\xed\xa0\x80", "\xf4\x90\x80\x80",
+                            "\xef\xbf\xbe"}) {
+        svg::LinePlotOptions o;
+        o.title = std::string("T[") + bad + "]";
+        const std::string s = svg::line_plot({{"x", {}, {1, 2}}}, o);
+        INFO(s.substr(0, 400));
+        CHECK(s.find(std::string("[") + bad) == std::string::npos);
+        CHECK(s.find("T[" + replacement) != std::string::npos);
+    }
+    svg::LinePlotOptions o;
+    o.title = "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80";  // é € 😀
+    CHECK(svg::line_plot({{"x", {}, {1, 2}}}, o).find(o.title) != std::string::npos);
+}

@@ -670,3 +670,43 @@ TEST_CASE("seq_train: a SIGINT leaves the checkpoint and the metrics and plots o
     CHECK_THAT(metrics, Catch::Contains(fmt::format("\"steps\": {},", state.step)));
     fs::remove_all(dir);
 }
+
+TEST_CASE("seq2seq and nadaraya_watson: a SIGINT still writes the pictures of the partial run", "[runs]") {
+    struct Case {
+        std::vector<std::string> args;
+        const char* started;  // printed once training is under way (the handler is installed)
+        std::vector<std::string> outputs;
+    };
+    const std::string dir = fresh_dir("sigint-others");
+    const std::vector<Case> cases = {
+        {{"seq2seq", "--steps", "1000000", "--hidden", "16", "--heads", "2", "--layers", "1", "--batch", "8",
+          "--held-out", "10", "--out", dir + "/s2s"},
+         "\nstep ", {"loss.svg", "attention.svg"}},
+        {{"nadaraya_watson", "--epochs", "1000000000", "--out", dir + "/nw"}, "\nepoch 1,",
+         {"regression.svg", "attention.svg"}},
+    };
+    for (const Case& c : cases) {
+        INFO(c.args[0]);
+        std::vector<std::string> args = c.args;
+        args[0] = program(args[0]);
+        const std::string stdout_file = dir + "/stdout.txt";
+        const pid_t pid = start(args, stdout_file, dir + "/stderr.txt");
+        bool training = false, exited = false;
+        while (!training && !exited) {
+            training = read_file(stdout_file, "test").find(c.started) != std::string::npos;
+            int status = 0;
+            if (!training && ::waitpid(pid, &status, WNOHANG) == pid) exited = true;
+            if (!training && !exited) {
+                const timespec pause{0, 10'000'000};
+                ::nanosleep(&pause, nullptr);
+            }
+        }
+        REQUIRE_FALSE(exited);
+        REQUIRE(::kill(pid, SIGINT) == 0);
+        CHECK(wait_for(pid) == 130);
+        CHECK_THAT(read_file(stdout_file, "test"), Catch::Contains("interrupted: stopped"));
+        const std::string out = c.args.back();
+        for (const std::string& name : c.outputs) CHECK(fs::is_regular_file(out + "/" + name));
+    }
+    fs::remove_all(dir);
+}

@@ -407,3 +407,16 @@ TEST_CASE("a loaded Adam state with NaN moments or negative second moments is re
         }
     }
 }
+
+TEST_CASE("a loaded step count past 2^53 is refused before it can overflow", "[optim-hostile]") {
+    Tensor w = from_vector({1.0, 2.0}, {2}, kFloat64).requires_grad_();
+    Adam opt({w}, AdamOptions(0.1));
+    w.set_grad(ones({2}, kFloat64));
+    opt.step();
+    NamedTensors state = opt.state_dict();
+    for (std::int64_t bad : {std::numeric_limits<std::int64_t>::max(), (std::int64_t{1} << 53) + 1}) {
+        for (auto& [key, t] : state)
+            if (key == "state.0.step") t = from_vector(std::vector<std::int64_t>{bad}, {});
+        CHECK_THROWS_WITH(opt.load_state_dict(state), Catch::Contains("must be a 0-d int64 count in [1, 2^53]"));
+    }
+}

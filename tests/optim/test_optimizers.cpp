@@ -379,7 +379,7 @@ TEST_CASE("load_state_dict rejects a mismatching state and leaves the optimizer 
     }
     SECTION("a bad step count") {
         rejects(replaced(good, "state.0.step", from_vector(std::vector<std::int64_t>{0}, {})),
-                "'state.0.step' must be a 0-d int64 count >= 1");
+                "'state.0.step' must be a 0-d int64 count in [1, 2^53]");
     }
     SECTION("an out-of-range hyper-parameter") {
         CHECK_THROWS_WITH(target.load_state_dict(replaced(good, "adam.beta1", tensor(1.0, kFloat64))),
