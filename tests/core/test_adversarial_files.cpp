@@ -32,10 +32,12 @@
 #include "core/io/atomic_file.hpp"
 #include "core/io/npz.hpp"
 #include "core/plot/svg.hpp"
+#include "file_helpers.hpp"
 #include "nn/linear.hpp"
 #include "nn/module.hpp"
 
 using namespace xgrad;
+using namespace xgrad::test;
 namespace fs = std::filesystem;
 
 namespace {
@@ -66,13 +68,6 @@ std::vector<std::string> entries(const fs::path& dir) {
     return names;
 }
 
-std::string slurp(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-}
-void spit(const std::string& path, const std::string& bytes) {
-    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
-}
 
 mode_t lmode(const std::string& path) {
     struct stat st {};
@@ -588,22 +583,15 @@ TEST_CASE("files: a full disk keeps the old file and leaves no temporary", "[fil
     const std::string target = dir / "model.npz";
     save_npz(target, {{"w", ones({4})}});
     const std::string old_bytes = slurp(target);
-    // A file-size limit (which binds root too) stands in for a full disk: the write fails with
-    // EFBIG once SIGXFSZ is ignored.
-    struct rlimit saved {};
-    REQUIRE(::getrlimit(RLIMIT_FSIZE, &saved) == 0);
-    auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
-    struct rlimit low = saved;
-    low.rlim_cur = 4096;
-    REQUIRE(::setrlimit(RLIMIT_FSIZE, &low) == 0);
     std::string message;
-    try {
-        save_npz(target, {{"big", zeros({1 << 16})}});
-    } catch (const Error& e) {
-        message = e.what();
+    {
+        const FileSizeLimit full_disk(4096);
+        try {
+            save_npz(target, {{"big", zeros({1 << 16})}});
+        } catch (const Error& e) {
+            message = e.what();
+        }
     }
-    ::setrlimit(RLIMIT_FSIZE, &saved);
-    std::signal(SIGXFSZ, old_handler);
     CHECK_THAT(message, Catch::Contains("save_npz: cannot write '" + target + "': write failed") &&
                             Catch::Contains("the previous file, if any, is unchanged"));
     CHECK(slurp(target) == old_bytes);
@@ -704,19 +692,8 @@ TEST_CASE("files: a writer killed mid-write leaves no temporary behind", "[files
     int unnamed_hits = 0, named_hits = 0;
     for (int round = 0; round < 5; ++round) {
         INFO("round " << round << (tmpfile ? " (O_TMPFILE)" : " (named temporary)"));
-        const pid_t child = ::fork();
-        REQUIRE(child >= 0);
-        if (child == 0) {
-            try {
-                for (;;) save_npz(target, next);
-            } catch (...) {
-            }
-            ::_exit(3);
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng)));
-        REQUIRE(::kill(child, SIGSTOP) == 0);
+        const pid_t child = stopped_rewriter(target, next, std::chrono::milliseconds(delay_ms(rng)));
         int status = 0;
-        REQUIRE(::waitpid(child, &status, WUNTRACED) == child);
         // What the stopped writer has open in the folder: an unnamed O_TMPFILE file shows as
         // "<dir>/#<inode> (deleted)", a named temporary under its name.
         // Whether the writer was still writing (its temporary shorter than a whole archive)

@@ -14,8 +14,10 @@
 
 #include "helpers.hpp"
 #include "core/io/npz.hpp"
+#include "file_helpers.hpp"
 
 using namespace xgrad;
+using namespace xgrad::test;
 namespace fs = std::filesystem;
 
 namespace {
@@ -67,23 +69,9 @@ TEST_CASE("a save_npz killed mid-write leaves the previous checkpoint whole", "[
     int killed_mid_write = 0;
     const int rounds = 6;
     for (int round = 0; round < rounds; ++round) {
-        const pid_t child = ::fork();
-        REQUIRE(child >= 0);
-        if (child == 0) {
-            // The child rewrites the checkpoint forever; only SIGKILL stops it. _exit on any
-            // error so the child never runs the parent's test framework.
-            try {
-                for (;;) save_npz(target, next);
-            } catch (...) {
-            }
-            ::_exit(3);
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng)));
-        // Stop the writer first, so what it has open is the state the kill lands on.
-        REQUIRE(::kill(child, SIGSTOP) == 0);
+        // The child rewrites the checkpoint forever; only SIGKILL stops it.
+        const pid_t child = stopped_rewriter(target, next, std::chrono::milliseconds(delay_ms(rng)));
         int status = 0;
-        REQUIRE(::waitpid(child, &status, WUNTRACED) == child);
-        REQUIRE(WIFSTOPPED(status));
         if (writing_in(child, dir, target)) ++killed_mid_write;
         REQUIRE(::kill(child, SIGKILL) == 0);
         REQUIRE(::waitpid(child, &status, 0) == child);

@@ -13,8 +13,10 @@
 
 #include "core/creation.hpp"
 #include "core/io/npz.hpp"
+#include "file_helpers.hpp"
 
 using namespace xgrad;
+using namespace xgrad::test;
 namespace fs = std::filesystem;
 
 namespace {
@@ -226,13 +228,6 @@ struct TempDir {
     }
 };
 
-std::string slurp(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-}
-void spit(const std::string& path, const std::string& bytes) {
-    std::ofstream(path, std::ios::binary) << bytes;
-}
 
 void put32_at(std::string& b, std::size_t at, std::uint32_t v) {
     for (int i = 0; i < 4; ++i) b[at + i] = static_cast<char>((v >> (8 * i)) & 0xff);
@@ -909,16 +904,10 @@ TEST_CASE("save_npz is atomic: a failed write leaves the old file and no tempora
                       Catch::Contains("save_npz") && Catch::Contains("no/such/folder/model.npz") &&
                           Catch::Contains("'" + dir / "no/such/folder" + "' does not exist"));
 
-    // The write itself fails half-way: a file-size limit (which binds root too) below the size
-    // of the new archive. The write returns EFBIG once SIGXFSZ is ignored.
+    // The write itself fails half-way: a file-size limit below the size of the new archive.
     {
         const NamedTensors big = {{"w", sample({4}, kFloat32)}, {"big", zeros({1 << 16})}};
-        struct rlimit saved {};
-        REQUIRE(::getrlimit(RLIMIT_FSIZE, &saved) == 0);
-        auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
-        struct rlimit low = saved;
-        low.rlim_cur = 4096;
-        REQUIRE(::setrlimit(RLIMIT_FSIZE, &low) == 0);
+        const FileSizeLimit full_disk(4096);
         bool threw = false;
         std::string message;
         try {
@@ -927,8 +916,6 @@ TEST_CASE("save_npz is atomic: a failed write leaves the old file and no tempora
             threw = true;
             message = e.what();
         }
-        ::setrlimit(RLIMIT_FSIZE, &saved);
-        std::signal(SIGXFSZ, old_handler);
         CHECK(threw);
         CHECK_THAT(message, Catch::Contains("model.npz") && Catch::Contains("write failed"));
     }

@@ -394,6 +394,18 @@ pid_t start(const std::vector<std::string>& args, const std::string& out_file, c
     return pid;
 }
 
+// Waits until the running program has printed `marker` to `stdout_file` (it flushes each line):
+// true then, false if it ended first.
+bool wait_until_printed(pid_t pid, const std::string& stdout_file, const std::string& marker) {
+    for (;;) {
+        if (read_file(stdout_file, "test").find(marker) != std::string::npos) return true;
+        int status = 0;
+        if (::waitpid(pid, &status, WNOHANG) == pid) return false;
+        const timespec pause{0, 10'000'000};
+        ::nanosleep(&pause, nullptr);
+    }
+}
+
 // The exit code, or 128 + the signal that ended it (as a shell reports it).
 int wait_for(pid_t pid) {
     int status = 0;
@@ -633,20 +645,9 @@ TEST_CASE("seq_train: a SIGINT leaves the checkpoint and the metrics and plots o
     const pid_t pid = start(args, stdout_file, dir + "/stderr.txt");
     // Wait for the first progress line (the handler is installed before the first step), then
     // interrupt. The program flushes each line, so it shows up in the file.
-    bool training = false, exited = false;
-    int code = -1;
-    while (!training && !exited) {
-        training = read_file(stdout_file, "test").find("\nstep ") != std::string::npos;
-        int status = 0;
-        if (!training && ::waitpid(pid, &status, WNOHANG) == pid) exited = true, code = status;
-        if (!training && !exited) {
-            const timespec pause{0, 10'000'000};
-            ::nanosleep(&pause, nullptr);
-        }
-    }
-    REQUIRE_FALSE(exited);
+    REQUIRE(wait_until_printed(pid, stdout_file, "\nstep "));
     REQUIRE(::kill(pid, SIGINT) == 0);
-    code = wait_for(pid);
+    const int code = wait_for(pid);
     CHECK(code == 130);
     const std::string printed = read_file(stdout_file, "test");
     CHECK_THAT(printed, Catch::Contains("stopped at step") && Catch::Contains("continue with --resume"));
@@ -655,15 +656,9 @@ TEST_CASE("seq_train: a SIGINT leaves the checkpoint and the metrics and plots o
     CHECK_THAT(metrics, Catch::Contains("\"steps_planned\": 1000000,") && Catch::Contains("\"finished\": false"));
     CHECK_THAT(read_file(out + "/loss.svg", "test"), Catch::Contains("stopped at step"));
     // The checkpoint it left resumes (to a run of the same flags).
-    TrainConfig c;
+    TrainConfig c = tiny_config(1000000);
     c.task = TaskSpec{Task::reverse, 5, 10};
-    c.model.hidden = 16;
-    c.model.heads = 2;
-    c.model.layers = 1;
-    c.model.ffn_hidden = 16;
-    c.batch = 8;
-    c.steps = 1000000;
-    c.warmup = default_warmup(c.steps);
+    c.seed = TrainConfig().seed;
     TrainState state(c);
     CHECK_NOTHROW(load_checkpoint(out + "/checkpoint.npz", state));
     CHECK(state.step >= 1);
@@ -691,17 +686,7 @@ TEST_CASE("seq2seq and nadaraya_watson: a SIGINT still writes the pictures of th
         args[0] = program(args[0]);
         const std::string stdout_file = dir + "/stdout.txt";
         const pid_t pid = start(args, stdout_file, dir + "/stderr.txt");
-        bool training = false, exited = false;
-        while (!training && !exited) {
-            training = read_file(stdout_file, "test").find(c.started) != std::string::npos;
-            int status = 0;
-            if (!training && ::waitpid(pid, &status, WNOHANG) == pid) exited = true;
-            if (!training && !exited) {
-                const timespec pause{0, 10'000'000};
-                ::nanosleep(&pause, nullptr);
-            }
-        }
-        REQUIRE_FALSE(exited);
+        REQUIRE(wait_until_printed(pid, stdout_file, c.started));
         REQUIRE(::kill(pid, SIGINT) == 0);
         CHECK(wait_for(pid) == 130);
         CHECK_THAT(read_file(stdout_file, "test"), Catch::Contains("interrupted: stopped"));
