@@ -38,7 +38,7 @@ std::size_t checked_numel(const char* op, const Shape& shape) {
             continue;
         }
         if (__builtin_mul_overflow(nonzero, d, &nonzero) || nonzero > kMaxElements)
-            throw Error(empty || std::find(shape.begin(), shape.end(), 0) != shape.end()
+            throw Error(std::find(shape.begin(), shape.end(), 0) != shape.end()
                             ? fmt::format("{}: shape {} is too large: without its zero-length axes it has more "
                                           "elements than fit in memory",
                                           op, shape_str(shape))

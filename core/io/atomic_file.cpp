@@ -368,9 +368,7 @@ std::string read_file(const std::string& path, const std::string& op) {
     std::string out;
     try {
         out.resize(size);
-    } catch (const std::bad_alloc&) {
-        throw Error(fmt::format("{}: cannot read '{}': it is {} bytes, more than can be allocated", op, path, size));
-    } catch (const std::length_error&) {
+    } catch (const std::exception&) {  // bad_alloc, or length_error past max_size()
         throw Error(fmt::format("{}: cannot read '{}': it is {} bytes, more than can be allocated", op, path, size));
     }
     std::size_t got = 0;
