@@ -24,13 +24,13 @@
 #include "common/flags.hpp"
 #include "common/interrupt.hpp"
 #include "common/out_folder.hpp"
+#include "core/runtime/alloc.hpp"
 #include "number_words.hpp"
 
 using namespace xgrad;
 namespace flags = xgrad::examples::flags;
 using number_words::Batch;
-using xgrad::examples::format_bytes, xgrad::examples::physical_memory_bytes, xgrad::examples::prepare_out_folder,
-    xgrad::examples::start_from_flags;
+using xgrad::examples::prepare_out_folder, xgrad::examples::start_from_flags;
 
 namespace {
 

@@ -2,8 +2,6 @@
 // APPNOTE.TXT sections 4.3.7 (local header), 4.3.12 (central directory), 4.3.16 (end record).
 #include "core/io/npz.hpp"
 
-#include <unistd.h>
-
 #define ZLIB_CONST  // zlib's input pointers become const: inflate and deflate never write input
 #include <zlib.h>
 
@@ -17,6 +15,7 @@
 #include <set>
 
 #include "core/io/atomic_file.hpp"
+#include "core/runtime/alloc.hpp"
 #include "core/node.hpp"
 
 namespace xgrad {
@@ -382,14 +381,6 @@ NpyLayout parse_npy_header(std::string_view b, const std::string& what) {
     return {dtype, h.shape, span.end(), empty ? 0 : nonzero_bytes};
 }
 
-// The machine's memory in bytes (not what is free now, which changes): no archive whose arrays
-// need more can be loaded.
-std::uint64_t physical_memory() {
-    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-    if (pages <= 0 || page <= 0) return std::numeric_limits<std::uint64_t>::max();
-    return static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page);
-}
-
 // --- deflate (zlib) -----------------------------------------------------------------------------
 
 // zlib counts in unsigned int: larger buffers go through in pieces of at most this.
@@ -560,12 +551,9 @@ Error archive_too_large(const char* op, const std::string& name) {
     return Error(fmt::format("{}: the archive would exceed 4 GiB at array '{}'; zip64 is not supported", op, name));
 }
 
-// Streams an archive through `out(std::string_view)`: member headers and npy headers are built
-// in memory; stored array data goes straight from the tensors, deflated data is compressed into
-// memory first, since the local header that precedes it holds its size.
 // Whether a member name, unzipped, would land outside the folder it is unzipped into: an
 // absolute path, a Windows separator, or a '..' component.
-inline bool escapes_folder(const std::string& name) {
+bool escapes_folder(const std::string& name) {
     if (name.front() == '/' || name.find('\\') != std::string::npos) return true;
     std::size_t start = 0;
     while (start <= name.size()) {
@@ -576,6 +564,9 @@ inline bool escapes_folder(const std::string& name) {
     return false;
 }
 
+// Streams an archive through `out(std::string_view)`: member headers and npy headers are built
+// in memory; stored array data goes straight from the tensors, deflated data is compressed into
+// memory first, since the local header that precedes it holds its size.
 template <class Out> void write_npz(const NamedTensors& arrays, bool compressed, const char* op, Out&& out) {
     std::vector<ZipEntry> entries;
     std::set<std::string> names;
@@ -849,8 +840,8 @@ NamedTensors parse_npz(std::string_view b, const std::string& what) {
         fail(fmt::format("corrupt: the central directory holds {} bytes after its {} entries", cd.size() - pos, count));
     // Every array needs its declared size in memory at once; more than the machine has cannot
     // be loaded, and trying would end in the out-of-memory killer rather than an error.
-    const std::uint64_t memory = physical_memory();
-    if (total_usize > memory)
+    const std::uint64_t memory = physical_memory_bytes();  // 0: unknown, no bound
+    if (memory > 0 && total_usize > memory)
         fail(fmt::format("its arrays need {} bytes in all, more than this machine's {} bytes of memory; refused "
                          "before inflating anything",
                          total_usize, memory));

@@ -1,5 +1,7 @@
 #include "core/runtime/alloc.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -192,16 +194,6 @@ struct Context {
 };
 thread_local Context t_context;
 
-std::string human_bytes(double bytes) {
-    const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB"};
-    std::size_t u = 0;
-    while (bytes >= 1024 && u + 1 < std::size(units)) {
-        bytes /= 1024;
-        ++u;
-    }
-    return fmt::format("{:.1f} {}", bytes, units[u]);
-}
-
 [[noreturn]] void out_of_memory(const std::string& request) {
     const Context& c = t_context;
     if (c.op && c.shape)
@@ -212,17 +204,33 @@ std::string human_bytes(double bytes) {
 
 }  // namespace
 
+std::uint64_t physical_memory_bytes() {
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+    if (pages <= 0 || page <= 0) return 0;
+    return static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page);
+}
+
+std::string format_bytes(double bytes) {
+    const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB"};
+    std::size_t u = 0;
+    while (bytes >= 1024 && u + 1 < std::size(units)) {
+        bytes /= 1024;
+        ++u;
+    }
+    return u == 0 ? fmt::format("{:.0f} bytes", bytes) : fmt::format("{:.1f} {}", bytes, units[u]);
+}
+
 void* cached_alloc(std::size_t bytes) {
     try {
         return cache().alloc(bytes);
     } catch (const std::bad_alloc&) {
-        out_of_memory(fmt::format("{} bytes ({})", bytes, human_bytes(static_cast<double>(bytes))));
+        out_of_memory(fmt::format("{} bytes ({})", bytes, format_bytes(static_cast<double>(bytes))));
     }
 }
 
 void throw_out_of_memory(std::size_t count, std::size_t size) {
     out_of_memory(fmt::format("{} elements of {} bytes ({})", count, size,
-                              human_bytes(static_cast<double>(count) * static_cast<double>(size))));
+                              format_bytes(static_cast<double>(count) * static_cast<double>(size))));
 }
 
 AllocContext::AllocContext(const char* op, const std::vector<std::size_t>& shape) noexcept

@@ -20,6 +20,7 @@
 /// off). Under AddressSanitizer the default is 0, so freed memory stays poisoned.
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace xgrad {
@@ -44,6 +45,12 @@ AllocCacheStats alloc_cache_stats();
 void empty_cache();
 /// Sets the most bytes the cache holds (0: no caching), releasing blocks beyond it.
 void set_alloc_cache_limit(std::size_t bytes);
+
+/// The machine's physical memory in bytes (not what is free now, which changes), or 0 when it
+/// cannot be read: no file loaded or run planned can need more.
+std::uint64_t physical_memory_bytes();
+/// A byte count for messages: "512 bytes", "1.5 GiB".
+std::string format_bytes(double bytes);
 
 /// Throws the out-of-memory xgrad::Error for a request of `count` elements of `size` bytes
 /// each whose byte count does not even fit in a size_t.

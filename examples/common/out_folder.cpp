@@ -1,7 +1,5 @@
 #include "out_folder.hpp"
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <system_error>
 
@@ -82,18 +80,6 @@ void prepare_out_folder(const std::string& out, const std::vector<std::string>& 
             if (!fs::remove(path, ec) && ec)
                 throw Error(fmt::format("--overwrite: cannot remove '{}': {}", path, ec.message()));
         }
-}
-
-double physical_memory_bytes() {
-    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
-    return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
-}
-
-std::string format_bytes(double bytes) {
-    const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-    int u = 0;
-    while (bytes >= 1024 && u < 6) bytes /= 1024, ++u;
-    return u == 0 ? fmt::format("{:.0f} bytes", bytes) : fmt::format("{:.1f} {}", bytes, units[u]);
 }
 
 }  // namespace xgrad::examples

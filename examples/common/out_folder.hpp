@@ -34,10 +34,4 @@ Start start_from_flags(bool resume, bool overwrite);
 void prepare_out_folder(const std::string& out, const std::vector<std::string>& outputs, Start start,
                         const std::string& checkpoint = "");
 
-/// The machine's physical memory in bytes, or 0 when it cannot be read.
-double physical_memory_bytes();
-
-/// "1.5 GiB", "512.0 MiB": a byte count for messages.
-std::string format_bytes(double bytes);
-
 }  // namespace xgrad::examples

@@ -19,6 +19,7 @@
 #include "common/out_folder.hpp"
 #include "common/progress.hpp"
 #include "core/io/atomic_file.hpp"
+#include "core/runtime/alloc.hpp"
 #include "data.hpp"
 #include "distributed.hpp"
 #include "model.hpp"

@@ -7,6 +7,7 @@
 
 #include "common/out_folder.hpp"
 #include "core/creation.hpp"
+#include "core/runtime/alloc.hpp"
 #include "core/ops.hpp"
 #include "nn/loss.hpp"
 #include "optim/adam.hpp"
