@@ -103,8 +103,8 @@ int body(int argc, char** argv) {
     p.compute_seconds = compute_ms * 1e-3;
     p.fixed_global_batch = !weak;
 
-    fmt::print("link {} B/s per direction ({}), latency {} s ({}); measured on {} ranks: compute "
-               "{} ms/step, {} gradient bytes in {} bucket(s), backward {:.0f}% of compute; {}\n",
+    fmt::print("link {:g} B/s per direction ({}), latency {:g} s ({}); measured on {} ranks: compute "
+               "{:g} ms/step, {:g} gradient bytes in {} bucket(s), backward {:.0f}% of compute; {}\n",
                link.bytes_per_second, rate, link.latency_seconds, latency, p.measured_ranks,
                compute_ms, p.gradient_bytes, p.buckets, p.backward_fraction * 100,
                weak ? "weak scaling (batch per rank fixed)" : "strong scaling (global batch fixed)");
