@@ -10,11 +10,27 @@ macro(run)
   endif()
 endmacro()
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix)
+set(README ${SOURCE_DIR}/README.md)
+set(OUT_DIR ${WORK_DIR}/readme)
+file(MAKE_DIRECTORY ${OUT_DIR})
+include(${CMAKE_CURRENT_LIST_DIR}/readme.cmake)
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/build
     -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}"
-    -DWANT_DISTRIBUTED=${EXPECT_DISTRIBUTED})
+    -DWANT_DISTRIBUTED=${EXPECT_DISTRIBUTED} -DREADME_DIR=${OUT_DIR})
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 run(${WORK_DIR}/build/consumer)
+# README's programs run in a folder of their own: their snippets write model.npz and the like.
+file(GLOB readme_programs RELATIVE ${OUT_DIR} ${OUT_DIR}/*.cpp)
+foreach(source IN LISTS readme_programs)
+  string(REGEX REPLACE "\\.cpp$" "" program "${source}")
+  if(EXISTS ${WORK_DIR}/build/${program})
+    execute_process(COMMAND ${WORK_DIR}/build/${program} WORKING_DIRECTORY ${OUT_DIR}
+                    RESULT_VARIABLE rc OUTPUT_QUIET)
+    if(NOT rc EQUAL 0)
+      message(FATAL_ERROR "consumer test: README's ${source} failed with ${rc}")
+    endif()
+  endif()
+endforeach()
 if(EXPECT_DISTRIBUTED)
   # Open MPI keeps allocations until exit: in a sanitizer build, the MPI tests' suppressions.
   set(ENV{LSAN_OPTIONS} "suppressions=${SOURCE_DIR}/tests/distributed/lsan.supp:fast_unwind_on_malloc=0:print_suppressions=0")
