@@ -1,10 +1,11 @@
 # Sourced by tools/demo and tools/check: installs the Debian packages xgrad needs, only those
 # that are missing, so a second run costs a dpkg query and nothing else. Open MPI is optional for
 # the build (without it there is no xgrad::distributed) but installed so its tests run. CLI11
-# (flags) and nlohmann-json (metrics.json) are needed by the examples only.
+# (flags) and nlohmann-json (metrics.json) are needed by the examples only. oneDNN runs the
+# bfloat16 products; the build works without it, but installs it so autocast's tests run.
 XGRAD_PACKAGES=(build-essential cmake pkg-config
                 libxtensor-dev libxtensor-blas-dev xtl-dev libxsimd-dev
-                libopenblas-dev libfmt-dev catch2 zlib1g-dev
+                libopenblas-dev libfmt-dev catch2 zlib1g-dev libdnnl-dev
                 libopenmpi-dev openmpi-bin
                 libcli11-dev nlohmann-json3-dev)
 

@@ -1,0 +1,43 @@
+#pragma once
+/// oneDNN's matmul, for the products it runs faster than OpenBLAS: bfloat16 inputs with float32
+/// accumulation on CPUs with AVX512-BF16 (Debian's OpenBLAS 0.3.21 has no bfloat16 GEMM), and
+/// float32 where it measures faster. Optional: built when CMake finds oneDNN (libdnnl-dev,
+/// XGRAD_WITH_DNNL); without it available() is false and matmul() throws.
+///
+/// Row-major, batched: C[i] (m×n, float32) = op(A[i]) · op(B[i]) (+ C[i] when accumulate), i over
+/// `batch`; op(X) = Xᵀ when its flag is set. A stride of 0 between batches shares one matrix
+/// across the batch (a Linear's weight). A and B are float32 or bfloat16 bits (bfloat16.hpp),
+/// both the same.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace xgrad::dnnl {
+
+enum class Input { f32, bf16 };
+
+/// Built with oneDNN.
+bool available();
+/// The best instruction set oneDNN dispatches to on this CPU ("avx512_core_bf16", ...); empty
+/// without oneDNN.
+std::string isa();
+/// bfloat16 products run on the CPU's own bfloat16 instructions (AVX512-BF16 or AMX), not
+/// emulated through float32.
+bool native_bf16();
+/// "oneDNN 2.6.3" or "" without it.
+std::string version();
+
+struct Matmul {
+    Input input = Input::f32;
+    bool trans_a = false, trans_b = false;
+    std::size_t batch = 1, m = 0, n = 0, k = 0;
+    std::size_t stride_a = 0, stride_b = 0;  ///< elements between batches; 0: one shared matrix
+    bool accumulate = false;
+};
+
+/// Runs the product on the calling thread's oneDNN stream (oneDNN's own threads: the build's
+/// OpenMP). Primitives are cached per shape. Throws xgrad::Error naming "dnnl matmul" on a bad
+/// shape, and when oneDNN is not built in.
+void matmul(const Matmul& p, const void* a, const void* b, float* c);
+
+}  // namespace xgrad::dnnl
