@@ -49,6 +49,8 @@ public:
     virtual void sum_gradients() {}
     /// Element-wise sum of `values` over the ranks, in place.
     virtual void sum(std::vector<double>& values) { (void)values; }
+    /// Every rank's `mine`, indexed by rank, on every rank (any bytes, any length per rank).
+    virtual std::vector<std::string> all_gather(const std::string& mine) { return {mine}; }
     virtual SyncStats sync_stats() const { return {}; }
 };
 
