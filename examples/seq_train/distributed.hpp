@@ -15,8 +15,9 @@
 /// - after the sum every rank holds the same gradients, so clipping sees the global norm and
 ///   every optimizer takes the same step from the same parameters;
 /// - the reported loss and token accuracy are sums over the ranks (one small all-reduce).
-/// The result equals the single-process run up to float rounding (the sums are split
-/// differently). Dropout is not equivalent: each rank draws masks for its own rows from its
+/// The mathematics is the single-process step's, but the sums are split and added in another
+/// order: the result differs in the last bits from the first step on, and training amplifies
+/// that (README, "What is guaranteed"). The same rank count and environment give the same bits. Dropout is not equivalent: each rank draws masks for its own rows from its
 /// own per-(seed, step, rank) stream, rank 0 from the single-process stream; so with dropout
 /// > 0 the run is a valid data-parallel training with different masks, not the same run.
 #include <cstddef>

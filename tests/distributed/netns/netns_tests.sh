@@ -16,8 +16,10 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_va
 # The same numerics on every rank and in every run compared (the agreement check insists).
 export XGRAD_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
-small=(--steps 20 --warmup 5 --dropout 0 --batch 8 --hidden 16 --heads 2 --layers 1 --ffn 32 --held-out 20
-       --eval-every 10 --log-every 5)
+model=(--warmup 5 --dropout 0 --batch 8 --hidden 16 --heads 2 --layers 1 --ffn 32 --held-out 20)
+small=("${model[@]}" --steps 20 --eval-every 10 --log-every 5)
+# Long enough to be stopped from outside mid-run (a few ms per step).
+long=("${model[@]}" --steps 3000 --eval-every 0 --log-every 10)
 one_host=(mpirun -np 2 --oversubscribe -x XGRAD_NUM_THREADS -x OPENBLAS_NUM_THREADS)
 
 # run LOG SECONDS cmd...: the command's output in LOG (and echoed), its status in $rc, its time in $took.
@@ -62,7 +64,7 @@ equal)
     run one_host.log 120 "${one_host[@]}" "$seq_train" "${small[@]}" --distributed --out one_host
     [ $rc = 0 ] || fail "the one-host run failed"
     rx_before=$(netns_rx_bytes "$NETNS_B")
-    run two_hosts.log 120 netns_mpirun -np 2 -x XGRAD_NUM_THREADS -x OPENBLAS_NUM_THREADS "$seq_train" "${small[@]}" --distributed --out two_hosts
+    run two_hosts.log 120 "$here/mpirun-netns" -np 2 -x XGRAD_NUM_THREADS -x OPENBLAS_NUM_THREADS "$seq_train" "${small[@]}" --distributed --out two_hosts
     [ $rc = 0 ] || fail "the two-namespace run failed"
     grep -q "data-parallel over 2 ranks" two_hosts.log || fail "not 2 ranks"
     rx=$(( $(netns_rx_bytes "$NETNS_B") - rx_before ))
@@ -72,20 +74,20 @@ equal)
     same one_host/checkpoint.npz two_hosts/checkpoint.npz
     ;;
 resume)
-    run full.log 120 netns_mpirun -np 2 -x XGRAD_NUM_THREADS -x OPENBLAS_NUM_THREADS "$seq_train" "${small[@]}" --distributed --out full
+    run full.log 120 "$here/mpirun-netns" -np 2 -x XGRAD_NUM_THREADS -x OPENBLAS_NUM_THREADS "$seq_train" "${small[@]}" --distributed --out full
     [ $rc = 0 ] || fail "the full run failed"
-    run first.log 120 netns_mpirun -np 2 -x XGRAD_NUM_THREADS -x OPENBLAS_NUM_THREADS "$seq_train" "${small[@]}" --distributed --stop-after 7 --out resumed
+    run first.log 120 "$here/mpirun-netns" -np 2 -x XGRAD_NUM_THREADS -x OPENBLAS_NUM_THREADS "$seq_train" "${small[@]}" --distributed --stop-after 7 --out resumed
     [ $rc = 0 ] || fail "the first half failed"
-    run second.log 120 netns_mpirun -np 2 -x XGRAD_NUM_THREADS -x OPENBLAS_NUM_THREADS "$seq_train" "${small[@]}" --distributed --resume --out resumed
+    run second.log 120 "$here/mpirun-netns" -np 2 -x XGRAD_NUM_THREADS -x OPENBLAS_NUM_THREADS "$seq_train" "${small[@]}" --distributed --resume --out resumed
     [ $rc = 0 ] || fail "the resumed run failed"
     grep -q "at step 7" second.log || fail "did not resume at step 7"
     same full/checkpoint.npz resumed/checkpoint.npz
     ;;
 kill)
-    long=("${small[@]}" --steps 3000 --eval-every 0 --checkpoint-every 10 --log-every 10)
-    netns_mpirun -np 2 -x XGRAD_NUM_THREADS -x OPENBLAS_NUM_THREADS "$seq_train" "${long[@]}" --distributed --out killed > killed.log 2>&1 &
+    long+=(--checkpoint-every 10)
+    "$here/mpirun-netns" -np 2 -x XGRAD_NUM_THREADS -x OPENBLAS_NUM_THREADS "$seq_train" "${long[@]}" --distributed --out killed > killed.log 2>&1 &
     job=$!
-    for _ in $(seq 600); do grep -q "^step *30/" killed.log && break; sleep 0.1; done
+    for _ in $(seq 600); do grep -q "^step *30/" killed.log && break; kill -0 $job 2>/dev/null || break; sleep 0.1; done
     grep -q "^step *30/" killed.log || { cat killed.log; fail "the run never reached step 30"; }
     victim=
     for pid in $(ip netns pids "$NETNS_B"); do
@@ -101,7 +103,7 @@ kill)
     echo "--- killed run (exit $rc, $(( $(date +%s) - start ))s after the kill)"; cat killed.log
     [ $rc -ne 0 ] || fail "the job exited 0 after a rank was killed"
     grep -Eqi "rank 1.*(signal 9|killed)" killed.log || fail "no message names rank 1 and the signal"
-    run resumed.log 120 netns_mpirun -np 2 -x XGRAD_NUM_THREADS -x OPENBLAS_NUM_THREADS "$seq_train" "${long[@]}" --distributed --resume --stop-after 5 --out killed
+    run resumed.log 120 "$here/mpirun-netns" -np 2 -x XGRAD_NUM_THREADS -x OPENBLAS_NUM_THREADS "$seq_train" "${long[@]}" --distributed --resume --stop-after 5 --out killed
     [ $rc = 0 ] || fail "the checkpoint did not resume"
     at=$(sed -n 's/.*resumed from .* at step \([0-9]*\).*/\1/p' resumed.log)
     [ -n "$at" ] && [ "$at" -ge 10 ] || fail "resumed at step '$at', expected a checkpoint at step 10 or later"
@@ -111,12 +113,11 @@ kill)
     ;;
 link_down)
     "$seq_train" --help | grep -q -- --collective-timeout || skip "this seq_train has no --collective-timeout"
-    long=("${small[@]}" --steps 3000 --eval-every 0 --log-every 10)
     timeout=5
-    netns_mpirun -np 2 -x XGRAD_NUM_THREADS -x OPENBLAS_NUM_THREADS "$seq_train" "${long[@]}" --distributed \
+    "$here/mpirun-netns" -np 2 -x XGRAD_NUM_THREADS -x OPENBLAS_NUM_THREADS "$seq_train" "${long[@]}" --distributed \
         --collective-timeout $timeout --out link > link.log 2>&1 &
     job=$!
-    for _ in $(seq 600); do grep -q "^step *20/" link.log && break; sleep 0.1; done
+    for _ in $(seq 600); do grep -q "^step *20/" link.log && break; kill -0 $job 2>/dev/null || break; sleep 0.1; done
     grep -q "^step *20/" link.log || { cat link.log; fail "the run never reached step 20"; }
     start=$(date +%s)
     ip -n "$NETNS_B" link set "$NETNS_LINK" down
@@ -136,7 +137,7 @@ mismatch)
         run make_$d.log 120 "${one_host[@]}" "$seq_train" "${small[@]}" --distributed --stop-after $stop --out $d
         [ $rc = 0 ] || fail "making checkpoint $d failed"
     done
-    run mismatch.log 120 netns_mpirun -x XGRAD_NUM_THREADS -x OPENBLAS_NUM_THREADS \
+    run mismatch.log 120 "$here/mpirun-netns" -x XGRAD_NUM_THREADS -x OPENBLAS_NUM_THREADS \
         -np 1 "$seq_train" "${small[@]}" --distributed --resume --out a : -np 1 "$seq_train" "${small[@]}" --distributed --resume --out b
     [ $rc -ne 0 ] && [ $rc -ne 137 ] || fail "expected a failing exit (not the timeout), got $rc"
     for r in 0 1; do

@@ -83,12 +83,9 @@ netns_exec() {
     ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$host" "$@"
 }
 
-# Open MPI 4.1: the rsh launcher starts the daemon of host B through the agent; TCP only, on the
-# veth (no shared memory between the "hosts"). Environment: OMPI_ALLOW_RUN_AS_ROOT etc. as usual.
+# mpirun on host A with both hosts (see mpirun-netns); an executable, so `timeout` can run it.
 netns_mpirun() {
-    netns_exec "$NETNS_A" "$HOST_A" mpirun --host "$HOST_A,$HOST_B" \
-        --mca plm_rsh_agent "$NETNS_DIR/agent" --mca btl tcp,self \
-        --mca btl_tcp_if_include "$NETNS_LINK" --mca oob_tcp_if_include "$NETNS_LINK" --bind-to none "$@"
+    "$NETNS_DIR/mpirun-netns" "$@"
 }
 
 # The bytes received on ddp0 in namespace $1 (checks that traffic went over the link).
