@@ -1,6 +1,7 @@
 // seq_train's training loop: it learns the reverse task, and checkpoints resume exactly.
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -357,4 +358,32 @@ TEST_CASE("train: the training accuracy is correct tokens over the tokens the ra
         CHECK(acc <= 1.0);
         CHECK(acc > 0.5);  // 1000 of the tokens were correct: the other rank's count is in it
     }
+}
+
+TEST_CASE("state_hash: equal states hash alike, through a checkpoint too, and any change shows") {
+    TrainState a(small_config(10)), b(small_config(10));
+    CHECK(state_hash(a) == state_hash(b));
+    run_steps(a, 3);
+    CHECK(state_hash(a) != state_hash(b));
+    run_steps(b, 3);
+    CHECK(state_hash(a) == state_hash(b));
+    const std::string path = temp_dir("state_hash") + "/checkpoint.npz";
+    save_checkpoint(path, a);
+    TrainState loaded(small_config(10));
+    load_checkpoint(path, loaded);
+    CHECK(state_hash(loaded) == state_hash(a));
+    // One bit of one parameter, the step, the seed: each changes the hash.
+    Tensor p = loaded.model->parameters().front();
+    auto v = p.to_vector<double>();
+    v[0] = static_cast<double>(std::nextafter(static_cast<float>(v[0]), 1.0f));
+    p.set_data(from_vector(v, p.shape(), p.dtype()));
+    CHECK(state_hash(loaded) != state_hash(a));
+    ++b.step;
+    CHECK(state_hash(b) != state_hash(a));
+    TrainState other_seed = [] {
+        TrainConfig c = small_config(10);
+        c.seed = 12;
+        return TrainState(c);
+    }();
+    CHECK(state_hash(other_seed) != state_hash(TrainState(small_config(10))));
 }

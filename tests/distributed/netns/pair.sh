@@ -67,6 +67,11 @@ netns_shape() {
             *) echo "netns_shape: unknown argument $1" >&2; return 2 ;;
         esac
     done
+    if [ -n "$delay" ] && ! ip netns exec "$ns" tc qdisc add dev "$NETNS_LINK" root netem delay 0ms 2>/dev/null; then
+        echo "netns_shape: tc has no netem here (the kernel lacks sch_netem: modprobe sch_netem), so no --delay" >&2
+        return 1
+    fi
+    [ -n "$delay" ] && ip netns exec "$ns" tc qdisc del dev "$NETNS_LINK" root
     if [ -n "$delay" ] && [ -n "$rate" ]; then
         ip netns exec "$ns" tc qdisc add dev "$NETNS_LINK" root handle 1: netem delay "$delay" &&
         ip netns exec "$ns" tc qdisc add dev "$NETNS_LINK" parent 1:1 handle 10: tbf rate "$rate" burst 64kb latency 1s
