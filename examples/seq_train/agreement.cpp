@@ -129,7 +129,7 @@ void check_agreement(Replicas& replicas, const Settings& mine) {
     for (const std::string& text : gathered) per_rank.push_back(decode_settings(text));
     const std::string diff = disagreements(per_rank);
     if (diff.empty()) return;
-    throw Error(fmt::format(
+    throw Disagreement(fmt::format(
         "the {} ranks do not agree on what must be equal before training, so none of them trains (nothing was "
         "run):{}\nGive every rank the same flags and environment (mpirun -x OPENBLAS_CORETYPE -x XGRAD_NUM_THREADS), "
         "the same build, and the same checkpoint (--out on a shared filesystem).",

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/error.hpp"
 #include "distributed.hpp"
 
 namespace xgrad::examples {
@@ -41,7 +42,15 @@ std::string disagreements(const std::vector<Settings>& per_rank, std::size_t max
 /// (compiler, build type, flags, commit). Loads the BLAS and starts the pool if not yet done.
 Settings numerics_settings();
 
-/// Gathers every rank's `mine` and throws xgrad::Error on every rank, the same message, when
+/// What check_agreement throws: the same on every rank, so every rank may end normally (no
+/// rank is left waiting in a collective). Other errors of the check (MPI failing) are plain
+/// xgrad::Errors, which only some ranks may see.
+class Disagreement : public Error {
+public:
+    using Error::Error;
+};
+
+/// Gathers every rank's `mine` and throws Disagreement on every rank, the same message, when
 /// disagreements() finds any. A collective: every rank calls it, before the first step.
 void check_agreement(Replicas& replicas, const Settings& mine);
 

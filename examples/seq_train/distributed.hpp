@@ -14,7 +14,9 @@
 ///   1/N_r, wrong whenever the shards hold different numbers of tokens, which they do.)
 /// - after the sum every rank holds the same gradients, so clipping sees the global norm and
 ///   every optimizer takes the same step from the same parameters;
-/// - the reported loss and token accuracy are sums over the ranks (one small all-reduce).
+/// - the reported loss is the sum of the ranks' shares, the token accuracy the summed correct
+///   tokens over the summed tokens (one small all-reduce); held-out metrics likewise come from
+///   counts summed over the ranks, each evaluating its share of the set (train.hpp, evaluate).
 /// The mathematics is the single-process step's, but the sums are split and added in another
 /// order: the result differs in the last bits from the first step on, and training amplifies
 /// that (README, "What is guaranteed"). The same rank count and environment give the same bits. Dropout is not equivalent: each rank draws masks for its own rows from its

@@ -302,7 +302,7 @@ int run(int argc, const char* const* argv) {
         // parameters into every rank's model): all go on or all stop, each with the message.
         try {
             check_agreement(*replicas, rank_settings(app, o, state, *replicas, load_error));
-        } catch (const Error& e) {
+        } catch (const Disagreement& e) {
             fmt::print(stderr, "\nseq_train: error on rank {} of {}: {}\n", replicas->rank(), replicas->world_size(),
                        e.what());
             return 1;  // every rank returns here, so MPI ends normally: no rank is left waiting
