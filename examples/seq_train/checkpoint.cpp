@@ -80,7 +80,9 @@ NamedTensors take_prefixed(const NamedTensors& in, const std::string& prefix) {
 
 }  // namespace
 
-void save_checkpoint(const std::string& path, const TrainState& s) {
+namespace {
+
+NamedTensors checkpoint_entries(const TrainState& s) {
     NamedTensors all;
     for (const auto& [name, v] : config_entries(s.config)) all.emplace_back("config." + name, tensor(v, kFloat64));
     all.emplace_back("trainer.step", from_vector(std::vector<std::int64_t>{s.step}, {}));
@@ -89,7 +91,28 @@ void save_checkpoint(const std::string& path, const TrainState& s) {
     add_prefixed(all, "sched.", s.schedule->state_dict());
     for (const auto& [name, v] : curves(s.history))
         all.emplace_back(std::string("history.") + name, from_vector(*v, {v->size()}, kFloat64));
-    save_npz(path, all);
+    return all;
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const TrainState& s) { save_npz(path, checkpoint_entries(s)); }
+
+std::uint64_t state_hash(const TrainState& s) {
+    // FNV-1a over each entry's name, shape and values (as float64 bits: exact for every dtype a
+    // checkpoint holds), so two states hash alike exactly when a checkpoint of them would load alike.
+    std::uint64_t h = 14695981039346656037ull;
+    const auto mix = [&](const void* data, std::size_t n) {
+        const auto* p = static_cast<const unsigned char*>(data);
+        for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+    };
+    for (const auto& [name, t] : checkpoint_entries(s)) {
+        mix(name.data(), name.size() + 1);
+        for (const std::size_t d : t.shape()) mix(&d, sizeof d);
+        const std::vector<double> values = t.to_vector<double>();
+        mix(values.data(), values.size() * sizeof(double));
+    }
+    return h;
 }
 
 void load_checkpoint(const std::string& path, TrainState& s) {

@@ -14,9 +14,12 @@
 ///   1/N_r, wrong whenever the shards hold different numbers of tokens, which they do.)
 /// - after the sum every rank holds the same gradients, so clipping sees the global norm and
 ///   every optimizer takes the same step from the same parameters;
-/// - the reported loss and token accuracy are sums over the ranks (one small all-reduce).
-/// The result equals the single-process run up to float rounding (the sums are split
-/// differently). Dropout is not equivalent: each rank draws masks for its own rows from its
+/// - the reported loss is the sum of the ranks' shares, the token accuracy the summed correct
+///   tokens over the summed tokens (one small all-reduce); held-out metrics likewise come from
+///   counts summed over the ranks, each evaluating its share of the set (train.hpp, evaluate).
+/// The mathematics is the single-process step's, but the sums are split and added in another
+/// order: the result differs in the last bits from the first step on, and training amplifies
+/// that (README, "What is guaranteed"). The same rank count and environment give the same bits. Dropout is not equivalent: each rank draws masks for its own rows from its
 /// own per-(seed, step, rank) stream, rank 0 from the single-process stream; so with dropout
 /// > 0 the run is a valid data-parallel training with different masks, not the same run.
 #include <cstddef>
@@ -49,6 +52,8 @@ public:
     virtual void sum_gradients() {}
     /// Element-wise sum of `values` over the ranks, in place.
     virtual void sum(std::vector<double>& values) { (void)values; }
+    /// Every rank's `mine`, indexed by rank, on every rank (any bytes, any length per rank).
+    virtual std::vector<std::string> all_gather(const std::string& mine) { return {mine}; }
     virtual SyncStats sync_stats() const { return {}; }
 };
 

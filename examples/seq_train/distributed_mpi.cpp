@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -48,6 +50,20 @@ public:
     std::size_t world_size() const override { return distributed::world_size(); }
     void sum_gradients() override { m_ddp.value().sync_gradients(); }
     void sum(std::vector<double>& values) override { distributed::all_reduce(values.data(), values.size()); }
+    std::vector<std::string> all_gather(const std::string& mine) override {
+        // One broadcast per rank, on the process group's own collectives: a few small messages,
+        // once per run. The length goes first; the bytes travel packed in 64-bit words.
+        std::vector<std::string> all(world_size());
+        for (std::size_t root = 0; root < all.size(); ++root) {
+            std::uint64_t length = root == rank() ? mine.size() : 0;
+            distributed::broadcast(&length, 1, root);
+            std::vector<std::uint64_t> words((length + 7) / 8, 0);
+            if (root == rank()) std::memcpy(words.data(), mine.data(), mine.size());
+            distributed::broadcast(words.data(), words.size(), root);
+            all[root].assign(reinterpret_cast<const char*>(words.data()), length);
+        }
+        return all;
+    }
     SyncStats sync_stats() const override {
         if (!m_ddp) return {};
         return {m_ddp->allreduce_seconds(), m_ddp->sync_seconds(), static_cast<std::int64_t>(m_ddp->num_buckets()),

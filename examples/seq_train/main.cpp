@@ -20,6 +20,7 @@
 #include "common/progress.hpp"
 #include "core/io/atomic_file.hpp"
 #include "core/runtime/alloc.hpp"
+#include "agreement.hpp"
 #include "data.hpp"
 #include "distributed.hpp"
 #include "model.hpp"
@@ -172,10 +173,9 @@ std::string write_attention_plot(const std::string& path, SeqEncoder& model, con
 
 // The summary of a run, finished or stopped early: held-out results, speed, and where the
 // files are. A stopped run gets the same files, describing it as far as it went.
-void report(const Options& o, TrainState& state, const Replicas& replicas, const Batch& held, const LoopStats& run,
-            double wall) {
+void report(const Options& o, TrainState& state, const Replicas& replicas, const Batch& held, const EvalResult& e,
+            const LoopStats& run, double wall) {
     const TrainConfig& c = state.config;
-    const EvalResult e = evaluate(*state.model, held);
     const double tps = run.seconds > 0 ? static_cast<double>(run.tokens) / run.seconds : 0;
     const SyncStats sync = replicas.sync_stats();
     const History& h = state.history;
@@ -225,6 +225,31 @@ void report(const Options& o, TrainState& state, const Replicas& replicas, const
     fmt::print("wrote {0}/metrics.json, {0}/loss.svg, {0}/attention.svg, {0}/checkpoint.npz\n", o.out);
 }
 
+// What this rank must agree on with the others before training (agreement.hpp): the world, the
+// state it starts from, every flag but the per-rank ones, and the settings that change numerics.
+Settings rank_settings(const CLI::App& app, const Options& o, const TrainState& state, const Replicas& replicas,
+                       const std::string& load_error) {
+    Settings s;
+    if (!load_error.empty()) s.emplace_back(kRankError, load_error);
+    s.emplace_back("world size", std::to_string(replicas.world_size()));
+    s.emplace_back("start", o.resume ? fmt::format("checkpoint at step {}", state.step) : "fresh");
+    s.emplace_back("start state hash", fmt::format("{:016x}", state_hash(state)));
+    // --out and --overwrite are where a rank writes: they may differ (the state hash covers
+    // what was read from --out).
+    for (const CLI::Option* opt : app.get_options()) {
+        const std::string name = opt->get_name();
+        if (name == "--help" || name == "--out" || name == "--overwrite") continue;
+        std::string value = "default";
+        if (opt->count() > 0) {
+            value.clear();
+            for (const std::string& r : opt->results()) value += (value.empty() ? "" : " ") + r;
+        }
+        s.emplace_back("flag " + name, value);
+    }
+    for (auto& entry : numerics_settings()) s.push_back(std::move(entry));
+    return s;
+}
+
 int run(int argc, const char* const* argv) {
     Options o;
     CLI::App app("Trains a small Transformer encoder (embedding, positional encoding, N encoder blocks of\n"
@@ -263,10 +288,27 @@ int run(int argc, const char* const* argv) {
     o.loop.checkpoint = checkpoint;
     TrainState state(c);
     // Every rank reads the checkpoint: on several hosts --out must be on a shared filesystem.
+    std::string load_error;
     if (o.resume) {
-        load_checkpoint(checkpoint, state);
-        if (main_rank) fmt::print("resumed from {} at step {}\n", checkpoint, state.step);
+        try {
+            load_checkpoint(checkpoint, state);
+        } catch (const Error& e) {
+            if (!o.distributed) throw;
+            load_error = e.what();  // every rank learns of it in the agreement check, and stops
+        }
     }
+    if (o.distributed) {
+        // Before the first collective that needs the ranks alike (share() broadcasts rank 0's
+        // parameters into every rank's model): all go on or all stop, each with the message.
+        try {
+            check_agreement(*replicas, rank_settings(app, o, state, *replicas, load_error));
+        } catch (const Disagreement& e) {
+            fmt::print(stderr, "\nseq_train: error on rank {} of {}: {}\n", replicas->rank(), replicas->world_size(),
+                       e.what());
+            return 1;  // every rank returns here, so MPI ends normally: no rank is left waiting
+        }
+    }
+    if (o.resume && main_rank) fmt::print("resumed from {} at step {}\n", checkpoint, state.step);
     replicas->share(*state.model);
     const Batch held = held_out_set(c.task, o.held_out, c.seed);
     if (main_rank) {
@@ -282,11 +324,12 @@ int run(int argc, const char* const* argv) {
     std::signal(SIGINT, on_sigint);
     Progress progress(c.steps, o.log_every, stdout, /*redraw=*/!o.distributed);
     const LoopStats stats = train(state, *replicas, held, progress, o.loop);
+    const EvalResult held_result = evaluate(*state.model, held, *replicas);  // every rank its share
     if (!main_rank) return 0;
     progress.finish();
     const double wall = progress.elapsed();
     save_checkpoint(checkpoint, state);
-    report(o, state, *replicas, held, stats, wall);
+    report(o, state, *replicas, held, held_result, stats, wall);
     if (state.step < c.steps) {
         fmt::print("stopped at step {} of {}; checkpoint in {} (continue with --resume)\n", state.step, c.steps,
                    checkpoint);

@@ -159,24 +159,68 @@ TrainState::TrainState(TrainConfig c) : config(checked(std::move(c))) {
     schedule = std::make_unique<optim::WarmupCosineLR>(*optimizer, config.warmup, config.steps);
 }
 
-EvalResult evaluate(SeqEncoder& model, const Batch& data) {
+EvalResult eval_result(const EvalCounts& g) {
+    const auto ratio = [](double num, double den) { return den > 0 ? num / den : 0.0; };
+    return {ratio(g.loss_sum, static_cast<double>(g.tokens)),
+            ratio(static_cast<double>(g.correct_tokens), static_cast<double>(g.tokens)),
+            ratio(static_cast<double>(g.correct_sequences), static_cast<double>(g.sequences))};
+}
+
+namespace {
+
+EvalCounts count_eval(SeqEncoder& model, const Batch& data) {
+    EvalCounts n;
+    if (data.size() == 0) return n;
     NoGradGuard no_grad;
     const bool was_training = model.is_training();
     model.eval();
     const Tensor logits = model(data.inputs, data.valid_lens);
     model.train(was_training);
-    const double loss = nn::cross_entropy(logits, loss_targets(data), nn::Reduction::mean, kIgnore).item<double>();
+    n.loss_sum = nn::cross_entropy(logits, loss_targets(data), nn::Reduction::sum, kIgnore).item<double>();
     const Correct c = count_correct(logits, data);
-    return {loss, static_cast<double>(c.tokens) / static_cast<double>(data.num_tokens()),
-            static_cast<double>(c.sequences) / static_cast<double>(data.size())};
+    n.tokens = data.num_tokens();
+    n.correct_tokens = c.tokens;
+    n.sequences = static_cast<std::int64_t>(data.size());
+    n.correct_sequences = c.sequences;
+    return n;
 }
 
-EvalResult evaluate_held_out(TrainState& state, const Batch& held_out) {
-    const EvalResult r = evaluate(*state.model, held_out);
+}  // namespace
+
+EvalResult evaluate(SeqEncoder& model, const Batch& data) { return eval_result(count_eval(model, data)); }
+
+EvalResult evaluate(SeqEncoder& model, const Batch& data, Replicas& replicas) {
+    const std::size_t n = data.size(), rank = replicas.rank(), world = replicas.world_size();
+    const long begin = static_cast<long>(rank * n / world), end = static_cast<long>((rank + 1) * n / world);
+    const Batch mine = world == 1 ? data
+                                  : Batch{slice(data.inputs, 0, begin, end), slice(data.targets, 0, begin, end),
+                                          slice(data.valid_lens, 0, begin, end)};
+    const EvalCounts local = count_eval(model, mine);
+    // Counts are whole numbers far below 2^53: exact as doubles, and exactly summed.
+    std::vector<double> sums{local.loss_sum, static_cast<double>(local.tokens),
+                             static_cast<double>(local.correct_tokens), static_cast<double>(local.sequences),
+                             static_cast<double>(local.correct_sequences)};
+    replicas.sum(sums);
+    EvalCounts global;
+    global.loss_sum = sums[0];
+    global.tokens = static_cast<std::int64_t>(sums[1]);
+    global.correct_tokens = static_cast<std::int64_t>(sums[2]);
+    global.sequences = static_cast<std::int64_t>(sums[3]);
+    global.correct_sequences = static_cast<std::int64_t>(sums[4]);
+    return eval_result(global);
+}
+
+EvalResult evaluate_held_out(TrainState& state, const Batch& held_out, Replicas& replicas) {
+    const EvalResult r = evaluate(*state.model, held_out, replicas);
     state.history.eval_step.push_back(static_cast<double>(state.step));
     state.history.eval_token_acc.push_back(r.token_acc);
     state.history.eval_seq_acc.push_back(r.seq_acc);
     return r;
+}
+
+EvalResult evaluate_held_out(TrainState& state, const Batch& held_out) {
+    Replicas one_process;
+    return evaluate_held_out(state, held_out, one_process);
 }
 
 LoopStats train(TrainState& s, Replicas& replicas, const Batch& held_out, Progress& progress, const LoopOptions& o) {
@@ -185,7 +229,7 @@ LoopStats train(TrainState& s, Replicas& replicas, const Batch& held_out, Progre
     if (c.batch % world != 0)
         throw Error(fmt::format("--batch {} does not split evenly over {} ranks (expected a multiple of {})", c.batch,
                                 world, world));
-    if (rank == 0 && s.step == 0 && o.eval_every > 0) evaluate_held_out(s, held_out);  // the curve starts at 0
+    if (s.step == 0 && o.eval_every > 0) evaluate_held_out(s, held_out, replicas);  // the curve starts at 0
     LoopStats stats;
     while (s.step < c.steps && !(o.stop_after > 0 && stats.steps >= o.stop_after)) {
         if (any_rank_interrupted(replicas)) {
@@ -221,25 +265,26 @@ LoopStats train(TrainState& s, Replicas& replicas, const Batch& held_out, Progre
         s.optimizer->step();
         s.schedule->step();
         ++s.step;
-        std::vector<double> sums{local_loss, static_cast<double>(count_correct(logits, batch).tokens)};
+        // Correct tokens over the tokens the ranks actually held, both summed: never above 1.
+        std::vector<double> sums{local_loss, static_cast<double>(count_correct(logits, batch).tokens),
+                                 static_cast<double>(batch.num_tokens())};
         replicas.sum(sums);
-        const double mean_loss = sums[0], token_acc = sums[1] / tokens;
+        const double mean_loss = sums[0], token_acc = sums[2] > 0 ? sums[1] / sums[2] : 0.0;
         s.history.step.push_back(static_cast<double>(s.step));
         s.history.loss.push_back(mean_loss);
         s.history.token_acc.push_back(token_acc);
         stats.seconds += seconds_since(start);
         stats.tokens += global.num_tokens();
         ++stats.steps;
+        // Held-out evaluation: a collective, every rank its share. Progress and checkpoint: rank 0.
+        const bool eval_now = (o.eval_every > 0 && s.step % o.eval_every == 0) || s.step == c.steps;
+        const EvalResult e = eval_now ? evaluate_held_out(s, held_out, replicas) : EvalResult{};
         if (rank != 0) continue;
-        // Progress, held-out evaluation and checkpoint: rank 0 only (they need no other rank).
         progress.update(s.step, mean_loss, token_acc, global.num_tokens());
-        if ((o.eval_every > 0 && s.step % o.eval_every == 0) || s.step == c.steps) {
-            const EvalResult e = evaluate_held_out(s, held_out);
-            if (s.step % (o.eval_every > 0 ? 4 * o.eval_every : 1) == 0 || s.step == c.steps)
-                progress.message(fmt::format("  held-out at step {}: loss {:.4f}, token accuracy {:.2f}%, "
-                                             "sequence accuracy {:.2f}%", s.step, e.loss, 100 * e.token_acc,
-                                             100 * e.seq_acc));
-        }
+        if (eval_now && (s.step % (o.eval_every > 0 ? 4 * o.eval_every : 1) == 0 || s.step == c.steps))
+            progress.message(fmt::format("  held-out at step {}: loss {:.4f}, token accuracy {:.2f}%, "
+                                         "sequence accuracy {:.2f}%", s.step, e.loss, 100 * e.token_acc,
+                                         100 * e.seq_acc));
         if (o.checkpoint_every > 0 && s.step % o.checkpoint_every == 0) save_checkpoint(o.checkpoint, s);
     }
     return stats;

@@ -80,9 +80,24 @@ struct TrainState {
     History history;
 };
 
+/// What an evaluation counts on one rank's rows; summed over the ranks, the whole set's.
+struct EvalCounts {
+    double loss_sum = 0;  ///< cross-entropy summed over the valid target tokens
+    std::int64_t tokens = 0, correct_tokens = 0, sequences = 0, correct_sequences = 0;
+};
+/// The metrics from counts summed over every rank: ratios of sums, never sums of ratios, so an
+/// accuracy is at most 1 whatever the ranks held. An empty set gives zeros.
+EvalResult eval_result(const EvalCounts& global);
+
 /// Runs the model on a batch in eval mode without a graph: loss, token and sequence accuracy.
 EvalResult evaluate(SeqEncoder& model, const Batch& data);
-/// evaluate() at the state's step, recorded in its history.
+/// The same over the ranks of `replicas` (a collective: every rank calls it): each runs its
+/// share of the rows of `data` (rows [r·n/world, (r+1)·n/world)), and the counts are summed
+/// before any ratio is taken. Accuracies equal evaluate()'s exactly; the loss differs in the
+/// last bits (summed in another order).
+EvalResult evaluate(SeqEncoder& model, const Batch& data, Replicas& replicas);
+/// evaluate() over the ranks at the state's step, recorded in its history.
+EvalResult evaluate_held_out(TrainState& state, const Batch& held_out, Replicas& replicas);
 EvalResult evaluate_held_out(TrainState& state, const Batch& held_out);
 
 struct LoopOptions {
@@ -101,9 +116,10 @@ struct LoopStats {
 /// Set from a SIGINT handler: the loop stops after the step, every rank after the same one.
 extern volatile std::sig_atomic_t g_interrupted;
 
-/// Trains `state` to config.steps, or for stop_after steps, or until interrupted. On rank 0 it
-/// reports each step to `progress`, evaluates `held_out` and saves checkpoints; the other ranks
-/// go straight on to the next step. Throws xgrad::Error when the global batch does not split
+/// Trains `state` to config.steps, or for stop_after steps, or until interrupted. Every rank
+/// evaluates its share of `held_out` (the counts are summed); rank 0 reports each step to
+/// `progress` and saves checkpoints. The training accuracy, too, is summed correct tokens over
+/// summed tokens. Throws xgrad::Error when the global batch does not split
 /// evenly over the ranks, and when the training loss is not finite (the run has diverged:
 /// nothing is saved after that, so the last checkpoint holds the last finite state).
 LoopStats train(TrainState& state, Replicas& replicas, const Batch& held_out, Progress& progress,
@@ -112,6 +128,9 @@ LoopStats train(TrainState& state, Replicas& replicas, const Batch& held_out, Pr
 /// Writes model, optimizer, schedule, step, history and the configuration to one .npz,
 /// atomically (a temporary file renamed over `path`).
 void save_checkpoint(const std::string& path, const TrainState& state);
+/// A 64-bit hash (FNV-1a) of everything save_checkpoint() writes: equal states hash alike on
+/// every host, so the ranks of a data-parallel run can check they start from the same state.
+std::uint64_t state_hash(const TrainState& state);
 /// Restores a save_checkpoint(). Throws xgrad::Error (naming the file, the entry, what was
 /// expected and what came) for an unreadable or truncated file, missing entries, entries of the
 /// wrong shape (a curve where one number belongs), or a checkpoint written with a different

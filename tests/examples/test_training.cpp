@@ -1,9 +1,11 @@
 // seq_train's training loop: it learns the reverse task, and checkpoints resume exactly.
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 
 #include "core/io/atomic_file.hpp"
@@ -279,4 +281,109 @@ TEST_CASE("train: a global batch that does not split over the ranks is refused")
     CHECK_THROWS_WITH(run_steps(state, 1, three), Catch::Contains("--batch 32") && Catch::Contains("3 ranks"));
     CHECK(state.step == 0);
     CHECK_NOTHROW(run_steps(state, 1, four));
+}
+
+namespace {
+
+// Rank `rank` of a world of `world` whose other ranks are simulated: sum() records what this
+// rank gave, then adds what the others gave (`others`, by the length of the vector summed).
+struct SimulatedRank : Replicas {
+    SimulatedRank(std::size_t rank, std::size_t world) : m_rank(rank), m_world(world) {}
+    std::size_t rank() const override { return m_rank; }
+    std::size_t world_size() const override { return m_world; }
+    void sum(std::vector<double>& values) override {
+        given.push_back(values);
+        const auto it = others.find(values.size());
+        if (it == others.end()) return;
+        for (std::size_t i = 0; i < values.size(); ++i) values[i] += it->second[i];
+    }
+    std::size_t m_rank, m_world;
+    std::map<std::size_t, std::vector<double>> others;
+    std::vector<std::vector<double>> given;
+};
+
+}  // namespace
+
+TEST_CASE("evaluate: held-out metrics over ranks are ratios of counts summed over the ranks") {
+    TrainState state(small_config(10));
+    run_steps(state, 5);
+    const Batch held = held_out_set(state.config.task, 37, 5);  // 37 rows: the shards are uneven
+    const EvalResult single = evaluate(*state.model, held);
+    REQUIRE(single.token_acc > 0);
+    for (const std::size_t world : {2, 3, 50}) {  // 50 ranks: some hold no row at all
+        std::vector<double> rest(5, 0.0);
+        for (std::size_t r = 1; r < world; ++r) {
+            SimulatedRank other(r, world);
+            evaluate(*state.model, held, other);
+            REQUIRE(other.given.size() == 1);
+            for (std::size_t i = 0; i < rest.size(); ++i) rest[i] += other.given[0][i];
+        }
+        SimulatedRank first(0, world);
+        first.others[5] = rest;
+        const EvalResult e = evaluate(*state.model, held, first);
+        INFO("world " << world);
+        REQUIRE(first.given.size() == 1);
+        CHECK(first.given[0][1] < static_cast<double>(held.num_tokens()));  // only its own rows
+        CHECK(first.given[0][3] == static_cast<double>(37 / world));
+        CHECK(e.token_acc == single.token_acc);  // whole counts: exactly the single-process ratio
+        CHECK(e.seq_acc == single.seq_acc);
+        CHECK(e.loss == Approx(single.loss).epsilon(1e-5));
+    }
+}
+
+TEST_CASE("evaluate: accuracies are at most 1 whatever the other ranks counted") {
+    EvalCounts n;
+    n.tokens = 40;
+    n.correct_tokens = 40;
+    n.sequences = 5;
+    n.correct_sequences = 5;
+    n.loss_sum = 2;
+    EvalResult r = eval_result(n);
+    CHECK(r.token_acc == 1.0);
+    CHECK(r.seq_acc == 1.0);
+    CHECK(r.loss == 0.05);
+    CHECK(eval_result(EvalCounts{}).token_acc == 0.0);  // an empty set: zeros, not NaN
+    CHECK(eval_result(EvalCounts{}).loss == 0.0);
+}
+
+TEST_CASE("train: the training accuracy is correct tokens over the tokens the ranks held") {
+    // The other rank reports 1000 tokens, all correct, as a rank at another step (a batch of
+    // other lengths) would: the old formula divided by this rank's global batch and gave > 100%.
+    TrainState state(small_config(10));
+    SimulatedRank first(0, 2);
+    first.others[3] = {0.0, 1000.0, 1000.0};
+    run_steps(state, 4, first);
+    REQUIRE(state.history.token_acc.size() == 4);
+    for (const double acc : state.history.token_acc) {
+        CHECK(acc <= 1.0);
+        CHECK(acc > 0.5);  // 1000 of the tokens were correct: the other rank's count is in it
+    }
+}
+
+TEST_CASE("state_hash: equal states hash alike, through a checkpoint too, and any change shows") {
+    TrainState a(small_config(10)), b(small_config(10));
+    CHECK(state_hash(a) == state_hash(b));
+    run_steps(a, 3);
+    CHECK(state_hash(a) != state_hash(b));
+    run_steps(b, 3);
+    CHECK(state_hash(a) == state_hash(b));
+    const std::string path = temp_dir("state_hash") + "/checkpoint.npz";
+    save_checkpoint(path, a);
+    TrainState loaded(small_config(10));
+    load_checkpoint(path, loaded);
+    CHECK(state_hash(loaded) == state_hash(a));
+    // One bit of one parameter, the step, the seed: each changes the hash.
+    Tensor p = loaded.model->parameters().front();
+    auto v = p.to_vector<double>();
+    v[0] = static_cast<double>(std::nextafter(static_cast<float>(v[0]), 1.0f));
+    p.set_data(from_vector(v, p.shape(), p.dtype()));
+    CHECK(state_hash(loaded) != state_hash(a));
+    ++b.step;
+    CHECK(state_hash(b) != state_hash(a));
+    TrainState other_seed = [] {
+        TrainConfig c = small_config(10);
+        c.seed = 12;
+        return TrainState(c);
+    }();
+    CHECK(state_hash(other_seed) != state_hash(TrainState(small_config(10))));
 }
