@@ -79,7 +79,7 @@ DistributedDataParallel::DistributedDataParallel(std::vector<Tensor> parameters,
                                 "which); rank {}'s are fine",
                                 distributed::rank()));
     check_same_parameters();
-    m_group = std::make_unique<distributed::Group>("gradient buckets");
+    m_group = std::make_unique<distributed::Group>("data-parallel");
     plan();
     broadcast_parameters();
     m_mpi_thread = std::this_thread::get_id();

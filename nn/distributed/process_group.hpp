@@ -125,7 +125,7 @@ private:
 /// destroying one are collectives of the world.
 class Group {
 public:
-    /// `name` appears in deadline messages ("gradient buckets").
+    /// `name` appears in deadline messages ("data-parallel").
     explicit Group(std::string name);
     ~Group();
     Group(const Group&) = delete;
