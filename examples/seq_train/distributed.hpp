@@ -45,6 +45,7 @@ struct SyncStats {
 struct DataParallelSettings {
     double collective_timeout = 300;  ///< seconds any collective may wait before the job ends
     bool overlap = true;              ///< all-reduce gradient buckets during backward
+    std::size_t bucket_kb = 25 << 10;  ///< largest gradient bucket (the first is at most 1 MiB)
 };
 
 class Replicas {

@@ -51,6 +51,7 @@ public:
         nn::DataParallelOptions options;
         options.average = false;
         options.overlap = m_settings.overlap;
+        options.bucket_bytes = m_settings.bucket_kb << 10;
         m_ddp.emplace(model, options);  // copies rank 0's parameters to every rank
         reset_sync_stats();
     }

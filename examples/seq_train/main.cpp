@@ -101,6 +101,9 @@ void add_flags(CLI::App& app, Options& o) {
         ->check(real(0.1, 7 * 86400));
     app.add_flag_function("--no-overlap", [&o](std::int64_t) { o.parallel.overlap = false; },
                  "with --distributed: all-reduce the gradients after backward instead of during it");
+    app.add_option("--bucket-kb", o.parallel.bucket_kb,
+                   "with --distributed: largest gradient bucket in KiB (the first, holding the last layers, is at "
+                   "most 1024)")->check(whole(1, kMaxSize));
 }
 
 std::string join_tokens(const std::vector<std::int64_t>& v) {

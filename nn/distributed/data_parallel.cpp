@@ -60,6 +60,8 @@ DistributedDataParallel::DistributedDataParallel(std::vector<Tensor> parameters,
         throw Error("DistributedDataParallel: MPI is not initialised (create a xgrad::distributed::Environment "
                     "first)");
     if (m_options.bucket_bytes == 0) throw Error("DistributedDataParallel: bucket_bytes must be at least 1, got 0");
+    if (m_options.first_bucket_bytes == 0)
+        throw Error("DistributedDataParallel: first_bucket_bytes must be at least 1, got 0");
     // A bad parameter on one rank must stop every rank: the others would wait forever in the
     // collectives below. So the local verdict is shared first, and all ranks throw together.
     std::string bad;
@@ -83,10 +85,12 @@ DistributedDataParallel::DistributedDataParallel(std::vector<Tensor> parameters,
     plan();
     broadcast_parameters();
     m_mpi_thread = std::this_thread::get_id();
+    // A parameter that is not a leaf requiring grad gets no hook; its bucket starts at the sync.
     if (m_options.overlap)
         for (std::size_t i = 0; i < m_params.size(); ++i)
             if (m_params[i].requires_grad() && m_params[i].is_leaf())
-                m_hooks.push_back(m_params[i].register_post_accumulate_grad_hook([this, i](Tensor&) { on_gradient(i); }));
+                m_hooks.emplace_back(
+                    i, m_params[i].register_post_accumulate_grad_hook([this, i](Tensor&) { on_gradient(i); }));
 }
 
 DistributedDataParallel::~DistributedDataParallel() {
@@ -96,9 +100,7 @@ DistributedDataParallel::~DistributedDataParallel() {
     if (std::uncaught_exceptions() > 0)
         for (auto& b : m_buckets)
             if (b->request.active()) (void)b.release();
-    std::size_t h = 0;
-    for (std::size_t i = 0; i < m_params.size() && h < m_hooks.size(); ++i)
-        if (m_params[i].requires_grad() && m_params[i].is_leaf()) m_params[i].remove_post_accumulate_grad_hook(m_hooks[h++]);
+    for (const auto& [param, id] : m_hooks) m_params[param].remove_post_accumulate_grad_hook(id);
 }
 
 void DistributedDataParallel::check_same_parameters() const {
@@ -137,7 +139,9 @@ void DistributedDataParallel::plan() {
         const Dtype d = m_params[i].dtype();
         std::unique_ptr<Bucket>& b = open[d == kFloat64 ? 1 : 0];
         const std::size_t n = m_params[i].numel();
-        if (b && (b->slots() + n + 1) * elem_bytes(d) > m_options.bucket_bytes) close(b);
+        const std::size_t limit = m_buckets.empty() ? std::min(m_options.first_bucket_bytes, m_options.bucket_bytes)
+                                                    : m_options.bucket_bytes;
+        if (b && (b->slots() + n + 1) * elem_bytes(d) > limit) close(b);
         if (!b) {
             b = std::make_unique<Bucket>();
             b->dtype = d;

@@ -48,6 +48,7 @@
 #include <cstdint>
 #include <memory>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.hpp"
@@ -59,6 +60,9 @@ namespace xgrad::nn {
 struct DataParallelOptions {
     /// Largest bucket in bytes (the parameter slots included).
     std::size_t bucket_bytes = std::size_t{25} << 20;
+    /// Largest first bucket (the last parameters, whose gradients come first), as torch's 1 MiB:
+    /// small, so that communication starts early in backward.
+    std::size_t first_bucket_bytes = std::size_t{1} << 20;
     /// true: the gradients are averaged over the ranks (torch's behaviour, for a loss that is
     /// a mean over each rank's rows with equal rows per rank); false: summed (for a loss each
     /// rank already divided by the global count, as examples/seq_train/train.cpp does).
@@ -130,7 +134,7 @@ private:
         const void* read_from = nullptr;  // the gradient storage flattened, to notice a replaced one
     };
     std::vector<ParamState> m_state;
-    std::vector<std::uint64_t> m_hooks;
+    std::vector<std::pair<std::size_t, std::uint64_t>> m_hooks;  // parameter, hook id
     std::size_t m_next_bucket = 0;  // buckets start in index order
     bool m_stale = false;           // something read early may be out of date: reduce all again
     std::uint64_t m_round = 0;

@@ -169,6 +169,18 @@ TEST_CASE("DistributedDataParallel: bad options, parameters and a model that dif
     zero.bucket_bytes = 0;
     CHECK_THROWS_WITH(nn::DistributedDataParallel({leaf({2}, 0, kFloat32)}, zero),
                       Catch::Contains("DistributedDataParallel") && Catch::Contains("bucket_bytes"));
+    nn::DataParallelOptions zero_first;
+    zero_first.first_bucket_bytes = 0;
+    CHECK_THROWS_WITH(nn::DistributedDataParallel({leaf({2}, 0, kFloat32)}, zero_first),
+                      Catch::Contains("DistributedDataParallel") && Catch::Contains("first_bucket_bytes"));
+    // The first bucket is capped apart: 40 + 40 + 40 floats with 200-byte first and 1000-byte
+    // other buckets make (last alone) then (the other two).
+    nn::DataParallelOptions first;
+    first.first_bucket_bytes = 200;
+    first.bucket_bytes = 1000;
+    nn::DistributedDataParallel three({leaf({40}, 0, kFloat32), leaf({40}, 0, kFloat32), leaf({40}, 0, kFloat32)},
+                                      first);
+    CHECK(three.num_buckets() == 2);
     const Tensor ints = from_vector(std::vector<std::int64_t>{1, 2}, {2, 1});
     CHECK_THROWS_WITH(nn::DistributedDataParallel({ints}),
                       Catch::Contains("float32 or float64") && Catch::Contains("int64 (2, 1)"));
