@@ -244,13 +244,15 @@ void DistributedDataParallel::sync_gradients() {
         throw Error("DistributedDataParallel::sync_gradients: called from a thread other than the one that made it "
                     "(MPI is initialised funneled)");
     // A gradient flattened early and since replaced (set_grad, zero_grad) must be read again.
+    auto grad_address = [this](std::size_t p) {
+        return dispatch_floating("DistributedDataParallel", m_params[p].dtype(), [&](auto tag) {
+            using T = typename decltype(tag)::type;
+            return static_cast<const void*>(m_params[p].template grad_ptr<T>());
+        });
+    };
     for (std::size_t b = 0; b < m_next_bucket && !m_stale; ++b)
         for (std::size_t p : m_buckets[b]->params)
-            if (m_state[p].read_from != dispatch_floating("DistributedDataParallel", m_params[p].dtype(), [&](auto tag) {
-                    using T = typename decltype(tag)::type;
-                    return static_cast<const void*>(m_params[p].template grad_ptr<T>());
-                }))
-                m_stale = true;
+            if (m_state[p].read_from != grad_address(p)) m_stale = true;
     double blocked = 0;
     if (m_stale) {
         // Every rank is in the same case (see the header), but which buckets it started in

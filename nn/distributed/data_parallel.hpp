@@ -31,14 +31,20 @@
 /// sync_gradients, cannot pair with them). The sums are the same, bit for bit, as with overlap
 /// off: the same buckets reduced by the same MPI call.
 ///
-/// A gradient read early must still be the one sync_gradients() would read. When it may not be,
-/// sync_gradients() completes the round (starts the rest, waits, discards) and reduces every
-/// bucket again from the gradients as they are then: after a second backward before the sync (accumulation over
-/// micro-batches), after a backward that threw midway, after set_grad() or zero_grad() replaced a
-/// gradient that was read, or when backward ran on a thread other than MPI's (the hook does not
-/// call MPI there). Every rank must do the same of these things (as every rank must call
-/// backward and sync_gradients the same number of times): each bucket carries a round number,
-/// and ranks that fell out of step get an xgrad::Error instead of mixed-up sums.
+/// MPI moves a non-blocking collective on only inside MPI calls (no progress thread: MPI is
+/// initialised funneled), so each hook also tests the buckets in flight; a long stretch of
+/// backward with no parameter gradient leaves the link idle, which bounds how much is hidden.
+///
+/// A gradient read early must still be the one sync_gradients() would read. When it may not
+/// be, sync_gradients() completes the round (starts the rest, waits, discards) and reduces
+/// every bucket again from the gradients as they are then: after a second backward before the
+/// sync (accumulation over micro-batches), after a backward that threw midway, after
+/// set_grad() or zero_grad() replaced a gradient that was read (noticed by its storage address:
+/// one freed by zero_grad() and replaced at the very same address goes unnoticed), or when
+/// backward ran on a thread other than MPI's (the hook does not call MPI there). Every rank
+/// must do the same of these things (as every rank must call backward and sync_gradients the
+/// same number of times): each bucket carries a round number, and ranks that fell out of step
+/// get an xgrad::Error instead of mixed-up sums.
 ///
 /// A parameter without a gradient on this rank contributes zeros, so every rank makes the
 /// same calls with the same sizes. Each bucket carries one extra slot per parameter (1 if the

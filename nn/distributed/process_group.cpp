@@ -204,8 +204,8 @@ void wait_state(Collective::State& s) {
             throw Error(fmt::format(
                 "distributed: rank {} of {} gave up waiting in {} after {:.1f} s (collective timeout {} s){}",
                 my_rank(), world(), describe(s), waited, g_timeout,
-                late.empty() ? std::string(": every other rank reported reaching it, so the link to them may be down (or this rank was itself "
-                               "stopped)")
+                late.empty() ? std::string(": every other rank reported reaching it, so the link to them may be "
+                                           "down (or this rank was itself stopped)")
                              : fmt::format(": {} did not reach it (stopped, hung, far behind, or unreachable)",
                                            ranks_text(late))));
         }

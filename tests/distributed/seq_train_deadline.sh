@@ -37,7 +37,7 @@ fail() {
 i=0
 until grep -Eq "step +20/" "$log" 2>/dev/null; do
     i=$((i + 1))
-    [ $i -gt 600 ] && fail "training did not start"
+    [ $i -gt 1200 ] && fail "training did not start within 120 s"
     kill -0 "$job" 2>/dev/null || fail "the job ended early"
     sleep 0.1
 done
