@@ -60,6 +60,7 @@ struct Node {
     Saves saves;
     std::vector<std::uint64_t> saved_versions;
     BackwardFn backward;
+    std::vector<std::pair<std::uint64_t, std::function<void(Tensor&)>>> post_grad_hooks;  // leaves only
 
     explicit Node(Storage values);
     Node(const Node&) = delete;

@@ -2,6 +2,7 @@
 #include "core/tensor.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <ostream>
 #include <string_view>
@@ -225,6 +226,24 @@ void Tensor::set_grad(const Tensor& g) {
 }
 
 void Tensor::zero_grad() { node().grad.reset(); }
+
+std::uint64_t Tensor::register_post_accumulate_grad_hook(std::function<void(Tensor&)> hook) {
+    Node& n = node();
+    if (!n.is_leaf || !n.requires_grad)
+        throw Error(fmt::format("register_post_accumulate_grad_hook: expected a leaf that requires grad, got {}",
+                                n.is_leaf ? "a leaf that does not" : fmt::format("a '{}' result", n.op)));
+    if (!hook) throw Error("register_post_accumulate_grad_hook: the hook is empty");
+    static std::atomic<std::uint64_t> next_id{1};
+    const std::uint64_t id = next_id++;
+    n.post_grad_hooks.emplace_back(id, std::move(hook));
+    return id;
+}
+
+void Tensor::remove_post_accumulate_grad_hook(std::uint64_t id) {
+    auto& hooks = node().post_grad_hooks;
+    hooks.erase(std::remove_if(hooks.begin(), hooks.end(), [id](const auto& h) { return h.first == id; }),
+                hooks.end());
+}
 
 void check_dims(const char* who, const char* arg, const Tensor& t, std::size_t dims, const char* layout) {
     if (!t.defined()) throw Error(fmt::format("{}: {} is an undefined tensor", who, arg));
@@ -462,6 +481,11 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
             n.flow.reset();
             if (n.is_leaf) {
                 add_into(n.grad, std::move(g));
+                if (!n.post_grad_hooks.empty()) {
+                    Tensor leaf(*it);
+                    auto hooks = n.post_grad_hooks;  // a hook may remove itself
+                    for (auto& h : hooks) h.second(leaf);
+                }
                 continue;
             }
             if (n.retains_grad) add_into(n.grad, Storage(g));

@@ -8,6 +8,7 @@
 /// This header does not include xtensor: code that only composes ops (nn/, optim/, user
 /// programs) never pays for xtensor's templates. core/xt.hpp gives typed access to the array.
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <string>
@@ -78,6 +79,13 @@ public:
     /// Reverse-mode sweep from this tensor. A scalar needs no `gradient`; a non-scalar
     /// needs one of its own shape. The graph is freed afterwards unless `retain_graph`.
     void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
+    /// Calls `hook(leaf)` each time a backward sweep has accumulated this leaf's gradient
+    /// (torch's register_post_accumulate_grad_hook): grad() then holds all this sweep adds.
+    /// It runs on the thread that called backward; an exception from it ends that backward as
+    /// an op's would. For a leaf that requires grad (throws otherwise). Returns an id for
+    /// remove_post_accumulate_grad_hook, which ignores an unknown id.
+    std::uint64_t register_post_accumulate_grad_hook(std::function<void(Tensor&)> hook);
+    void remove_post_accumulate_grad_hook(std::uint64_t id);
     /// The same values as a new leaf, cut from the graph (a copy: nodes own their arrays).
     Tensor detach() const;
     /// Name of the op that made this tensor ("mul", "softmax"...), "" for a leaf.

@@ -33,11 +33,22 @@
 
 namespace xgrad::examples {
 
-/// What a data-parallel run spent in gradient synchronisation, for the summary.
+/// What a data-parallel run spent communicating, summed over the steps of the training loop
+/// (from the first step on: start-up collectives are left out).
 struct SyncStats {
-    double allreduce_seconds = 0;  ///< inside MPI_Allreduce, waiting for the other ranks included
-    double sync_seconds = 0;       ///< the whole gradient sync: flatten, all-reduce, write back
+    double blocked_seconds = 0;     ///< blocked waiting in any collective: gradients, stop flag, metrics
+    std::int64_t collectives = 0;   ///< collectives of any kind
+    double allreduce_seconds = 0;   ///< gradient all-reduce in flight: first bucket's start to last one's end
+    double overlapped_seconds = 0;  ///< the part of allreduce_seconds that ran during backward
+    double sync_seconds = 0;        ///< inside the gradient sync: start the rest, wait, write back
     std::int64_t buckets = 0, bytes_per_step = 0;
+};
+
+/// How the ranks communicate (seq_train's --collective-timeout and --no-overlap).
+struct DataParallelSettings {
+    double collective_timeout = 300;  ///< seconds any collective may wait before the job ends
+    bool overlap = true;              ///< all-reduce gradient buckets during backward
+    std::size_t bucket_kb = 25 << 10;  ///< largest gradient bucket (the first is at most 1 MiB)
 };
 
 class Replicas {
@@ -55,12 +66,14 @@ public:
     /// Every rank's `mine`, indexed by rank, on every rank (any bytes, any length per rank).
     virtual std::vector<std::string> all_gather(const std::string& mine) { return {mine}; }
     virtual SyncStats sync_stats() const { return {}; }
+    /// Starts sync_stats() afresh (the training loop calls it before its first step).
+    virtual void reset_sync_stats() {}
 };
 
 /// `mpirun -np N seq_train --distributed`: starts MPI for the lifetime of the returned object
 /// and gives each rank's thread pool its share of the host's cores. Call before the first
 /// tensor op (which starts the pool). Throws xgrad::Error when seq_train was built without MPI.
-std::unique_ptr<Replicas> start_data_parallel();
+std::unique_ptr<Replicas> start_data_parallel(const DataParallelSettings& settings);
 
 /// For main's catch: when the error came on one rank of a running multi-rank job, prints it
 /// with the rank and ends the whole job (the other ranks would wait for this one forever);

@@ -38,13 +38,24 @@ void default_threads_per_rank() {
     setenv("XGRAD_NUM_THREADS", std::to_string(threads).c_str(), 0);
 }
 
+// The deadline holds from MPI's first collective on (the Environment's start-up barrier).
+const DataParallelSettings& with_timeout(const DataParallelSettings& s) {
+    distributed::set_collective_timeout(s.collective_timeout);
+    return s;
+}
+
 class MpiReplicas : public Replicas {
 public:
-    MpiReplicas() { default_threads_per_rank(); }
+    explicit MpiReplicas(const DataParallelSettings& settings) : m_settings(with_timeout(settings)) {
+        default_threads_per_rank();
+    }
     void share(const nn::Module& model) override {
         nn::DataParallelOptions options;
         options.average = false;
+        options.overlap = m_settings.overlap;
+        options.bucket_bytes = m_settings.bucket_kb << 10;
         m_ddp.emplace(model, options);  // copies rank 0's parameters to every rank
+        reset_sync_stats();
     }
     std::size_t rank() const override { return distributed::rank(); }
     std::size_t world_size() const override { return distributed::world_size(); }
@@ -65,20 +76,36 @@ public:
         return all;
     }
     SyncStats sync_stats() const override {
-        if (!m_ddp) return {};
-        return {m_ddp->allreduce_seconds(), m_ddp->sync_seconds(), static_cast<std::int64_t>(m_ddp->num_buckets()),
-                static_cast<std::int64_t>(m_ddp->bytes_per_sync())};
+        SyncStats s;
+        const distributed::CollectiveStats now = distributed::collective_stats();
+        s.blocked_seconds = now.blocked_seconds - m_base.blocked_seconds;
+        s.collectives = static_cast<std::int64_t>(now.count - m_base.count);
+        if (!m_ddp) return s;
+        s.allreduce_seconds = m_ddp->allreduce_seconds();
+        s.overlapped_seconds = m_ddp->overlapped_seconds();
+        s.sync_seconds = m_ddp->sync_seconds();
+        s.buckets = static_cast<std::int64_t>(m_ddp->num_buckets());
+        s.bytes_per_step = static_cast<std::int64_t>(m_ddp->bytes_per_sync());
+        return s;
+    }
+    void reset_sync_stats() override {
+        m_base = distributed::collective_stats();
+        if (m_ddp) m_ddp->reset_timers();
     }
 
 private:
-    // Declared first, so MPI outlives the DistributedDataParallel that uses it.
+    DataParallelSettings m_settings;
+    // Declared before the DistributedDataParallel, so MPI outlives it.
     distributed::Environment m_mpi;
     std::optional<nn::DistributedDataParallel> m_ddp;
+    distributed::CollectiveStats m_base;
 };
 
 }  // namespace
 
-std::unique_ptr<Replicas> start_data_parallel() { return std::make_unique<MpiReplicas>(); }
+std::unique_ptr<Replicas> start_data_parallel(const DataParallelSettings& settings) {
+    return std::make_unique<MpiReplicas>(settings);
+}
 
 void end_job_on_error(const std::string& program, const std::exception& error) {
     // MPI is still up only when the error came with other ranks running (see Environment).

@@ -4,7 +4,7 @@
 
 namespace xgrad::examples {
 
-std::unique_ptr<Replicas> start_data_parallel() {
+std::unique_ptr<Replicas> start_data_parallel(const DataParallelSettings&) {
     throw Error("--distributed needs MPI, and this seq_train was built without it (install libopenmpi-dev and "
                 "reconfigure with -DXGRAD_WITH_MPI=ON)");
 }

@@ -45,6 +45,7 @@ struct Options {
     std::size_t held_out = 1000;
     std::int64_t log_every = 50;
     bool resume = false, overwrite = false, distributed = false;
+    DataParallelSettings parallel;
 };
 
 // What a run writes to --out; the checkpoint first, so that --resume finds it by that name.
@@ -95,6 +96,15 @@ void add_flags(CLI::App& app, Options& o) {
                  "start afresh in an --out that holds an earlier run, removing its checkpoint and results");
     app.add_flag("--distributed", o.distributed,
                  "data-parallel over MPI: run under mpirun -np N; --batch is the global batch (a multiple of N)");
+    app.add_option("--collective-timeout", o.parallel.collective_timeout,
+                   "with --distributed: seconds a rank waits in a collective (for the other ranks) before the "
+                   "job ends with an error naming the rank, the collective and whom it waited for")
+        ->check(real(0.1, 7 * 86400));
+    app.add_flag_function("--no-overlap", [&o](std::int64_t) { o.parallel.overlap = false; },
+                 "with --distributed: all-reduce the gradients after backward instead of during it");
+    app.add_option("--bucket-kb", o.parallel.bucket_kb,
+                   "with --distributed: largest gradient bucket in KiB (the first, holding the last layers, is at "
+                   "most 1024)")->check(whole(1, kMaxSize));
 }
 
 std::string join_tokens(const std::vector<std::int64_t>& v) {
@@ -184,6 +194,8 @@ void report(const Options& o, TrainState& state, const Replicas& replicas, const
         {"ranks", replicas.world_size()},
         {"threads_per_rank", num_threads()},
         {"allreduce_seconds", sync.allreduce_seconds},
+        {"allreduce_overlapped_seconds", sync.overlapped_seconds},
+        {"collective_blocked_seconds", sync.blocked_seconds},
         {"gradient_sync_seconds", sync.sync_seconds},
         {"optimizer", c.optimizer},
         {"pos", o.pos},
@@ -215,11 +227,21 @@ void report(const Options& o, TrainState& state, const Replicas& replicas, const
     fmt::print("{} steps this run in {:.1f} s ({:.1f} s in training steps, {:.0f} tokens/s)\n", run.steps, wall,
                run.seconds, tps);
     if (o.distributed && run.steps > 0) {
+        // Per step, every collective included (stop flag, metrics, gradients). compute: the step
+        // less the time blocked in collectives; allreduce: the gradient buckets in flight, of
+        // which the overlapped part ran during backward.
         const double per_step = 1e3 / static_cast<double>(run.steps);
-        fmt::print("{} ranks: {:.2f} ms per step, of which gradient all-reduce {:.3f} ms ({:.1f}%; whole sync "
-                   "{:.3f} ms), {} bucket(s), {} bytes per step\n", replicas.world_size(), per_step * run.seconds,
-                   per_step * sync.allreduce_seconds, 100 * sync.allreduce_seconds / run.seconds,
-                   per_step * sync.sync_seconds, sync.buckets, sync.bytes_per_step);
+        const double blocked = per_step * sync.blocked_seconds, step_ms = per_step * run.seconds;
+        const double allreduce = per_step * sync.allreduce_seconds, overlapped = per_step * sync.overlapped_seconds;
+        fmt::print("{} ranks: {:.2f} ms per step, of which {:.3f} ms ({:.1f}%) blocked in {} collectives; gradient "
+                   "all-reduce in flight {:.3f} ms, {:.3f} ms of it during backward ({:.0f}%); {} bucket(s), {} "
+                   "bytes per step\n",
+                   replicas.world_size(), step_ms, blocked, 100 * sync.blocked_seconds / run.seconds,
+                   static_cast<double>(sync.collectives) / static_cast<double>(run.steps), allreduce, overlapped,
+                   allreduce > 0 ? 100 * overlapped / allreduce : 0.0, sync.buckets, sync.bytes_per_step);
+        fmt::print("ddp: compute_ms={:.3f} grad_bytes={} allreduce_ms={:.3f} blocked_ms={:.3f} buckets={} "
+                   "overlapped_ms={:.3f} step_ms={:.3f}\n",
+                   step_ms - blocked, sync.bytes_per_step, allreduce, blocked, sync.buckets, overlapped, step_ms);
     }
     fmt::print("example: {}\n", example);
     fmt::print("wrote {0}/metrics.json, {0}/loss.svg, {0}/attention.svg, {0}/checkpoint.npz\n", o.out);
@@ -279,7 +301,7 @@ int run(int argc, const char* const* argv) {
     }
 
     // Data-parallel: MPI from here to the end of run(). Only rank 0 prints and writes files.
-    const std::unique_ptr<Replicas> replicas = o.distributed ? start_data_parallel() : std::make_unique<Replicas>();
+    const std::unique_ptr<Replicas> replicas = o.distributed ? start_data_parallel(o.parallel) : std::make_unique<Replicas>();
     const bool main_rank = replicas->rank() == 0;
     // These matrices are tiny (64 × 64): a second OpenBLAS thread costs more in hand-off than it
     // saves, and on a loaded machine its spin-waiting can triple a run's time.

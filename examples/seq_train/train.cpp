@@ -231,12 +231,14 @@ LoopStats train(TrainState& s, Replicas& replicas, const Batch& held_out, Progre
                                 world, world));
     if (s.step == 0 && o.eval_every > 0) evaluate_held_out(s, held_out, replicas);  // the curve starts at 0
     LoopStats stats;
+    replicas.reset_sync_stats();
     while (s.step < c.steps && !(o.stop_after > 0 && stats.steps >= o.stop_after)) {
+        // The step's time includes every collective, the stop flag's too.
+        const auto start = std::chrono::steady_clock::now();
         if (any_rank_interrupted(replicas)) {
             stats.interrupted = true;
             break;
         }
-        const auto start = std::chrono::steady_clock::now();
         // Batch: every rank draws the step's global batch and keeps its own rows. Rank 0 draws the
         // single-process dropout masks, the others streams of their own.
         const auto step = static_cast<std::uint64_t>(s.step);

@@ -13,10 +13,23 @@
 ///   }
 ///
 /// Collectives must be called by every rank in the same order with the same sizes and dtypes
-/// (MPI's rule). A failing MPI call throws xgrad::Error naming the call and MPI's message.
-/// Communicators use MPI_ERRORS_RETURN, so an error reaches the caller instead of MPI aborting.
+/// (MPI's rule), from the thread that made the Environment. A failing MPI call throws
+/// xgrad::Error naming the call and MPI's message. Communicators use MPI_ERRORS_RETURN, so an
+/// error reaches the caller instead of MPI aborting.
+///
+/// Deadlines: every collective is non-blocking MPI (MPI_Iallreduce, MPI_Ibcast, MPI_Ibarrier)
+/// completed by a wait loop that tests, sleeps a little (backing off to 1 ms, so a rank left
+/// waiting does not burn a core), and gives up after collective_timeout() seconds with an
+/// xgrad::Error naming this rank, the collective (kind, sequence number, bytes), how long it
+/// waited and the ranks that have not arrived. Past a few seconds a waiting rank tells its
+/// peers which collective it waits in (a small point-to-point message on a communicator of its
+/// own), so a waiter can name who is missing; past 5 s it prints a line on stderr every 5 s.
+/// After a timeout the collective is still pending inside MPI (MPI cannot cancel one), so
+/// every later collective of the process throws: end the job with abort().
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <string>
 
 #include "core/tensor.hpp"
 
@@ -50,7 +63,22 @@ std::size_t local_world_size();
 /// Waits until every rank has called it.
 void barrier();
 /// Ends every process of the job with `code` (MPI_Abort). Outside MPI: std::exit(code).
+/// MPI_Abort itself can block when a peer's host is unreachable: a watchdog ends this
+/// process with _exit(code) if it has not returned within 5 s.
 [[noreturn]] void abort(int code);
+
+/// The deadline of every collective, in seconds (default 300). Throws xgrad::Error for 0, a
+/// negative value, NaN or infinity. Per process; every rank should set the same.
+void set_collective_timeout(double seconds);
+double collective_timeout();
+
+/// Totals over this process's collectives since MPI started (any group): how many, the bytes
+/// they reduced or sent, and the seconds the calling thread spent blocked waiting for them.
+struct CollectiveStats {
+    std::uint64_t count = 0, bytes = 0;
+    double blocked_seconds = 0;
+};
+CollectiveStats collective_stats();
 
 enum class ReduceOp { sum, mean, min, max };
 
@@ -70,5 +98,46 @@ void broadcast(float* data, std::size_t n, std::size_t root = 0);
 void broadcast(double* data, std::size_t n, std::size_t root = 0);
 void broadcast(std::int64_t* data, std::size_t n, std::size_t root = 0);
 void broadcast(std::uint64_t* data, std::size_t n, std::size_t root = 0);
+
+/// A collective started and not yet finished (a non-blocking MPI request). test() lets MPI
+/// progress it and says whether it is done; wait() waits for it against the deadline. The
+/// buffer it was started on must stay alive and untouched until it is done. Destroyed while
+/// unfinished, it waits (errors go to stderr) unless an earlier collective timed out.
+class Collective {
+public:
+    Collective();
+    Collective(Collective&&) noexcept;
+    Collective& operator=(Collective&&) noexcept;
+    ~Collective();
+    bool active() const;
+    bool test();
+    void wait();
+    struct State;  // opaque
+    explicit Collective(std::unique_ptr<State> state);
+
+private:
+    std::unique_ptr<State> m_state;
+};
+
+/// A communicator of its own over all ranks (a duplicate of the world). Collectives are
+/// matched in order per communicator, so collectives a library starts from a backward hook
+/// on its own group cannot pair up with the program's collectives on the world. Making and
+/// destroying one are collectives of the world.
+class Group {
+public:
+    /// `name` appears in deadline messages ("data-parallel").
+    explicit Group(std::string name);
+    ~Group();
+    Group(const Group&) = delete;
+    Group& operator=(const Group&) = delete;
+    /// Starts an in-place sum, min or max over the ranks (not mean); `what` names it in
+    /// messages ("gradient bucket 2/3").
+    Collective start_all_reduce(float* data, std::size_t n, ReduceOp op, std::string what);
+    Collective start_all_reduce(double* data, std::size_t n, ReduceOp op, std::string what);
+    struct Impl;  // opaque
+
+private:
+    std::unique_ptr<Impl> m_impl;
+};
 
 }  // namespace xgrad::distributed

@@ -5,7 +5,8 @@
 # runs drift further, README "What is guaranteed").
 # Twice: with Adam and clipping (the default), and with plain SGD and no clipping, where a
 # wrongly scaled gradient (averaged instead of summed) shows most. Then a 2-rank run stopped
-# halfway and resumed must match too, and equal the uninterrupted 2-rank run bit for bit.
+# halfway and resumed must match too, and equal the uninterrupted 2-rank run bit for bit; and
+# overlapping the all-reduce with backward changes nothing, bit for bit.
 # Arguments: -DSEQ_TRAIN= -DCOMPARE= -DMPIRUN="mpirun;-np;2;..." -DWORK_DIR=
 file(REMOVE_RECURSE ${WORK_DIR})
 set(args --steps 30 --warmup 5 --dropout 0 --batch 16 --held-out 50 --eval-every 0 --log-every 10)
@@ -37,6 +38,15 @@ foreach(opt adam sgd)
   run(compare_one_rank ${COMPARE} ${dir}/single/checkpoint.npz ${dir}/one_rank/checkpoint.npz 1e-5)
   run(compare_two_ranks ${COMPARE} ${dir}/single/checkpoint.npz ${dir}/two_ranks/checkpoint.npz 1e-5)
 endforeach()
+# Gradient buckets all-reduced during backward or after it: the same sums, so the same run bit
+# for bit (several buckets, so several start during backward).
+set(dir ${WORK_DIR}/adam)
+run(overlap_2 ${MPIRUN} ${SEQ_TRAIN} ${args} --distributed --bucket-kb 64 --out ${dir}/overlap)
+if(NOT out MATCHES "ddp: compute_ms=[0-9.]+ grad_bytes=[0-9]+ allreduce_ms=[0-9.]+ blocked_ms=[0-9.]+ buckets=[2-9]")
+  message(FATAL_ERROR "the overlapped run did not print its ddp: line with several buckets")
+endif()
+run(no_overlap_2 ${MPIRUN} ${SEQ_TRAIN} ${args} --distributed --bucket-kb 64 --no-overlap --out ${dir}/no_overlap)
+run(compare_overlap ${COMPARE} ${dir}/no_overlap/checkpoint.npz ${dir}/overlap/checkpoint.npz 0)
 # Stopped halfway and resumed, on 2 ranks: the same run (every rank reads the checkpoint).
 set(dir ${WORK_DIR}/adam)
 run(stop_2 ${MPIRUN} ${SEQ_TRAIN} ${args} --distributed --stop-after 15 --out ${dir}/resumed)
