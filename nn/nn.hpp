@@ -2,6 +2,7 @@
 /// Everything in xgrad::nn, for programs that want it all at once.
 #include "nn/activation.hpp"
 #include "nn/additive_attention.hpp"
+#include "nn/container.hpp"
 #include "nn/dot_product_attention.hpp"
 #include "nn/dropout.hpp"
 #include "nn/embedding.hpp"
@@ -13,3 +14,4 @@
 #include "nn/multi_head_attention.hpp"
 #include "nn/positional_encoding.hpp"
 #include "nn/transformer.hpp"
+#include "nn/transformer_model.hpp"
