@@ -293,7 +293,7 @@ LoadResult Module::load_state_dict(const NamedTensors& state, bool strict) {
             msg += fmt::format("\n  unexpected: {}", fmt::join(result.unexpected_keys, ", "));
         if (!repeated.empty()) msg += fmt::format("\n  repeated: {}", fmt::join(repeated, ", "));
         for (const auto& m : mismatched) msg += fmt::format("\n  mismatched {}", m);
-        if (keys_wrong) msg += "\n  (load_state_dict(state, false) loads the entries that match)";
+        if (keys_wrong) msg += "\n  (with strict = false the entries that match are loaded and the others returned)";
         throw Error(msg);
     }
 

@@ -7,6 +7,7 @@
 #include "nn/dropout.hpp"
 #include "nn/embedding.hpp"
 #include "nn/functional.hpp"
+#include "nn/init.hpp"
 #include "nn/layer_norm.hpp"
 #include "nn/linear.hpp"
 #include "nn/loss.hpp"
