@@ -46,17 +46,17 @@ const std::shared_ptr<Module>& Sequential::operator[](std::size_t i) const {
 }
 
 ModuleList::ModuleList(std::initializer_list<std::shared_ptr<Module>> modules) : ModuleList() {
-    for (const auto& m : modules) append(m);
+    for (const auto& m : modules) add_item(m);
 }
 
-void ModuleList::append(std::shared_ptr<Module> module) {
+void ModuleList::add_item(std::shared_ptr<Module> module) {
     register_module(std::to_string(m_items.size()), module);
     m_items.push_back(std::move(module));
 }
 
 void ModuleList::extend(const ModuleList& other) {
     const std::vector<std::shared_ptr<Module>> items = other.m_items;  // other may be *this
-    for (const auto& m : items) append(m);
+    for (const auto& m : items) add_item(m);
 }
 
 const std::shared_ptr<Module>& ModuleList::operator[](std::size_t i) const {

@@ -113,7 +113,12 @@ public:
     template <class M>
     void push_back(std::shared_ptr<M> module) {
         static_assert(std::is_base_of_v<Module, M>, "ModuleList holds modules");
-        append(std::move(module));
+        add_item(std::move(module));
+    }
+    /// torch's name for push_back.
+    template <class M>
+    void append(std::shared_ptr<M> module) {
+        push_back(std::move(module));
     }
     /// Appends every module of `other` (torch's extend); the modules are shared, not copied.
     void extend(const ModuleList& other);
@@ -138,7 +143,7 @@ public:
     auto end() const { return m_items.end(); }
 
 private:
-    void append(std::shared_ptr<Module> module);
+    void add_item(std::shared_ptr<Module> module);
     std::vector<std::shared_ptr<Module>> m_items;
 };
 

@@ -112,6 +112,8 @@ TEST_CASE("ModuleList gives torch's parameter names and printed tree", "[contain
     ModuleList both{std::make_shared<ReLU>(), std::make_shared<Linear>(1, 1)};
     both.extend(both);
     CHECK(both.size() == 4);
+    both.append(std::make_shared<ReLU>());  // torch's name
+    CHECK(both.named_children().back().first == "4");
     CHECK(both.num_parameters() == 2);  // shared modules: their parameters once
     CHECK(names_of(both.named_parameters()) == std::vector<std::string>{"1.weight", "1.bias"});
 }
