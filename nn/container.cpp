@@ -9,7 +9,7 @@ namespace xgrad::nn {
 namespace detail {
 
 void throw_wrong_type(const std::string& container, const std::string& key, const Module& got) {
-    throw Error(fmt::format("{}: entry {} is a {}, not the type asked for", container, key, got.name()));
+    throw Error(fmt::format("{}: entry {} is of type {}, not the type asked for", container, key, got.name()));
 }
 
 }  // namespace detail
