@@ -32,7 +32,7 @@ namespace {
 double f(double x) { return 2 * std::sin(x) + std::pow(x, 0.8); }
 
 /// d2l's NWKernelRegression: one parameter w, attention weights kept for the heatmap.
-class NWKernelRegression : public nn::Module {
+class NWKernelRegression : public nn::Module, public nn::Callable<NWKernelRegression> {
 public:
     explicit NWKernelRegression(Generator& gen) : nn::Module("NWKernelRegression") {
         register_parameter("w", rand({1}, {}, gen));
@@ -117,7 +117,7 @@ int run(int argc, char** argv) {
             break;
         }
         trainer.zero_grad();
-        const Tensor l = nn::mse_loss(net.forward(x_tr, keys, values), y_tr, nn::Reduction::none);
+        const Tensor l = nn::mse_loss(net(x_tr, keys, values), y_tr, nn::Reduction::none);
         const double loss = l.sum().item<double>();
         // Too high a learning rate sends w to infinity: say so instead of plotting NaN.
         if (!std::isfinite(loss))
@@ -135,7 +135,7 @@ int run(int argc, char** argv) {
     NoGradGuard no_grad;
     const Tensor test_keys = expand(x_tr.reshape({1, -1}), {n_test, n_train});
     const Tensor test_values = expand(y_tr.reshape({1, -1}), {n_test, n_train});
-    const Tensor y_hat = net.forward(x_test, test_keys, test_values);
+    const Tensor y_hat = net(x_test, test_keys, test_values);
 
     const std::vector<double> xs = values_of(x_test);
     // The training data as dots: NaN between the points leaves each one alone, unjoined.

@@ -73,63 +73,41 @@ double estimated_bytes(const Config& c) {
     return 32 * params + 6 * step;
 }
 
-/// d2l's TransformerEncoder and TransformerDecoder in one module: token embeddings scaled by
-/// √hidden plus sinusoidal positions, `layers` blocks each, and a Linear head on the decoder.
+/// d2l's EncoderDecoder of a TransformerEncoder and a TransformerDecoder: token embeddings
+/// scaled by √hidden plus sinusoidal positions, `layers` blocks each, a Linear head on the decoder.
 class Seq2SeqTransformer : public nn::Module {
 public:
     Seq2SeqTransformer(std::size_t src_vocab, std::size_t tgt_vocab, const Config& c, Generator& gen)
-        : nn::Module("Seq2SeqTransformer"), m_hidden(c.hidden) {
-        const std::size_t ffn = 2 * c.hidden;
-        m_src_embedding = register_module("src_embedding", std::make_shared<nn::Embedding>(src_vocab, c.hidden, gen));
-        m_tgt_embedding = register_module("tgt_embedding", std::make_shared<nn::Embedding>(tgt_vocab, c.hidden, gen));
-        m_positions = register_module("positions", std::make_shared<nn::PositionalEncoding>(c.hidden, c.dropout));
-        for (std::size_t i = 0; i < c.layers; ++i)
-            m_encoder.push_back(register_module(
-                fmt::format("encoder{}", i),
-                std::make_shared<nn::TransformerEncoderBlock>(c.hidden, c.hidden, c.hidden, c.hidden, Shape{c.hidden},
-                                                              ffn, c.heads, c.dropout, false, gen)));
-        for (std::size_t i = 0; i < c.layers; ++i)
-            m_decoder.push_back(register_module(
-                fmt::format("decoder{}", i),
-                std::make_shared<nn::TransformerDecoderBlock>(c.hidden, c.hidden, c.hidden, c.hidden, Shape{c.hidden},
-                                                              ffn, c.heads, c.dropout, false, gen)));
-        m_dense = register_module("dense", std::make_shared<nn::Linear>(c.hidden, tgt_vocab, true, gen));
+        : nn::Module("Seq2SeqTransformer") {
+        auto options = [&](std::size_t vocab) {
+            return nn::TransformerOptions(vocab, c.hidden, 2 * c.hidden, c.heads, c.layers).dropout(c.dropout);
+        };
+        m_encoder = register_module("encoder", std::make_shared<nn::TransformerEncoder>(options(src_vocab), gen));
+        m_decoder = register_module("decoder", std::make_shared<nn::TransformerDecoder>(options(tgt_vocab), gen));
     }
 
-    /// src (B, Ts) int64, src_valid_len (B,) → (B, Ts, hidden).
-    Tensor encode(const Tensor& src, const Tensor& src_valid_len) {
-        Tensor X = m_positions->forward(m_src_embedding->forward(src) * std::sqrt(double(m_hidden)));
-        for (auto& block : m_encoder) X = block->forward(X, src_valid_len);
-        return X;
+    /// src (B, Ts) int64, src_valid_len (B,) → the decoder's state for it.
+    nn::TransformerDecoderState encode(const Tensor& src, const Tensor& src_valid_len) {
+        return m_decoder->init_state(m_encoder->forward(src, src_valid_len), src_valid_len);
     }
 
-    /// Teacher forcing: dec_input (B, T) int64 → logits (B, T, tgt_vocab).
-    Tensor decode(const Tensor& dec_input, const Tensor& enc_outputs, const Tensor& src_valid_len) {
-        Tensor X = m_positions->forward(m_tgt_embedding->forward(dec_input) * std::sqrt(double(m_hidden)));
-        for (auto& block : m_decoder) X = block->forward(X, enc_outputs, src_valid_len);
-        return m_dense->forward(X);
+    /// Teacher forcing: dec_input (B, T) int64 → logits (B, T, tgt_vocab). Each step sees
+    /// itself and the earlier ones in train and eval mode alike.
+    Tensor decode(const Tensor& dec_input, nn::TransformerDecoderState state) {
+        return m_decoder->forward(dec_input, state, AttentionMask::causal()).first;
     }
 
-    /// One decoding step: token (B, 1) at position `step` → logits (B, 1, tgt_vocab). `caches`
-    /// holds one tensor per decoder block (start with `layers` undefined tensors).
-    Tensor decode_step(const Tensor& token, std::size_t step, const Tensor& enc_outputs,
-                       const Tensor& src_valid_len, std::vector<Tensor>& caches) {
-        Tensor X = m_positions->forward(m_tgt_embedding->forward(token) * std::sqrt(double(m_hidden)), step);
-        for (std::size_t i = 0; i < m_decoder.size(); ++i)
-            X = m_decoder[i]->forward(X, enc_outputs, src_valid_len, caches[i]);
-        return m_dense->forward(X);
+    /// One decoding step: token (B, 1) → logits (B, 1, tgt_vocab); `state` keeps the steps so far.
+    Tensor decode_step(const Tensor& token, nn::TransformerDecoderState& state) {
+        return m_decoder->forward(token, state).first;
     }
 
-    std::size_t layers() const { return m_decoder.size(); }
-    const nn::TransformerDecoderBlock& decoder_block(std::size_t i) const { return *m_decoder[i]; }
+    std::size_t layers() const { return m_decoder->num_layers(); }
+    const nn::TransformerDecoder& decoder() const { return *m_decoder; }
 
 private:
-    std::size_t m_hidden;
-    std::shared_ptr<nn::Embedding> m_src_embedding, m_tgt_embedding;
-    std::shared_ptr<nn::PositionalEncoding> m_positions;
-    std::vector<std::shared_ptr<nn::TransformerEncoderBlock>> m_encoder;
-    std::vector<std::shared_ptr<nn::TransformerDecoderBlock>> m_decoder;
-    std::shared_ptr<nn::Linear> m_dense;
+    std::shared_ptr<nn::TransformerEncoder> m_encoder;
+    std::shared_ptr<nn::TransformerDecoder> m_decoder;
 };
 
 /// Greedy decoding of a batch, `max_steps` tokens at most: the digit strings produced (up to
@@ -137,14 +115,13 @@ private:
 std::vector<std::string> greedy_decode(Seq2SeqTransformer& net, const Batch& b, std::size_t max_steps) {
     const auto& tv = number_words::target_vocab();
     NoGradGuard no_grad;
-    const Tensor enc = net.encode(b.src, b.src_valid_len);
+    nn::TransformerDecoderState state = net.encode(b.src, b.src_valid_len);
     const std::size_t n = b.src.size(0);
-    std::vector<Tensor> caches(net.layers());
     Tensor token = full({n, 1}, double(tv["<bos>"]), kInt64);
     std::vector<std::string> out(n);
     std::vector<bool> done(n, false);
     for (std::size_t step = 0; step < max_steps; ++step) {
-        token = argmax(net.decode_step(token, step, enc, b.src_valid_len, caches), -1);  // (n, 1)
+        token = argmax(net.decode_step(token, state), -1);  // (n, 1)
         const std::vector<std::int64_t> ids = token.to_vector<std::int64_t>();
         bool all_done = true;
         for (std::size_t i = 0; i < n; ++i) {
@@ -250,7 +227,7 @@ int run(int argc, char** argv) {
     std::int64_t stopped_at = 0;  // the step Ctrl-C stopped the run after, 0 if it ran to the end
     for (std::int64_t step = 1; step <= c.steps; ++step) {
         const Batch b = training_batch();
-        const Tensor logits = net.decode(b.dec_input, net.encode(b.src, b.src_valid_len), b.src_valid_len);
+        const Tensor logits = net.decode(b.dec_input, net.encode(b.src, b.src_valid_len));
         // Mean over the real target tokens: padding is ignored.
         const Tensor loss = nn::cross_entropy(logits, b.label, nn::Reduction::mean, tv["<pad>"]);
         if (!std::isfinite(loss.item<double>()))
@@ -351,12 +328,12 @@ int run(int argc, char** argv) {
         std::vector<std::int64_t> dec = {tv["<bos>"]};
         for (char ch : predictions[pick]) dec.push_back(tv[std::string(1, ch)]), out_tokens.push_back(std::string(1, ch));
         out_tokens.push_back("<eos>");
-        net.decode(from_vector(dec, {1, dec.size()}), net.encode(one.src, one.src_valid_len), one.src_valid_len);
+        net.decode(from_vector(dec, {1, dec.size()}), net.encode(one.src, one.src_valid_len));
     }
     std::vector<std::vector<Tensor>> panels;
     std::vector<std::vector<std::string>> titles;
     for (std::size_t l = 0; l < net.layers(); ++l) {
-        const Tensor w = net.decoder_block(l).cross_attention()->attention_weights();  // (1, heads, T, Ts)
+        const Tensor w = net.decoder().block(l).attention2()->attention_weights();  // (1, heads, T, Ts)
         panels.emplace_back();
         titles.emplace_back();
         for (std::size_t h = 0; h < w.size(1); ++h) {

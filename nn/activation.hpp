@@ -5,11 +5,10 @@
 namespace xgrad::nn {
 
 /// max(x, 0) elementwise, as torch.nn.ReLU. Prints as `ReLU()`.
-class ReLU : public Module {
+class ReLU : public Module, public Callable<ReLU> {
 public:
     ReLU() : Module("ReLU") {}
     Tensor forward(const Tensor& x);
-    Tensor operator()(const Tensor& x) { return forward(x); }
 };
 
 }  // namespace xgrad::nn

@@ -4,14 +4,14 @@
 
 namespace xgrad::nn {
 
-AdditiveAttention::AdditiveAttention(std::size_t key_size, std::size_t query_size, std::size_t num_hiddens,
+AdditiveAttention::AdditiveAttention(SizeArg key_size, SizeArg query_size, SizeArg num_hiddens_arg,
                                      double dropout, Generator& gen)
     : Module("AdditiveAttention"),
-      m_key_size(key_size),
-      m_query_size(query_size),
-      m_W_k(register_module("W_k", std::make_shared<Linear>(key_size, num_hiddens, false, gen))),
-      m_W_q(register_module("W_q", std::make_shared<Linear>(query_size, num_hiddens, false, gen))),
-      m_w_v(register_module("w_v", std::make_shared<Linear>(num_hiddens, 1, false, gen))),
+      m_key_size(key_size.get("AdditiveAttention", "key_size")),
+      m_query_size(query_size.get("AdditiveAttention", "query_size")),
+      m_W_k(register_module("W_k", std::make_shared<Linear>(m_key_size, num_hiddens_arg, false, gen))),
+      m_W_q(register_module("W_q", std::make_shared<Linear>(m_query_size, num_hiddens_arg, false, gen))),
+      m_w_v(register_module("w_v", std::make_shared<Linear>(num_hiddens_arg, 1, false, gen))),
       m_dropout(register_module("dropout", std::make_shared<Dropout>(dropout))) {}
 
 Tensor AdditiveAttention::forward(const Tensor& queries, const Tensor& keys, const Tensor& values,

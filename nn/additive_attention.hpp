@@ -17,9 +17,9 @@ namespace xgrad::nn {
 /// Shapes: queries (batch, Tq, query_size), keys (batch, Tk, key_size), values (batch, Tk, v)
 /// → (batch, Tq, v); the features tensor is (batch, Tq, Tk, num_hiddens).
 /// valid_lens: undefined, (batch,) or (batch, Tq). attention_weights() keeps the last weights.
-class AdditiveAttention : public Module {
+class AdditiveAttention : public Module, public Callable<AdditiveAttention> {
 public:
-    AdditiveAttention(std::size_t key_size, std::size_t query_size, std::size_t num_hiddens, double dropout,
+    AdditiveAttention(SizeArg key_size, SizeArg query_size, SizeArg num_hiddens, double dropout,
                       Generator& gen = default_generator());
 
     Tensor forward(const Tensor& queries, const Tensor& keys, const Tensor& values,

@@ -14,7 +14,7 @@ namespace xgrad::nn {
 /// attention_weights() keeps the weights of the last forward, before dropout. The scores and
 /// the softmax are one op (head_attention_weights): no scores tensor is kept for backward.
 /// Prints as `DotProductAttention(\n  (dropout): Dropout(p=0.5, inplace=False)\n)`.
-class DotProductAttention : public Module {
+class DotProductAttention : public Module, public Callable<DotProductAttention> {
 public:
     explicit DotProductAttention(double dropout);
 

@@ -10,7 +10,7 @@ namespace xgrad::nn {
 /// y = x ⊙ m / (1-p), m ~ Bernoulli(1-p) drawn from `gen` in x's shape (one uniform draw per
 /// element, row-major: the same seed gives the same mask). The gradient is m / (1-p).
 /// p must be in [0, 1). Prints as `Dropout(p=0.5, inplace=False)`.
-class Dropout : public Module {
+class Dropout : public Module, public Callable<Dropout> {
 public:
     /// Draws masks from the default generator of the thread that runs forward (not of the one
     /// that built the module), so a model may be built on one thread and trained on another.
@@ -20,7 +20,6 @@ public:
     Dropout(double p, Generator& gen);
 
     Tensor forward(const Tensor& x);
-    Tensor operator()(const Tensor& x) { return forward(x); }
 
     double p() const { return m_p; }
     std::string extra_repr() const override;

@@ -5,8 +5,11 @@
 
 namespace xgrad::nn {
 
-Embedding::Embedding(std::size_t num_embeddings, std::size_t embedding_dim, Generator& gen)
-    : Module("Embedding"), m_num(num_embeddings), m_dim(embedding_dim) {
+Embedding::Embedding(SizeArg num_embeddings_arg, SizeArg embedding_dim_arg, Generator& gen)
+    : Module("Embedding"),
+      m_num(num_embeddings_arg.get("Embedding", "num_embeddings")),
+      m_dim(embedding_dim_arg.get("Embedding", "embedding_dim")) {
+    const std::size_t num_embeddings = m_num, embedding_dim = m_dim;
     if (num_embeddings == 0 || embedding_dim == 0)
         throw Error(fmt::format("Embedding: num_embeddings and embedding_dim must be positive, got {} and {}",
                                 num_embeddings, embedding_dim));

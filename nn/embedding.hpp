@@ -11,12 +11,11 @@ namespace xgrad::nn {
 /// [0, num_embeddings) → (*ids.shape, embedding_dim); weight (num_embeddings, embedding_dim),
 /// initialised N(0, 1) from `gen` as PyTorch. Backward scatter-adds into the rows used.
 /// Prints as `Embedding(10, 8)`.
-class Embedding : public Module {
+class Embedding : public Module, public Callable<Embedding> {
 public:
-    Embedding(std::size_t num_embeddings, std::size_t embedding_dim, Generator& gen = default_generator());
+    Embedding(SizeArg num_embeddings, SizeArg embedding_dim, Generator& gen = default_generator());
 
     Tensor forward(const Tensor& ids);
-    Tensor operator()(const Tensor& ids) { return forward(ids); }
 
     const Tensor& weight() const { return parameter("weight"); }
     std::size_t num_embeddings() const { return m_num; }

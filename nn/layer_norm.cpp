@@ -9,7 +9,7 @@
 
 namespace xgrad::nn {
 
-LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool elementwise_affine)
+LayerNorm::LayerNorm(Shape normalized_shape, double eps, BoolArg elementwise_affine)
     : Module("LayerNorm"), m_shape(std::move(normalized_shape)), m_eps(eps), m_affine(elementwise_affine) {
     if (m_shape.empty() || std::count(m_shape.begin(), m_shape.end(), 0u) > 0)
         throw Error(fmt::format("LayerNorm: normalized_shape must be non-empty with positive sizes, got {}",

@@ -9,12 +9,11 @@ namespace xgrad::nn {
 /// Shapes: x (..., *normalized_shape) → same; weight and bias normalized_shape, initialised to
 /// 1 and 0 (only when elementwise_affine). Composed of core ops (mean, sub, pow, mul, add).
 /// Prints as `LayerNorm((32,), eps=1e-05, elementwise_affine=True)`.
-class LayerNorm : public Module {
+class LayerNorm : public Module, public Callable<LayerNorm> {
 public:
-    explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
+    explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, BoolArg elementwise_affine = true);
 
     Tensor forward(const Tensor& x);
-    Tensor operator()(const Tensor& x) { return forward(x); }
 
     const Shape& normalized_shape() const { return m_shape; }
     double eps() const { return m_eps; }

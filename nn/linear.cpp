@@ -8,8 +8,12 @@
 
 namespace xgrad::nn {
 
-Linear::Linear(std::size_t in_features, std::size_t out_features, bool bias, Generator& gen)
-    : Module("Linear"), m_in(in_features), m_out(out_features), m_has_bias(bias) {
+Linear::Linear(SizeArg in_features_arg, SizeArg out_features_arg, BoolArg bias, Generator& gen)
+    : Module("Linear"),
+      m_in(in_features_arg.get("Linear", "in_features")),
+      m_out(out_features_arg.get("Linear", "out_features")),
+      m_has_bias(bias) {
+    const std::size_t in_features = m_in, out_features = m_out;
     if (in_features == 0 || out_features == 0)
         throw Error(fmt::format("Linear: in_features and out_features must be positive, got {} and {}",
                                 in_features, out_features));

@@ -12,13 +12,11 @@ namespace xgrad::nn {
 /// weight (out_features, in_features), bias (out_features,).
 /// Initialised as PyTorch: weight, then bias, uniform in [-1/√in_features, 1/√in_features),
 /// drawn from `gen`. Prints as `Linear(in_features=3, out_features=4, bias=True)`.
-class Linear : public Module {
+class Linear : public Module, public Callable<Linear> {
 public:
-    Linear(std::size_t in_features, std::size_t out_features, bool bias = true,
-           Generator& gen = default_generator());
+    Linear(SizeArg in_features, SizeArg out_features, BoolArg bias = true, Generator& gen = default_generator());
 
     Tensor forward(const Tensor& x);
-    Tensor operator()(const Tensor& x) { return forward(x); }
 
     const Tensor& weight() const { return parameter("weight"); }
     /// The bias, or an undefined tensor for Linear(..., bias = false).

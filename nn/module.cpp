@@ -8,17 +8,34 @@
 
 namespace xgrad::nn {
 
+std::size_t SizeArg::get(const char* who, const char* what) const {
+    if (m_value < 0)
+        throw Error(fmt::format("{}: {} must be a non-negative integer, got {}", who, what, m_value));
+    if (m_big) throw Error(fmt::format("{}: {} is too large", who, what));
+    return static_cast<std::size_t>(m_value);
+}
+
 Module::Module(std::string name) : m_name(std::move(name)) {}
 
-Tensor Module::register_parameter(const std::string& name, Tensor value) {
+void Module::check_new_name(const char* what, const std::string& name) const {
     if (name.empty() || name.find('.') != std::string::npos)
-        throw Error(fmt::format(
-            "{}: register_parameter: the name must be non-empty and without '.', got '{}'", m_name, name));
+        throw Error(fmt::format("{}: {}: the name must be non-empty and without '.', got '{}'", m_name, what, name));
+    // One namespace for parameters, buffers and children, as torch's attributes.
+    const auto taken = [&](const char* kind) {
+        return Error(fmt::format("{}: {}: '{}' is already registered as a {}", m_name, what, name, kind));
+    };
+    for (const auto& [n, p] : m_parameters)
+        if (n == name) throw taken("parameter");
+    for (const auto& b : m_buffers)
+        if (b.name == name) throw taken("buffer");
+    for (const auto& [n, c] : m_children)
+        if (n == name) throw taken("child module");
+}
+
+Tensor Module::register_parameter(const std::string& name, Tensor value) {
+    check_new_name("register_parameter", name);
     if (!value.defined())
         throw Error(fmt::format("{}: register_parameter: '{}' is an undefined tensor", m_name, name));
-    for (const auto& [n, p] : m_parameters)
-        if (n == name)
-            throw Error(fmt::format("{}: register_parameter: '{}' is already registered", m_name, name));
     if (!value.is_leaf())
         throw Error(
             fmt::format("{}: register_parameter: '{}' must be a leaf tensor, got the result of '{}' "
@@ -29,15 +46,40 @@ Tensor Module::register_parameter(const std::string& name, Tensor value) {
     return m_parameters.back().second;
 }
 
+Tensor Module::register_buffer(const std::string& name, Tensor value, bool persistent) {
+    check_new_name("register_buffer", name);
+    if (!value.defined())
+        throw Error(fmt::format("{}: register_buffer: '{}' is an undefined tensor", m_name, name));
+    // A buffer is state, not a graph input: keep it out of every graph, as torch's buffers.
+    if (!value.is_leaf() || value.requires_grad()) value = value.detach();
+    m_buffers.push_back({name, std::move(value), persistent});
+    return m_buffers.back().value;
+}
+
 void Module::add_child(const std::string& name, std::shared_ptr<Module> child) {
-    if (name.empty() || name.find('.') != std::string::npos)
-        throw Error(fmt::format("{}: register_module: the name must be non-empty and without '.', got '{}'",
-                                m_name, name));
+    check_new_name("register_module", name);
     if (!child) throw Error(fmt::format("{}: register_module: '{}' is a null pointer", m_name, name));
-    for (const auto& [n, c] : m_children)
-        if (n == name)
-            throw Error(fmt::format("{}: register_module: '{}' is already registered", m_name, name));
     m_children.emplace_back(name, std::move(child));
+}
+
+void Module::replace_or_add_child(const std::string& name, std::shared_ptr<Module> child) {
+    if (!child) throw Error(fmt::format("{}: register_module: '{}' is a null pointer", m_name, name));
+    for (auto& [n, c] : m_children)
+        if (n == name) {
+            c = std::move(child);
+            return;
+        }
+    add_child(name, std::move(child));
+}
+
+std::shared_ptr<Module> Module::remove_child(const std::string& name) {
+    for (auto it = m_children.begin(); it != m_children.end(); ++it)
+        if (it->first == name) {
+            auto child = std::move(it->second);
+            m_children.erase(it);
+            return child;
+        }
+    throw Error(fmt::format("{}: no child module named '{}'", m_name, name));
 }
 
 void Module::collect_parameters(const std::string& prefix,
@@ -76,6 +118,62 @@ std::size_t Module::num_parameters() const {
     std::size_t n = 0;
     for (const auto& p : parameters()) n += p.numel();
     return n;
+}
+
+template <class M>
+void Module::collect_modules(M* m, const std::string& prefix, std::vector<std::pair<std::string, M*>>& out) {
+    // A module reachable twice (shared) is listed once, under its first name, as torch.
+    if (std::any_of(out.begin(), out.end(), [&](const auto& seen) { return seen.second == m; })) return;
+    out.emplace_back(prefix, m);
+    for (const auto& [name, child] : m->m_children)
+        collect_modules<M>(child.get(), prefix.empty() ? name : prefix + "." + name, out);
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+    std::vector<std::pair<std::string, Module*>> out;
+    collect_modules<Module>(this, "", out);
+    return out;
+}
+
+std::vector<std::pair<std::string, const Module*>> Module::named_modules() const {
+    std::vector<std::pair<std::string, const Module*>> out;
+    collect_modules<const Module>(this, "", out);
+    return out;
+}
+
+std::vector<Module*> Module::modules() {
+    std::vector<Module*> out;
+    for (auto& [name, m] : named_modules()) out.push_back(m);
+    return out;
+}
+
+Module& Module::apply(const std::function<void(Module&)>& fn) {
+    for (auto& [n, c] : m_children) c->apply(fn);
+    fn(*this);
+    return *this;
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_buffers() const {
+    std::vector<std::pair<std::string, Tensor>> out;
+    for (const auto& [prefix, m] : named_modules())
+        for (const auto& b : m->m_buffers) {
+            if (std::any_of(out.begin(), out.end(), [&](const auto& seen) { return seen.second.is_same(b.value); }))
+                continue;
+            out.emplace_back(prefix.empty() ? b.name : prefix + "." + b.name, b.value);
+        }
+    return out;
+}
+
+std::vector<Tensor> Module::buffers() const {
+    std::vector<Tensor> out;
+    for (auto& [name, b] : named_buffers()) out.push_back(b);
+    return out;
+}
+
+const Tensor& Module::buffer(const std::string& name) const {
+    for (const auto& b : m_buffers)
+        if (b.name == name) return b.value;
+    throw Error(fmt::format("{}: no buffer named '{}'", m_name, name));
 }
 
 const Tensor& Module::parameter(const std::string& name) const {
@@ -132,60 +230,80 @@ Module& Module::to(Dtype dtype) {
         p.set_data(cast(p, dtype));
         p.zero_grad();
     }
+    for (auto& b : buffers())
+        if (is_floating(b.dtype()) && b.dtype() != dtype) b.set_data(cast(b, dtype));
     return *this;
 }
 
+void Module::collect_state(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const {
+    for (const auto& [name, p] : m_parameters) out.emplace_back(prefix + name, p);
+    for (const auto& b : m_buffers)
+        if (b.persistent) out.emplace_back(prefix + b.name, b.value);
+    for (const auto& [name, child] : m_children) child->collect_state(prefix + name + ".", out);
+}
+
 NamedTensors Module::state_dict() const {
-    std::vector<std::pair<std::string, Tensor>> params;
-    collect_parameters("", params);  // every name, shared tensors included
+    std::vector<std::pair<std::string, Tensor>> entries;
+    collect_state("", entries);  // every name, shared tensors included
     NamedTensors out;
-    for (const auto& [name, p] : params) out.emplace_back(name, p.detach());
+    for (const auto& [name, t] : entries) out.emplace_back(name, t.detach());
     return out;
 }
 
-void Module::load_state_dict(const NamedTensors& state) {
-    std::vector<std::pair<std::string, Tensor>> params;
-    collect_parameters("", params);
+LoadResult Module::load_state_dict(const NamedTensors& state, bool strict) {
+    std::vector<std::pair<std::string, Tensor>> entries;
+    collect_state("", entries);
     std::map<std::string, const Tensor*> given;
-    std::vector<std::string> repeated, unexpected, missing, mismatched;
+    std::vector<std::string> repeated, mismatched;
+    LoadResult result;
     for (const auto& [name, t] : state)
         if (!given.emplace(name, &t).second) repeated.push_back(name);
-    for (const auto& [name, p] : params) {
+    std::vector<std::pair<Tensor, const Tensor*>> to_load;
+    for (const auto& [name, p] : entries) {
         auto it = given.find(name);
         if (it == given.end()) {
-            missing.push_back(name);
+            result.missing_keys.push_back(name);
             continue;
         }
         const Tensor& t = *it->second;
+        // torch's copy_ converts the dtype but never the shape.
         if (!t.defined())
             mismatched.push_back(fmt::format("{}: expected {} {}, got an undefined tensor", name,
                                              dtype_name(p.dtype()), shape_str(p.shape())));
-        else if (t.shape() != p.shape() || t.dtype() != p.dtype())
-            mismatched.push_back(fmt::format("{}: expected {} {}, got {} {}", name, dtype_name(p.dtype()),
-                                             shape_str(p.shape()), dtype_name(t.dtype()),
-                                             shape_str(t.shape())));
+        else if (t.shape() != p.shape())
+            mismatched.push_back(fmt::format("{}: expected shape {}, got {} (size mismatch)", name,
+                                             shape_str(p.shape()), shape_str(t.shape())));
+        else
+            to_load.emplace_back(p, &t);
         given.erase(it);
     }
     for (const auto& [name, t] : state)
-        if (given.count(name) && std::find(unexpected.begin(), unexpected.end(), name) == unexpected.end())
-            unexpected.push_back(name);
+        if (given.count(name) &&
+            std::find(result.unexpected_keys.begin(), result.unexpected_keys.end(), name) ==
+                result.unexpected_keys.end())
+            result.unexpected_keys.push_back(name);
 
-    if (!(repeated.empty() && unexpected.empty() && missing.empty() && mismatched.empty())) {
+    const bool keys_wrong = strict && !(result.missing_keys.empty() && result.unexpected_keys.empty());
+    if (keys_wrong || !repeated.empty() || !mismatched.empty()) {
         std::string msg =
             fmt::format("load_state_dict: the state does not match {}; nothing was loaded", m_name);
-        if (!missing.empty()) msg += fmt::format("\n  missing: {}", fmt::join(missing, ", "));
-        if (!unexpected.empty()) msg += fmt::format("\n  unexpected: {}", fmt::join(unexpected, ", "));
+        if (strict && !result.missing_keys.empty())
+            msg += fmt::format("\n  missing: {}", fmt::join(result.missing_keys, ", "));
+        if (strict && !result.unexpected_keys.empty())
+            msg += fmt::format("\n  unexpected: {}", fmt::join(result.unexpected_keys, ", "));
         if (!repeated.empty()) msg += fmt::format("\n  repeated: {}", fmt::join(repeated, ", "));
         for (const auto& m : mismatched) msg += fmt::format("\n  mismatched {}", m);
+        if (keys_wrong) msg += "\n  (with strict = false the entries that match are loaded and the others returned)";
         throw Error(msg);
     }
 
-    std::map<std::string, const Tensor*> by_name;
-    for (const auto& [name, t] : state) by_name.emplace(name, &t);
-    for (const auto& [name, p] : params) {
-        const Tensor& src = *by_name.at(name);
-        if (!src.is_same(p)) p.set_data(src);
-    }
+    // Every conversion first (one can throw: a NaN into an integer buffer), then the writes.
+    NoGradGuard no_grad;
+    std::vector<Tensor> converted;
+    for (auto& [p, src] : to_load) converted.push_back(src->dtype() == p.dtype() ? *src : cast(*src, p.dtype()));
+    for (std::size_t i = 0; i < to_load.size(); ++i)
+        if (!converted[i].is_same(to_load[i].first)) to_load[i].first.set_data(converted[i]);
+    return result;
 }
 
 namespace {
@@ -235,10 +353,10 @@ std::ostream& operator<<(std::ostream& os, const Module& module) { return os << 
 
 void save(const Module& module, const std::string& path) { save_npz(path, module.state_dict()); }
 
-void load(Module& module, const std::string& path) {
+LoadResult load(Module& module, const std::string& path, bool strict) {
     const NamedTensors state = load_npz(path);
     try {
-        module.load_state_dict(state);
+        return module.load_state_dict(state, strict);
     } catch (const Error& e) {
         throw Error(fmt::format("load: {}: {}", path, e.what()));
     }

@@ -1,8 +1,8 @@
 #pragma once
-/// Module: the base of every layer, as torch.nn.Module. It owns named parameters and named
-/// child modules, both in registration order, and gives the recursive services every layer
-/// needs: parameter lists with dotted names, train/eval mode, zero_grad, dtype conversion,
-/// state_dict save/load (.npz) and PyTorch's printed tree.
+/// Module: the base of every layer, as torch.nn.Module. It owns named parameters, buffers and
+/// child modules, each in registration order, and gives the recursive services every layer
+/// needs: parameter, buffer and module lists with dotted names, apply, train/eval mode,
+/// zero_grad, dtype conversion, state_dict save/load (.npz) and PyTorch's printed tree.
 ///
 /// Users hold layers as std::shared_ptr (`auto mha = std::make_shared<MultiHeadAttention>(...)`);
 /// a layer keeps its children as typed shared_ptr members and registers the same pointers.
@@ -11,6 +11,7 @@
 /// with parameter("weight") rather than keeping a second copy of the handle, so that
 /// set_parameter() (a functional call, as torch.func.functional_call) is seen by forward().
 #include <cstddef>
+#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <string>
@@ -26,6 +27,13 @@
 namespace xgrad::nn {
 
 using xgrad::NamedTensors;
+
+/// What load_state_dict(state, strict = false) reports, as torch's _IncompatibleKeys:
+/// entries the module has and the state lacks, and entries the state has and the module lacks.
+struct LoadResult {
+    std::vector<std::string> missing_keys;
+    std::vector<std::string> unexpected_keys;
+};
 
 class Module {
 public:
@@ -50,6 +58,28 @@ public:
     /// Total number of parameter elements (weights and biases of every descendant).
     std::size_t num_parameters() const;
 
+    /// Every module of the tree, this one first under "" and then depth first with dotted
+    /// names ("blks.block0.attention"), each module once (as torch's named_modules). The
+    /// pointers do not own: they are valid while this module lives.
+    std::vector<std::pair<std::string, Module*>> named_modules();
+    std::vector<std::pair<std::string, const Module*>> named_modules() const;
+    std::vector<Module*> modules();
+    /// Calls fn on every descendant, children before their parent, then on this module (torch's
+    /// apply: `net.apply(init_weights)`). Returns *this.
+    Module& apply(const std::function<void(Module&)>& fn);
+
+    /// This module as an M (LibTorch's as<M>()): null when it is not one.
+    template <class M> M* as() { return dynamic_cast<M*>(this); }
+    template <class M> const M* as() const { return dynamic_cast<const M*>(this); }
+
+    /// Buffers: tensors that are state but not parameters (running statistics, fixed tables).
+    /// Own buffers first, then each child's, depth first, each tensor once, as torch's
+    /// named_buffers. Persistent and non-persistent alike.
+    std::vector<std::pair<std::string, Tensor>> named_buffers() const;
+    std::vector<Tensor> buffers() const;
+    /// One of this module's own buffers by its local name; throws if there is none.
+    const Tensor& buffer(const std::string& name) const;
+
     /// One of this module's own parameters by its local name; throws if there is none.
     const Tensor& parameter(const std::string& name) const;
     /// Replaces the handle registered under a dotted name with `value` (same shape and dtype).
@@ -67,20 +97,25 @@ public:
     /// Drops every parameter's gradient (PyTorch's zero_grad(set_to_none=True)).
     void zero_grad();
 
-    /// Converts every parameter to `dtype` (float32 or float64) in place: the handles stay the
-    /// same, so optimizers built earlier see the new values (their own state, built for the
-    /// old dtype, must be rebuilt). Gradients are dropped. Returns *this.
+    /// Converts every parameter and every floating buffer to `dtype` (float32 or float64) in
+    /// place (torch's to(dtype) leaves integer buffers alone): the handles stay the same, so
+    /// optimizers built earlier see the new values (their own state, built for the old dtype,
+    /// must be rebuilt). Gradients are dropped. Returns *this.
     Module& to(Dtype dtype);
 
     // --- state ----------------------------------------------------------------------------
-    /// Copies of every parameter's values by dotted name, in named_parameters() order; a shared
-    /// tensor appears under each of its names (as in torch).
+    /// Copies of every parameter's and persistent buffer's values by dotted name, in torch's
+    /// order: a module's own parameters, then its own persistent buffers, then each child's
+    /// entries; a shared tensor appears under each of its names (as in torch).
     NamedTensors state_dict() const;
-    /// Copies values into the existing parameter handles. First checks every entry: a name
-    /// the module lacks, a parameter with no entry, a repeated name, or a shape or dtype that
-    /// differs is collected; if anything is wrong it throws one Error listing all of it and
-    /// the module is unchanged.
-    void load_state_dict(const NamedTensors& state);
+    /// Copies values into the existing parameter and persistent-buffer handles, converting the
+    /// dtype as torch's copy_ does (a float64 .npz from numpy loads into a float32 model).
+    /// First checks every entry: a shape that differs, an undefined tensor or a repeated name
+    /// is always an error; with `strict`, so is an entry the module lacks or a parameter or
+    /// buffer with no entry. If anything is wrong it throws one Error listing all of it and the
+    /// module is unchanged. Without `strict` the names that did not match are returned
+    /// (torch's missing_keys and unexpected_keys) and every matching entry is loaded.
+    LoadResult load_state_dict(const NamedTensors& state, bool strict = true);
 
     // --- printing -------------------------------------------------------------------------
     /// The text between the parentheses of this module's line: "in_features=3, ...".
@@ -96,9 +131,28 @@ protected:
         add_child(name, child);
         return child;
     }
+    /// Registers a buffer (torch's register_buffer): state that is not a parameter, so it gets
+    /// no gradient and no optimizer step. Persistent buffers are in state_dict and loaded by
+    /// load_state_dict; non-persistent ones are not. to(dtype) converts floating buffers.
+    /// Returns the registered handle; read it back with buffer(name).
+    Tensor register_buffer(const std::string& name, Tensor value, bool persistent = true);
+    /// Puts `child` under `name`: in the same place if the name is taken by a child (torch's
+    /// ModuleDict assignment), else appended.
+    void replace_or_add_child(const std::string& name, std::shared_ptr<Module> child);
+    /// Unregisters the child `name` and returns it; throws if there is none.
+    std::shared_ptr<Module> remove_child(const std::string& name);
 
 private:
+    struct Buffer {
+        std::string name;
+        Tensor value;
+        bool persistent;
+    };
     void add_child(const std::string& name, std::shared_ptr<Module> child);
+    void check_new_name(const char* what, const std::string& name) const;
+    void collect_state(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const;
+    template <class M>
+    static void collect_modules(M* m, const std::string& prefix, std::vector<std::pair<std::string, M*>>& out);
     void collect_parameters(const std::string& prefix,
                             std::vector<std::pair<std::string, Tensor>>& out) const;
     Module& owner_of(const std::string& dotted_name, std::string& local_name);
@@ -106,7 +160,90 @@ private:
     std::string m_name;
     bool m_training = true;
     std::vector<std::pair<std::string, Tensor>> m_parameters;
+    std::vector<Buffer> m_buffers;
     std::vector<std::pair<std::string, std::shared_ptr<Module>>> m_children;
+};
+
+/// A size or count argument of a module's constructor: any integer type, never a
+/// floating-point value or a bool. d2l's constructors take ten positional arguments; one typed
+/// a place too early (a dropout 0.5 where a size belongs) must not compile.
+/// A negative value is refused with an Error naming the module and the argument by get().
+class SizeArg {
+public:
+    template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
+    constexpr SizeArg(T v) : m_value(static_cast<long long>(v)) {  // NOLINT: implicit by design
+        if constexpr (std::is_unsigned_v<T>) m_big = v > static_cast<unsigned long long>(m_max);
+    }
+    template <class T, std::enable_if_t<std::is_floating_point_v<T> || std::is_same_v<T, bool>, int> = 0>
+    SizeArg(T) = delete;  // a size is an integer: 0.5 or true here is an argument in the wrong place
+
+    /// The value; throws "who: what must be a non-negative integer, got -3" for a negative one.
+    std::size_t get(const char* who, const char* what) const;
+
+private:
+    static constexpr long long m_max = static_cast<long long>(~0ull >> 1);
+    long long m_value;
+    bool m_big = false;
+};
+
+/// A bool argument of a module's constructor: only a bool converts (not 0.5, not 1).
+class BoolArg {
+public:
+    template <class T, std::enable_if_t<std::is_same_v<T, bool>, int> = 0>
+    constexpr BoolArg(T v) : m_value(v) {}  // NOLINT: implicit by design
+    template <class T, std::enable_if_t<!std::is_same_v<T, bool>, int> = 0>
+    BoolArg(T) = delete;  // a dropout or a size in a flag's place must not compile
+    constexpr operator bool() const { return m_value; }
+
+private:
+    bool m_value;
+};
+
+/// Chainable options, as LibTorch's TORCH_ARG: `opts.dropout(0.1)` sets and returns the
+/// options, `opts.dropout()` reads. The size and bool forms take SizeArg and BoolArg, so a
+/// value of the wrong kind does not compile; a negative size throws naming the option.
+#define XGRAD_ARG(Options, T, name, init)      \
+public:                                        \
+    Options& name(T v) {                       \
+        m_##name = v;                          \
+        return *this;                          \
+    }                                          \
+    const T& name() const { return m_##name; } \
+                                               \
+private:                                       \
+    T m_##name = init
+#define XGRAD_SIZE_ARG(Options, name, init)        \
+public:                                            \
+    Options& name(::xgrad::nn::SizeArg v) {        \
+        m_##name = v.get(#Options, #name);         \
+        return *this;                              \
+    }                                              \
+    std::size_t name() const { return m_##name; }  \
+                                                   \
+private:                                           \
+    std::size_t m_##name = init
+#define XGRAD_BOOL_ARG(Options, name, init)   \
+public:                                       \
+    Options& name(::xgrad::nn::BoolArg v) {   \
+        m_##name = v;                         \
+        return *this;                         \
+    }                                         \
+    bool name() const { return m_##name; }    \
+                                              \
+private:                                      \
+    bool m_##name = init
+
+/// Makes a module callable as torch's `module(args...)`: derive from it beside Module,
+///   class MultiHeadAttention : public Module, public Callable<MultiHeadAttention> { ... };
+/// and `mha(q, k, v, valid_lens)` calls the forward overload that fits, default arguments
+/// included, whatever its signature.
+template <class Derived>
+class Callable {
+public:
+    template <class... Args>
+    decltype(auto) operator()(Args&&... args) {
+        return static_cast<Derived&>(*this).forward(std::forward<Args>(args)...);
+    }
 };
 
 /// PyTorch's repr: "Name(extra)" for a leaf module, otherwise the extra lines and
@@ -116,8 +253,9 @@ std::ostream& operator<<(std::ostream& os, const Module& module);
 
 /// Writes module.state_dict() to an .npz file numpy can read (atomically: temp + rename).
 void save(const Module& module, const std::string& path);
-/// Reads an .npz file written by save() (or numpy.savez) into the module: load_state_dict.
-void load(Module& module, const std::string& path);
+/// Reads an .npz file written by save() (or numpy.savez) into the module: load_state_dict,
+/// with its dtype conversion and `strict`.
+LoadResult load(Module& module, const std::string& path, bool strict = true);
 
 /// How Python prints a float in a repr: 0.5 → "0.5", 0 → "0.0", 1e-5 → "1e-05".
 std::string python_float(double v);

@@ -36,19 +36,45 @@ Tensor transpose_output(const Tensor& X, std::size_t num_heads) {
     return X.reshape({b, H, n, d}).permute({0, 2, 1, 3}).reshape({b, n, H * d});
 }
 
-MultiHeadAttention::MultiHeadAttention(std::size_t key_size, std::size_t query_size, std::size_t value_size,
-                                       std::size_t num_hiddens, std::size_t num_heads, double dropout,
-                                       bool bias, Generator& gen)
+namespace {
+
+MultiHeadAttentionOptions positional(SizeArg key_size, SizeArg query_size, SizeArg value_size, SizeArg num_hiddens,
+                                     SizeArg num_heads, double dropout, bool bias) {
+    constexpr const char* who = "MultiHeadAttention";
+    // An explicit 0 is an error here (Linear says so), not "num_hiddens" as in the options.
+    auto size = [&](const SizeArg& s, const char* what) {
+        const std::size_t v = s.get(who, what);
+        if (v == 0) throw Error(fmt::format("{}: {} must be positive, got 0", who, what));
+        return v;
+    };
+    return MultiHeadAttentionOptions(size(num_hiddens, "num_hiddens"), num_heads.get(who, "num_heads"))
+        .key_size(size(key_size, "key_size"))
+        .query_size(size(query_size, "query_size"))
+        .value_size(size(value_size, "value_size"))
+        .dropout(dropout)
+        .bias(bias);
+}
+
+std::size_t or_hiddens(std::size_t size, std::size_t num_hiddens) { return size == 0 ? num_hiddens : size; }
+
+}  // namespace
+
+MultiHeadAttention::MultiHeadAttention(SizeArg key_size, SizeArg query_size, SizeArg value_size,
+                                       SizeArg num_hiddens, SizeArg num_heads, double dropout, BoolArg bias,
+                                       Generator& gen)
+    : MultiHeadAttention(positional(key_size, query_size, value_size, num_hiddens, num_heads, dropout, bias), gen) {}
+
+MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& o, Generator& gen)
     : Module("MultiHeadAttention"),
-      m_key_size(key_size),
-      m_query_size(query_size),
-      m_value_size(value_size),
-      m_num_heads(checked_heads(num_hiddens, num_heads)),
-      m_attention(register_module("attention", std::make_shared<DotProductAttention>(dropout))),
-      m_W_q(register_module("W_q", std::make_shared<Linear>(query_size, num_hiddens, bias, gen))),
-      m_W_k(register_module("W_k", std::make_shared<Linear>(key_size, num_hiddens, bias, gen))),
-      m_W_v(register_module("W_v", std::make_shared<Linear>(value_size, num_hiddens, bias, gen))),
-      m_W_o(register_module("W_o", std::make_shared<Linear>(num_hiddens, num_hiddens, bias, gen))) {}
+      m_key_size(or_hiddens(o.key_size(), o.num_hiddens())),
+      m_query_size(or_hiddens(o.query_size(), o.num_hiddens())),
+      m_value_size(or_hiddens(o.value_size(), o.num_hiddens())),
+      m_num_heads(checked_heads(o.num_hiddens(), o.num_heads())),
+      m_attention(register_module("attention", std::make_shared<DotProductAttention>(o.dropout()))),
+      m_W_q(register_module("W_q", std::make_shared<Linear>(m_query_size, o.num_hiddens(), o.bias(), gen))),
+      m_W_k(register_module("W_k", std::make_shared<Linear>(m_key_size, o.num_hiddens(), o.bias(), gen))),
+      m_W_v(register_module("W_v", std::make_shared<Linear>(m_value_size, o.num_hiddens(), o.bias(), gen))),
+      m_W_o(register_module("W_o", std::make_shared<Linear>(o.num_hiddens(), o.num_hiddens(), o.bias(), gen))) {}
 
 Tensor MultiHeadAttention::forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
                                    const Tensor& valid_lens) {

@@ -18,6 +18,23 @@ Tensor transpose_qkv(const Tensor& X, std::size_t num_heads);
 /// d2l's transpose_output, the inverse: (batch·num_heads, n, d) → (batch, n, num_heads·d).
 Tensor transpose_output(const Tensor& X, std::size_t num_heads);
 
+/// The options of MultiHeadAttention, as LibTorch's MultiheadAttentionOptions:
+///   MultiHeadAttention mha(MultiHeadAttentionOptions(64, 4).dropout(0.1).bias(true));
+/// key_size, query_size and value_size are the last axes of the keys, queries and values
+/// (the projections' inputs, as in d2l); 0, the default, means num_hiddens.
+struct MultiHeadAttentionOptions {
+    MultiHeadAttentionOptions(SizeArg num_hiddens, SizeArg num_heads)
+        : m_num_hiddens(num_hiddens.get("MultiHeadAttentionOptions", "num_hiddens")),
+          m_num_heads(num_heads.get("MultiHeadAttentionOptions", "num_heads")) {}
+    XGRAD_SIZE_ARG(MultiHeadAttentionOptions, num_hiddens, 0);
+    XGRAD_SIZE_ARG(MultiHeadAttentionOptions, num_heads, 0);
+    XGRAD_SIZE_ARG(MultiHeadAttentionOptions, key_size, 0);
+    XGRAD_SIZE_ARG(MultiHeadAttentionOptions, query_size, 0);
+    XGRAD_SIZE_ARG(MultiHeadAttentionOptions, value_size, 0);
+    XGRAD_ARG(MultiHeadAttentionOptions, double, dropout, 0.0);
+    XGRAD_BOOL_ARG(MultiHeadAttentionOptions, bias, false);
+};
+
 /// out = W_o · concat_h attention(W_q^h·q, W_k^h·k, W_v^h·v), with scaled dot-product
 /// attention per head. W_q (query_size → num_hiddens), W_k (key_size → num_hiddens),
 /// W_v (value_size → num_hiddens), W_o (num_hiddens → num_hiddens), with a bias only if
@@ -29,11 +46,18 @@ Tensor transpose_output(const Tensor& X, std::size_t num_heads);
 /// d2l's repeat_interleave does). For a boolean mask (TRUE = MAY ATTEND) or a causal mask use
 /// the AttentionMask overload. The heads are never split into or merged from copies:
 /// DotProductAttention::forward_heads reads them from the projections in place.
-class MultiHeadAttention : public Module {
+///
+/// Attention weights, two accessors with one shape each:
+///  - attention()->attention_weights(): (batch·num_heads, Tq, Tk), d2l's
+///    `mha.attention.attention_weights` (head h of batch row b at row b·num_heads + h);
+///  - attention_weights(): the same weights as (batch, num_heads, Tq, Tk).
+class MultiHeadAttention : public Module, public Callable<MultiHeadAttention> {
 public:
-    MultiHeadAttention(std::size_t key_size, std::size_t query_size, std::size_t value_size,
-                       std::size_t num_hiddens, std::size_t num_heads, double dropout, bool bias = false,
-                       Generator& gen = default_generator());
+    /// d2l's positional form: MultiHeadAttention(key_size, query_size, value_size, num_hiddens,
+    /// num_heads, dropout, bias = false).
+    MultiHeadAttention(SizeArg key_size, SizeArg query_size, SizeArg value_size, SizeArg num_hiddens,
+                       SizeArg num_heads, double dropout, BoolArg bias = false, Generator& gen = default_generator());
+    explicit MultiHeadAttention(const MultiHeadAttentionOptions& options, Generator& gen = default_generator());
 
     Tensor forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
                    const Tensor& valid_lens = Tensor());
@@ -43,10 +67,15 @@ public:
                    const AttentionMask& mask);
 
     /// Per-head weights of the last forward, before dropout: (batch, num_heads, Tq, Tk);
-    /// undefined before the first forward.
+    /// undefined before the first forward. d2l's (batch·num_heads, Tq, Tk) view is
+    /// attention()->attention_weights().
     Tensor attention_weights() const;
 
     std::size_t num_heads() const { return m_num_heads; }
+    std::size_t num_hiddens() const { return m_W_o->out_features(); }
+    std::size_t key_size() const { return m_key_size; }
+    std::size_t query_size() const { return m_query_size; }
+    std::size_t value_size() const { return m_value_size; }
     const std::shared_ptr<DotProductAttention>& attention() const { return m_attention; }
     const std::shared_ptr<Linear>& W_q() const { return m_W_q; }
     const std::shared_ptr<Linear>& W_k() const { return m_W_k; }

@@ -2,10 +2,12 @@
 /// Everything in xgrad::nn, for programs that want it all at once.
 #include "nn/activation.hpp"
 #include "nn/additive_attention.hpp"
+#include "nn/container.hpp"
 #include "nn/dot_product_attention.hpp"
 #include "nn/dropout.hpp"
 #include "nn/embedding.hpp"
 #include "nn/functional.hpp"
+#include "nn/init.hpp"
 #include "nn/layer_norm.hpp"
 #include "nn/linear.hpp"
 #include "nn/loss.hpp"
@@ -13,3 +15,4 @@
 #include "nn/multi_head_attention.hpp"
 #include "nn/positional_encoding.hpp"
 #include "nn/transformer.hpp"
+#include "nn/transformer_model.hpp"

@@ -22,11 +22,12 @@ void check_positions(const char* who, const Tensor& X, std::size_t num_hiddens, 
 
 }  // namespace
 
-PositionalEncoding::PositionalEncoding(std::size_t num_hiddens, double dropout, std::size_t max_len)
+PositionalEncoding::PositionalEncoding(SizeArg num_hiddens_arg, double dropout, SizeArg max_len_arg)
     : Module("PositionalEncoding"),
-      m_num_hiddens(num_hiddens),
-      m_max_len(max_len),
+      m_num_hiddens(num_hiddens_arg.get("PositionalEncoding", "num_hiddens")),
+      m_max_len(max_len_arg.get("PositionalEncoding", "max_len")),
       m_dropout(register_module("dropout", std::make_shared<Dropout>(dropout))) {
+    const std::size_t num_hiddens = m_num_hiddens, max_len = m_max_len;
     if (num_hiddens == 0 || max_len == 0)
         throw Error(fmt::format("PositionalEncoding: num_hiddens and max_len must be positive, got {} and {}",
                                 num_hiddens, max_len));
@@ -58,12 +59,12 @@ Tensor PositionalEncoding::forward(const Tensor& X, std::size_t offset) {
     return m_dropout->forward(X + cast(P, X.dtype()));
 }
 
-LearnedPositionalEmbedding::LearnedPositionalEmbedding(std::size_t max_len, std::size_t num_hiddens,
+LearnedPositionalEmbedding::LearnedPositionalEmbedding(SizeArg max_len, SizeArg num_hiddens,
                                                        double dropout, Generator& gen)
     : Module("LearnedPositionalEmbedding"),
-      m_max_len(max_len),
-      m_num_hiddens(num_hiddens),
-      m_embedding(register_module("embedding", std::make_shared<Embedding>(max_len, num_hiddens, gen))),
+      m_max_len(max_len.get("LearnedPositionalEmbedding", "max_len")),
+      m_num_hiddens(num_hiddens.get("LearnedPositionalEmbedding", "num_hiddens")),
+      m_embedding(register_module("embedding", std::make_shared<Embedding>(m_max_len, m_num_hiddens, gen))),
       m_dropout(register_module("dropout", std::make_shared<Dropout>(dropout))) {}
 
 Tensor LearnedPositionalEmbedding::forward(const Tensor& X, std::size_t offset) {

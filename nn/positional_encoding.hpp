@@ -21,12 +21,11 @@ namespace xgrad::nn {
 /// Shapes: X (batch, T, num_hiddens) with offset + T ≤ max_len → same; table (1, max_len, d),
 /// float32, computed in double, cast to X's dtype on use. Not a parameter (not in state_dict).
 /// `offset` gives the position of X's first step (incremental decoding; d2l always uses 0).
-class PositionalEncoding : public Module {
+class PositionalEncoding : public Module, public Callable<PositionalEncoding> {
 public:
-    PositionalEncoding(std::size_t num_hiddens, double dropout, std::size_t max_len = 1000);
+    PositionalEncoding(SizeArg num_hiddens, double dropout, SizeArg max_len = 1000);
 
     Tensor forward(const Tensor& X, std::size_t offset = 0);
-    Tensor operator()(const Tensor& X) { return forward(X); }
 
     /// The table P, (1, max_len, num_hiddens).
     const Tensor& table() const { return m_P; }
@@ -41,13 +40,12 @@ private:
 /// Learned positions: y = dropout(X + E[offset : offset + T]) with E an Embedding(max_len,
 /// num_hiddens) ("embedding.weight" in the state_dict), initialised N(0, 1) from `gen`.
 /// Shapes: X (batch, T, num_hiddens), offset + T ≤ max_len → same.
-class LearnedPositionalEmbedding : public Module {
+class LearnedPositionalEmbedding : public Module, public Callable<LearnedPositionalEmbedding> {
 public:
-    LearnedPositionalEmbedding(std::size_t max_len, std::size_t num_hiddens, double dropout,
+    LearnedPositionalEmbedding(SizeArg max_len, SizeArg num_hiddens, double dropout,
                                Generator& gen = default_generator());
 
     Tensor forward(const Tensor& X, std::size_t offset = 0);
-    Tensor operator()(const Tensor& X) { return forward(X); }
 
 private:
     std::size_t m_max_len;

@@ -19,33 +19,25 @@ SeqEncoder::SeqEncoder(const ModelSpec& spec, Generator& gen) : Module("SeqEncod
         throw Error(fmt::format("SeqEncoder: hidden ({}) must be a positive multiple of heads ({})", spec.hidden,
                                 spec.heads));
     if (spec.layers == 0) throw Error("SeqEncoder: layers must be at least 1");
-    m_embedding = register_module("embedding", std::make_shared<nn::Embedding>(spec.vocab_size, spec.hidden, gen));
-    if (spec.pos == PosEncoding::learned)
-        m_learned = register_module(
-            "pos_encoding", std::make_shared<nn::LearnedPositionalEmbedding>(spec.max_len, spec.hidden, spec.dropout, gen));
-    else
-        m_sinusoidal = register_module(
-            "pos_encoding", std::make_shared<nn::PositionalEncoding>(spec.hidden, spec.dropout, spec.max_len));
-    for (std::size_t l = 0; l < spec.layers; ++l)
-        m_blocks.push_back(register_module(
-            fmt::format("block{}", l),
-            std::make_shared<nn::TransformerEncoderBlock>(spec.hidden, spec.hidden, spec.hidden, spec.hidden,
-                                                          Shape{spec.hidden}, spec.ffn_hidden, spec.heads,
-                                                          spec.dropout, false, gen)));
+    m_encoder = register_module(
+        "encoder", std::make_shared<nn::TransformerEncoder>(
+                       nn::TransformerOptions(spec.vocab_size, spec.hidden, spec.ffn_hidden, spec.heads, spec.layers)
+                           .dropout(spec.dropout)
+                           .max_len(spec.max_len)
+                           .positions(spec.pos == PosEncoding::learned ? nn::Positions::learned
+                                                                       : nn::Positions::sinusoidal)
+                           .scale_embeddings(spec.scale_embeddings),
+                       gen));
     m_head = register_module("head", std::make_shared<nn::Linear>(spec.hidden, spec.vocab_size, true, gen));
 }
 
 Tensor SeqEncoder::forward(const Tensor& X, const Tensor& valid_lens) {
-    Tensor H = m_embedding->forward(X);  // (batch, T, hidden)
-    if (m_spec.scale_embeddings) H = H * std::sqrt(static_cast<double>(m_spec.hidden));
-    H = m_learned ? m_learned->forward(H) : m_sinusoidal->forward(H);
-    for (auto& block : m_blocks) H = block->forward(H, valid_lens);
-    return m_head->forward(H);  // (batch, T, vocab)
+    return m_head->forward(m_encoder->forward(X, valid_lens));  // (batch, T, hidden) → (batch, T, vocab)
 }
 
 std::vector<Tensor> SeqEncoder::attention_weights() const {
     std::vector<Tensor> out;
-    for (const auto& block : m_blocks) out.push_back(block->attention()->attention_weights());
+    for (std::size_t l = 0; l < m_spec.layers; ++l) out.push_back(m_encoder->block(l).attention()->attention_weights());
     return out;
 }
 

@@ -1,7 +1,7 @@
 #pragma once
-/// seq_train's model: a Transformer encoder with a per-position classifier.
+/// seq_train's model: d2l's TransformerEncoder with a per-position classifier.
 ///
-///   H = embedding(X) · scale + positions;  H = block_l(H, valid_lens) for l = 1..L;
+///   H = encoder(X, valid_lens)  (embedding(X) · scale + positions, then the blocks);
 ///   logits = head(H)
 ///
 /// positions: learned (an Embedding of positions) or d2l's fixed sinusoidal table; scale is
@@ -39,12 +39,11 @@ struct ModelSpec {
     bool scale_embeddings = false;
 };
 
-class SeqEncoder : public nn::Module {
+class SeqEncoder : public nn::Module, public nn::Callable<SeqEncoder> {
 public:
     /// Parameters drawn from `gen`. Throws if hidden is not a multiple of heads.
     SeqEncoder(const ModelSpec& spec, Generator& gen);
     Tensor forward(const Tensor& X, const Tensor& valid_lens);
-    Tensor operator()(const Tensor& X, const Tensor& valid_lens) { return forward(X, valid_lens); }
     /// Per-layer attention weights of the last forward, each (batch, heads, T, T).
     std::vector<Tensor> attention_weights() const;
     const ModelSpec& spec() const { return m_spec; }
@@ -52,10 +51,7 @@ public:
 
 private:
     ModelSpec m_spec;
-    std::shared_ptr<nn::Embedding> m_embedding;
-    std::shared_ptr<nn::LearnedPositionalEmbedding> m_learned;
-    std::shared_ptr<nn::PositionalEncoding> m_sinusoidal;
-    std::vector<std::shared_ptr<nn::TransformerEncoderBlock>> m_blocks;
+    std::shared_ptr<nn::TransformerEncoder> m_encoder;
     std::shared_ptr<nn::Linear> m_head;
 };
 

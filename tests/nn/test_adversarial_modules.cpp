@@ -23,8 +23,8 @@ TEST_CASE("every module with a dropout refuses a value that is not a probability
         CHECK_THROWS_AS(PositionalEncoding(4, p), Error);
         CHECK_THROWS_AS(AddNorm({4}, p), Error);
         CHECK_THROWS_AS(AdditiveAttention(4, 4, 4, p), Error);
-        CHECK_THROWS_AS(TransformerEncoderBlock(4, 4, 4, 4, {4}, 8, 2, p), Error);
-        CHECK_THROWS_AS(TransformerDecoderBlock(4, 4, 4, 4, {4}, 8, 2, p), Error);
+        CHECK_THROWS_AS(TransformerEncoderBlock(4, 4, 4, 4, {4}, 4, 8, 2, p), Error);
+        CHECK_THROWS_AS(TransformerDecoderBlock(4, 4, 4, 4, {4}, 4, 8, 2, p, 0), Error);
     }
 }
 
