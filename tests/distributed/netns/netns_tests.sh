@@ -114,6 +114,12 @@ kill)
 link_down)
     "$seq_train" --help | grep -q -- --collective-timeout || skip "this seq_train has no --collective-timeout"
     timeout=5
+    # A host that dies mid-send is noticed by TCP's retransmission limit, not by keepalives:
+    # Linux's default (tcp_retries2 = 15) is about 15 minutes, 5 is a few seconds. README's
+    # several-machines advice names both; the namespaces have their own TCP settings.
+    for ns in "$NETNS_A" "$NETNS_B"; do
+        ip netns exec "$ns" sysctl -qw net.ipv4.tcp_retries2=5 || skip "no per-namespace net.ipv4.tcp_retries2"
+    done
     "$here/mpirun-netns" -np 2 -x XGRAD_NUM_THREADS -x OPENBLAS_NUM_THREADS "$seq_train" "${long[@]}" --distributed \
         --collective-timeout $timeout --out link > link.log 2>&1 &
     job=$!
@@ -129,6 +135,9 @@ link_down)
     [ $rc -ne 0 ] || fail "the job exited 0"
     grep -Eq "rank [01].*(timed out|waiting)" link.log || fail "no message names the rank that timed out"
     grep -Eqi "all.?reduce|broadcast|collective" link.log || fail "no message names the collective"
+    # The far host's rank ends by its own deadline, and its daemon with it.
+    for _ in $(seq 300); do [ -z "$(ip netns pids "$NETNS_B")" ] && break; sleep 0.1; done
+    [ -z "$(ip netns pids "$NETNS_B")" ] || { ps -o pid,args -p "$(ip netns pids "$NETNS_B" | tr '\n' ,)"; fail "processes still run on host B"; }
     ;;
 mismatch)
     # Each rank its own --out, rank 1's an older checkpoint of the same run.
