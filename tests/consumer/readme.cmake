@@ -49,7 +49,7 @@ foreach(block IN LISTS blocks)
     endif()
     if(in_decl)
       string(APPEND top "${line}\n")
-      if(line MATCHES "^};")
+      if(line MATCHES "^}@SEMI@")   # `};`, its semicolon hidden above
         set(in_decl FALSE)
       endif()
     else()
