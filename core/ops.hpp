@@ -156,9 +156,11 @@ enum class Reduction { none, mean, sum };
 
 /// Cross-entropy of integer class targets under softmax(logits), fused with the log-softmax
 /// for stability:  loss_i = logsumexp(logits_i) − logits_i[targets_i]  (0 where ignored).
-/// logits: (..., C) with the class axis LAST — (N, C) or (B, T, V). (torch wants the classes
-///         on axis 1; here the (B, T, V) output of a sequence model goes in as it is.)
-/// targets: int64 of logits' shape without the class axis, each in [0, C) or ignore_index.
+/// Torch's layout: logits (N, C) or (N, C, d1, ...) with the class axis at 1 (or one unbatched
+///         (C,)); a sequence model's class-last (B, T, V) goes in as logits.permute({0, 2, 1})
+///         or as logits.reshape({-1, V}) with targets.reshape({-1}).
+/// targets: int64 of logits' shape without axis 1, (N) or (N, d1, ...), each in [0, C) or
+///         ignore_index; another shape throws, naming both.
 /// Result: none → the targets' shape; sum → 0-d; mean → the sum over the targets that are not
 ///         ignore_index divided by their count (NaN when all are, as torch).
 /// Backward: softmax(logits_i) − one_hot(targets_i), times the upstream gradient (divided by
