@@ -30,27 +30,30 @@ Tensor sigmoid(const Tensor& a);
 Tensor relu(const Tensor& a);
 /// The exact (erf) GELU, x·Φ(x), as torch.nn.functional.gelu's default.
 Tensor gelu(const Tensor& a);
-/// Tensor-scalar forms: the scalar takes the tensor's dtype.
-Tensor add(const Tensor& a, double s);
-Tensor sub(const Tensor& a, double s);
-Tensor mul(const Tensor& a, double s);
-Tensor div(const Tensor& a, double s);
+/// Tensor-scalar forms, promoting as torch (see Scalar): a float tensor keeps its dtype.
+Tensor add(const Tensor& a, Scalar s);
+Tensor sub(const Tensor& a, Scalar s);
+Tensor mul(const Tensor& a, Scalar s);
+Tensor div(const Tensor& a, Scalar s);
 /// s - a and s / a.
-Tensor rsub(double s, const Tensor& a);
-Tensor rdiv(double s, const Tensor& a);
+Tensor rsub(Scalar s, const Tensor& a);
+Tensor rdiv(Scalar s, const Tensor& a);
 /// Casts (differentiable between float32 and float64; to int64/bool cuts the graph).
 Tensor cast(const Tensor& a, Dtype d);
 
-// --- comparisons (not differentiable; bool results; any numeric dtype) --------------------
+// --- comparisons (not differentiable; bool results; any dtype, promoted as torch) ----------
 Tensor eq(const Tensor& a, const Tensor& b);
 Tensor ne(const Tensor& a, const Tensor& b);
 Tensor lt(const Tensor& a, const Tensor& b);
 Tensor le(const Tensor& a, const Tensor& b);
 Tensor gt(const Tensor& a, const Tensor& b);
 Tensor ge(const Tensor& a, const Tensor& b);
-Tensor lt(const Tensor& a, double s);
-Tensor gt(const Tensor& a, double s);
-Tensor eq(const Tensor& a, double s);
+Tensor eq(const Tensor& a, Scalar s);
+Tensor ne(const Tensor& a, Scalar s);
+Tensor lt(const Tensor& a, Scalar s);
+Tensor le(const Tensor& a, Scalar s);
+Tensor gt(const Tensor& a, Scalar s);
+Tensor ge(const Tensor& a, Scalar s);
 Tensor logical_not(const Tensor& mask);
 
 // --- selection (ops_select.cpp) ----------------------------------------------------------

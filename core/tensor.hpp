@@ -11,6 +11,7 @@
 #include <iosfwd>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -139,20 +140,95 @@ private:
     std::shared_ptr<Node> m_node;
 };
 
-// Arithmetic with numpy broadcasting; scalars act as 0-d tensors of the tensor's dtype.
+// --- operators as torch (ops_elementwise.cpp) -------------------------------------------
+//
+// Arithmetic and comparisons broadcast as numpy and promote their operands' dtypes as torch
+// does (see result_type): int64 + float32 → float32, float32 with float64 → float64, bool
+// promotes, int64 / int64 → float32, and any `-` with a bool operand throws, as in torch.
+// Comparisons give bool tensors without gradient. A number on either side is a Scalar.
+
+/// A number beside a tensor, remembering how it was written (torch's wrapped numbers): a bool,
+/// an integer or a floating-point value. It promotes as torch's Python scalars do: an int64
+/// tensor + 2 stays int64, + 2.5 becomes float32 (the default dtype); a float32 tensor + 2.5
+/// (a C++ double) stays float32.
+class Scalar {
+public:
+    Scalar(bool v) : m_kind(kBool), m_int(v), m_double(v) {}  // NOLINT: implicit, as at::Scalar
+    template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
+    Scalar(T v) : m_kind(kInt64), m_int(static_cast<std::int64_t>(v)), m_double(static_cast<double>(v)) {  // NOLINT
+        if constexpr (std::is_unsigned_v<T> && sizeof(T) >= sizeof(std::int64_t))
+            if (v > static_cast<T>(INT64_MAX)) throw Error(fmt::format("Scalar: {} does not fit int64", v));
+    }
+    template <class T, std::enable_if_t<std::is_floating_point_v<T>, int> = 0>
+    Scalar(T v) : m_kind(kFloat64), m_int(0), m_double(static_cast<double>(v)) {}  // NOLINT
+    /// kBool, kInt64 or kFloat64: how the number was written.
+    Dtype kind() const { return m_kind; }
+    double to_double() const { return m_double; }
+    /// The integer value (for a bool or integer Scalar).
+    std::int64_t to_int64() const { return m_int; }
+
+private:
+    Dtype m_kind;
+    std::int64_t m_int;
+    double m_double;
+};
+
+/// The dtype torch gives `a op b` (torch.result_type): the highest category (bool < integer <
+/// floating) wins; within one, the wider type. Tensors with dimensions outrank 0-d tensors,
+/// which outrank Scalars, unless the lower one is of a higher category: float32 (2,) with a 0-d
+/// float64 gives float32, int64 (2,) with a 0-d float64 gives float64, int64 with 2.5 float32.
+Dtype result_type(const Tensor& a, const Tensor& b);
+Dtype result_type(const Tensor& a, const Scalar& s);
+
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);
 Tensor operator*(const Tensor& a, const Tensor& b);
 Tensor operator/(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a);
-Tensor operator+(const Tensor& a, double s);
-Tensor operator-(const Tensor& a, double s);
-Tensor operator*(const Tensor& a, double s);
-Tensor operator/(const Tensor& a, double s);
-Tensor operator+(double s, const Tensor& a);
-Tensor operator-(double s, const Tensor& a);
-Tensor operator*(double s, const Tensor& a);
-Tensor operator/(double s, const Tensor& a);
+Tensor operator+(const Tensor& a, Scalar s);
+Tensor operator-(const Tensor& a, Scalar s);
+Tensor operator*(const Tensor& a, Scalar s);
+Tensor operator/(const Tensor& a, Scalar s);
+Tensor operator+(Scalar s, const Tensor& a);
+Tensor operator-(Scalar s, const Tensor& a);
+Tensor operator*(Scalar s, const Tensor& a);
+Tensor operator/(Scalar s, const Tensor& a);
+/// logical_not for bool, bitwise not for int64 (torch's ~); floats throw.
+Tensor operator~(const Tensor& a);
+
+Tensor operator==(const Tensor& a, const Tensor& b);
+Tensor operator!=(const Tensor& a, const Tensor& b);
+Tensor operator<(const Tensor& a, const Tensor& b);
+Tensor operator<=(const Tensor& a, const Tensor& b);
+Tensor operator>(const Tensor& a, const Tensor& b);
+Tensor operator>=(const Tensor& a, const Tensor& b);
+Tensor operator==(const Tensor& a, Scalar s);
+Tensor operator!=(const Tensor& a, Scalar s);
+Tensor operator<(const Tensor& a, Scalar s);
+Tensor operator<=(const Tensor& a, Scalar s);
+Tensor operator>(const Tensor& a, Scalar s);
+Tensor operator>=(const Tensor& a, Scalar s);
+Tensor operator==(Scalar s, const Tensor& a);
+Tensor operator!=(Scalar s, const Tensor& a);
+Tensor operator<(Scalar s, const Tensor& a);
+Tensor operator<=(Scalar s, const Tensor& a);
+Tensor operator>(Scalar s, const Tensor& a);
+Tensor operator>=(Scalar s, const Tensor& a);
+
+/// In place, as torch's add_ and friends: every handle sharing a's storage sees the new values,
+/// and a's version() is bumped. The result is cast back to a's dtype, which must be possible
+/// as torch's can_cast says (an int64 tensor += 2.5 throws), and the other operand must
+/// broadcast to a's shape. Refused, as in torch, on a leaf that requires grad while gradients
+/// are recorded (use NoGradGuard). Unlike torch, an in-place op is never recorded in the graph:
+/// with gradients on and either operand requiring grad it throws (write `a = a + b`).
+const Tensor& operator+=(const Tensor& a, const Tensor& b);
+const Tensor& operator-=(const Tensor& a, const Tensor& b);
+const Tensor& operator*=(const Tensor& a, const Tensor& b);
+const Tensor& operator/=(const Tensor& a, const Tensor& b);
+const Tensor& operator+=(const Tensor& a, Scalar s);
+const Tensor& operator-=(const Tensor& a, Scalar s);
+const Tensor& operator*=(const Tensor& a, Scalar s);
+const Tensor& operator/=(const Tensor& a, Scalar s);
 
 /// Throws unless t is defined with `dims` axes, for ops and layers checking their arguments:
 /// "<who>: <arg> must be 3-D (batch, length, features), got shape (2, 3)" (`layout` in brackets).
