@@ -22,6 +22,8 @@
 namespace xgrad {
 
 struct Node;
+class Scalar;
+class TensorIndex;
 
 /// What to build a tensor as: `zeros({2, 3}, kFloat64)` or
 /// `zeros({2, 3}, TensorOptions(kFloat64).requires_grad(true))`.
@@ -130,6 +132,21 @@ public:
     Tensor exp() const;
     Tensor log() const;
 
+    // --- indexing as torch (ops_index.cpp; the index forms are below the class) ---------
+    /// t[i]: the sub-tensor at i along axis 0 (negative i counts from the end), a copy with
+    /// gradient. Out of range throws, naming the axis, the index and the size.
+    Tensor operator[](long i) const;
+    /// LibTorch's t.index({Slice(0, 2), 1, None, Ellipsis}): integers (negative from the end),
+    /// Slice(start, stop, step) with None ends, None (a new axis of length 1) and one Ellipsis.
+    /// A copy (xgrad has no views) whose gradient goes back to the picked elements.
+    Tensor index(const std::vector<TensorIndex>& indices) const;
+    /// Writes `value` (broadcast to the indexed part, cast to this tensor's dtype) into the
+    /// elements `indices` pick, in place: every alias sees it and version() is bumped. As in
+    /// torch, refused on a leaf that requires grad while gradients are recorded; and, as xgrad
+    /// records no in-place op, on any tensor in a graph (run it under NoGradGuard).
+    const Tensor& index_put_(const std::vector<TensorIndex>& indices, const Tensor& value) const;
+    const Tensor& index_put_(const std::vector<TensorIndex>& indices, Scalar value) const;
+
     /// True when both handles point at the same node.
     bool is_same(const Tensor& other) const noexcept { return m_node == other.m_node; }
     /// The node behind the handle, for op implementations (core/node.hpp).
@@ -138,6 +155,51 @@ public:
 
 private:
     std::shared_ptr<Node> m_node;
+};
+
+// --- index forms for Tensor::index, as LibTorch's torch::indexing ----------------------------
+namespace indexing {
+/// None: a new axis of length 1 (numpy's newaxis), and an open end of a Slice.
+struct NoneIndex {};
+inline constexpr NoneIndex None{};
+/// Ellipsis ("..."): as many full slices as the other indices leave axes.
+struct EllipsisIndex {};
+inline constexpr EllipsisIndex Ellipsis{};
+
+/// One end of a Slice: an integer (negative counts from the end) or None (open).
+struct SliceBound {
+    SliceBound(NoneIndex) {}  // NOLINT: implicit, so Slice(None, 2) reads as Python's [:2]
+    template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
+    SliceBound(T v) : value(static_cast<long>(v)), set(true) {}  // NOLINT
+    long value = 0;
+    bool set = false;
+};
+
+/// Python's start:stop:step. Bounds clamp to the axis as Python's do; step must be ≥ 1 (as torch).
+struct Slice {
+    Slice(SliceBound start = None, SliceBound stop = None, long step = 1) : start(start), stop(stop), step(step) {}  // NOLINT
+    SliceBound start, stop;
+    long step;
+};
+}  // namespace indexing
+
+/// One entry of Tensor::index: an integer, a Slice, None or Ellipsis.
+class TensorIndex {
+public:
+    enum class Kind { integer, slice, none, ellipsis };
+    template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
+    TensorIndex(T i) : m_kind(Kind::integer), m_integer(static_cast<long>(i)) {}  // NOLINT
+    TensorIndex(indexing::Slice s) : m_kind(Kind::slice), m_slice(s) {}          // NOLINT
+    TensorIndex(indexing::NoneIndex) : m_kind(Kind::none) {}                     // NOLINT
+    TensorIndex(indexing::EllipsisIndex) : m_kind(Kind::ellipsis) {}             // NOLINT
+    Kind kind() const { return m_kind; }
+    long integer() const { return m_integer; }
+    const indexing::Slice& slice() const { return m_slice; }
+
+private:
+    Kind m_kind;
+    long m_integer = 0;
+    indexing::Slice m_slice;
 };
 
 // --- operators as torch (ops_elementwise.cpp) -------------------------------------------
