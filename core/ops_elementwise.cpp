@@ -109,7 +109,7 @@ Tensor scalar_tensor(const Scalar& s, Dtype d) {
     });
 }
 
-enum class Arith { add, sub, mul, div };
+enum class Arith { add, sub, mul, div, max, min };
 
 // Torch refuses `-` with any bool operand (for a mask, logical_not is meant).
 void check_no_bool_sub(Dtype a, Dtype b) {
@@ -132,7 +132,8 @@ Tensor integer_arith(const char* op, Arith k, const Tensor& a, const Tensor& b) 
     if (a.dtype() == kBool) {
         const auto& x = values<bool>(a);
         const auto& y = values<bool>(b);
-        xt::xarray<bool> r = k == Arith::add ? xt::xarray<bool>(x || y) : xt::xarray<bool>(x && y);
+        const bool any = k == Arith::add || k == Arith::max;
+        xt::xarray<bool> r = any ? xt::xarray<bool>(x || y) : xt::xarray<bool>(x && y);
         return make_leaf(Storage(std::move(r)));
     }
     const auto& x = values<std::int64_t>(a);
@@ -140,6 +141,8 @@ Tensor integer_arith(const char* op, Arith k, const Tensor& a, const Tensor& b) 
     xt::xarray<std::int64_t> r;
     if (k == Arith::add) r = x + y;
     else if (k == Arith::sub) r = x - y;
+    else if (k == Arith::max) r = xt::maximum(x, y);
+    else if (k == Arith::min) r = xt::minimum(x, y);
     else r = x * y;
     return make_leaf(Storage(std::move(r)));
 }
@@ -313,6 +316,86 @@ template <class F> Tensor scalar_arith(const char* op, Arith k, const Tensor& a,
 }
 
 }  // namespace
+
+Tensor sin(const Tensor& a) {
+    return unary(
+        "sin", a, kReadsX, [](const auto& x) { return xt::sin(x); },
+        [](const auto& x, const auto&, const auto& g) { return g * xt::cos(x); });
+}
+
+Tensor cos(const Tensor& a) {
+    return unary(
+        "cos", a, kReadsX, [](const auto& x) { return xt::cos(x); },
+        [](const auto& x, const auto&, const auto& g) { return -g * xt::sin(x); });
+}
+
+Tensor abs(const Tensor& a) {
+    check_defined("abs", a);
+    if (a.dtype() == kInt64) {
+        xt::xarray<std::int64_t> r = xt::abs(values<std::int64_t>(a));
+        return make_leaf(Storage(std::move(r)));
+    }
+    // sign(0) = 0: the gradient at 0 is 0, as torch.
+    return unary(
+        "abs", a, kReadsX, [](const auto& x) { return xt::abs(x); },
+        [](const auto& x, const auto&, const auto& g) { return g * xt::sign(x); });
+}
+
+Tensor clamp(const Tensor& a, std::optional<double> min, std::optional<double> max) {
+    check_defined("clamp", a);
+    if (!min && !max) throw Error("clamp: at least one of min and max must be given (as torch)");
+    if ((min && std::isnan(*min)) || (max && std::isnan(*max)))
+        throw Error("clamp: a bound is NaN; the bounds must be numbers");
+    const double lo = min.value_or(-INFINITY), hi = max.value_or(INFINITY);
+    // Lower bound first, then upper: with lo > hi everything becomes hi, as torch. Comparisons
+    // with NaN are false, so NaN passes through.
+    return unary(
+        "clamp", a, kReadsX,
+        [lo, hi](const auto& x) {
+            using T = value_t<decltype(x)>;
+            const T l = static_cast<T>(lo), h = static_cast<T>(hi);
+            if (l > h) return xt::xarray<T>(xt::where(xt::isnan(x), x, h));
+            return xt::xarray<T>(xt::where(x < l, l, xt::where(x > h, h, x)));
+        },
+        [lo, hi](const auto& x, const auto&, const auto& g) {
+            using T = value_t<decltype(x)>;
+            const T l = static_cast<T>(lo), h = static_cast<T>(hi);
+            return xt::xarray<T>(xt::where(x >= l && x <= h, g, static_cast<T>(0)));
+        });
+}
+
+Tensor maximum(const Tensor& a, const Tensor& b) {
+    // The gradient goes to the larger input, half to each on a tie (torch 1.13).
+    return promoted("maximum", Arith::max, a, b, [](const Tensor& a, const Tensor& b) {
+        return binary(
+            "maximum", a, b, Saves::only_inputs(3u),
+            [](const auto& x, const auto& y) { return xt::where(x > y || xt::isnan(x), x, y); },
+            [](const auto& x0, const auto& x1, const auto&, const auto& g) {
+                using T = value_t<decltype(g)>;
+                return xt::where(x0 > x1, g, xt::where(xt::equal(x0, x1), g * static_cast<T>(0.5), static_cast<T>(0)));
+            },
+            [](const auto& x0, const auto& x1, const auto&, const auto& g) {
+                using T = value_t<decltype(g)>;
+                return xt::where(x1 > x0, g, xt::where(xt::equal(x0, x1), g * static_cast<T>(0.5), static_cast<T>(0)));
+            });
+    });
+}
+
+Tensor minimum(const Tensor& a, const Tensor& b) {
+    return promoted("minimum", Arith::min, a, b, [](const Tensor& a, const Tensor& b) {
+        return binary(
+            "minimum", a, b, Saves::only_inputs(3u),
+            [](const auto& x, const auto& y) { return xt::where(x < y || xt::isnan(x), x, y); },
+            [](const auto& x0, const auto& x1, const auto&, const auto& g) {
+                using T = value_t<decltype(g)>;
+                return xt::where(x0 < x1, g, xt::where(xt::equal(x0, x1), g * static_cast<T>(0.5), static_cast<T>(0)));
+            },
+            [](const auto& x0, const auto& x1, const auto&, const auto& g) {
+                using T = value_t<decltype(g)>;
+                return xt::where(x1 < x0, g, xt::where(xt::equal(x0, x1), g * static_cast<T>(0.5), static_cast<T>(0)));
+            });
+    });
+}
 
 Tensor add(const Tensor& a, Scalar s) {
     return scalar_arith("add", Arith::add, a, s, [](const Tensor& a, double s) {

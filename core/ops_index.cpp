@@ -332,3 +332,37 @@ const Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, Scalar
 }
 
 }  // namespace xgrad
+
+namespace xgrad {
+
+Tensor one_hot(const Tensor& indices, long num_classes) {
+    constexpr const char* op = "one_hot";
+    if (!indices.defined()) throw Error("one_hot: indices is an undefined tensor");
+    if (indices.dtype() != kInt64)
+        throw Error(fmt::format("one_hot: indices must be an int64 tensor, got {}", dtype_name(indices.dtype())));
+    if (num_classes < -1) throw Error(fmt::format("one_hot: num_classes must be -1 or at least 0, got {}", num_classes));
+    const std::int64_t* x = indices.const_data_ptr<std::int64_t>();
+    const std::size_t n = indices.numel();
+    std::int64_t largest = -1;
+    for (std::size_t i = 0; i < n; ++i) {
+        if (x[i] < 0)
+            throw Error(fmt::format("one_hot: class values must be non-negative, got {} at flat index {}", x[i], i));
+        largest = std::max(largest, x[i]);
+    }
+    if (num_classes == -1) {
+        if (n == 0) throw Error("one_hot: cannot infer num_classes from an empty tensor (pass num_classes)");
+        num_classes = largest + 1;
+    } else if (largest >= num_classes) {
+        throw Error(fmt::format("one_hot: class values must be smaller than num_classes {}, got {}", num_classes,
+                                largest));
+    }
+    Shape out_shape = indices.shape();
+    out_shape.push_back(static_cast<std::size_t>(num_classes));
+    checked_numel(op, out_shape);
+    const AllocContext context(op, out_shape);
+    xt::xarray<std::int64_t> y = xt::zeros<std::int64_t>(out_shape);
+    for (std::size_t i = 0; i < n; ++i) y.data()[i * static_cast<std::size_t>(num_classes) + x[i]] = 1;
+    return make_leaf(Storage(std::move(y)));
+}
+
+}  // namespace xgrad

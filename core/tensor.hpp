@@ -11,6 +11,7 @@
 #include <iosfwd>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -344,6 +345,19 @@ std::string to_string(const Tensor& t);
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
 }  // namespace xgrad
+
+/// `fmt::print("{}", t.shape())` prints `[2, 3]` (a 0-d shape `[]`): the list torch.Size shows
+/// and what fmt/ranges.h prints for the same vector. Error messages keep "(2, 3)" (shape_str).
+template <>
+struct fmt::formatter<xgrad::Shape> : fmt::formatter<std::string_view> {
+    template <class Ctx>
+    auto format(const xgrad::Shape& s, Ctx& ctx) const {
+        std::string out = "[";
+        for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+        out += "]";
+        return fmt::formatter<std::string_view>::format(out, ctx);
+    }
+};
 
 template <>
 struct fmt::formatter<xgrad::Tensor> : fmt::formatter<std::string> {
