@@ -216,7 +216,10 @@ private:
 /// (a C++ double) stays float32.
 class Scalar {
 public:
-    Scalar(bool v) : m_kind(kBool), m_int(v), m_double(v) {}  // NOLINT: implicit, as at::Scalar
+    // A template, so only a real bool matches: a pointer (or anything else that merely converts
+    // to bool) is not a Scalar.
+    template <class T, std::enable_if_t<std::is_same_v<T, bool>, int> = 0>
+    Scalar(T v) : m_kind(kBool), m_int(v), m_double(v) {}  // NOLINT: implicit, as at::Scalar
     template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
     Scalar(T v) : m_kind(kInt64), m_int(static_cast<std::int64_t>(v)), m_double(static_cast<double>(v)) {  // NOLINT
         if constexpr (std::is_unsigned_v<T> && sizeof(T) >= sizeof(std::int64_t))
