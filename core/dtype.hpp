@@ -26,6 +26,20 @@ constexpr std::string_view dtype_name(Dtype d) {
 
 constexpr bool is_floating(Dtype d) { return d == Dtype::Float32 || d == Dtype::Float64; }
 
+/// The smaller type both convert to without losing their category (torch.promote_types):
+/// bool < int64 < float32 < float64, so the larger of the two.
+constexpr Dtype promote_types(Dtype a, Dtype b) {
+    auto rank = [](Dtype d) { return d == Dtype::Bool ? 0 : d == Dtype::Int64 ? 1 : d == Dtype::Float32 ? 2 : 3; };
+    return rank(a) >= rank(b) ? a : b;
+}
+
+/// Whether a value of type `from` may be written into a tensor of type `to` (torch.can_cast):
+/// not a floating value into an integer or bool, nor an integer into bool.
+constexpr bool can_cast(Dtype from, Dtype to) {
+    if (is_floating(from) && !is_floating(to)) return false;
+    return !(from != Dtype::Bool && to == Dtype::Bool);
+}
+
 /// The Dtype of a C++ scalar type: dtype_of<float> == kFloat32.
 template <class T> constexpr Dtype dtype_of();
 template <> constexpr Dtype dtype_of<float>() { return Dtype::Float32; }

@@ -30,27 +30,42 @@ Tensor sigmoid(const Tensor& a);
 Tensor relu(const Tensor& a);
 /// The exact (erf) GELU, x·Φ(x), as torch.nn.functional.gelu's default.
 Tensor gelu(const Tensor& a);
-/// Tensor-scalar forms: the scalar takes the tensor's dtype.
-Tensor add(const Tensor& a, double s);
-Tensor sub(const Tensor& a, double s);
-Tensor mul(const Tensor& a, double s);
-Tensor div(const Tensor& a, double s);
+Tensor sin(const Tensor& a);
+Tensor cos(const Tensor& a);
+/// |a|; the gradient is sign(a), so 0 at 0 (as torch). int64 gives int64 (no gradient).
+Tensor abs(const Tensor& a);
+/// a limited to [min, max], either bound optional (not both missing), as torch.clamp: with
+/// min > max every element becomes max. NaN stays NaN. The gradient passes where
+/// min ≤ a ≤ max (bounds included, as torch) and is 0 elsewhere.
+Tensor clamp(const Tensor& a, std::optional<double> min, std::optional<double> max = std::nullopt);
+/// Elementwise larger / smaller of two tensors, broadcast and promoted as add; NaN propagates.
+/// On a tie the gradient is split half and half between a and b, as torch 1.13.
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+/// Tensor-scalar forms, promoting as torch (see Scalar): a float tensor keeps its dtype.
+Tensor add(const Tensor& a, Scalar s);
+Tensor sub(const Tensor& a, Scalar s);
+Tensor mul(const Tensor& a, Scalar s);
+Tensor div(const Tensor& a, Scalar s);
 /// s - a and s / a.
-Tensor rsub(double s, const Tensor& a);
-Tensor rdiv(double s, const Tensor& a);
+Tensor rsub(Scalar s, const Tensor& a);
+Tensor rdiv(Scalar s, const Tensor& a);
 /// Casts (differentiable between float32 and float64; to int64/bool cuts the graph).
 Tensor cast(const Tensor& a, Dtype d);
 
-// --- comparisons (not differentiable; bool results; any numeric dtype) --------------------
+// --- comparisons (not differentiable; bool results; any dtype, promoted as torch) ----------
 Tensor eq(const Tensor& a, const Tensor& b);
 Tensor ne(const Tensor& a, const Tensor& b);
 Tensor lt(const Tensor& a, const Tensor& b);
 Tensor le(const Tensor& a, const Tensor& b);
 Tensor gt(const Tensor& a, const Tensor& b);
 Tensor ge(const Tensor& a, const Tensor& b);
-Tensor lt(const Tensor& a, double s);
-Tensor gt(const Tensor& a, double s);
-Tensor eq(const Tensor& a, double s);
+Tensor eq(const Tensor& a, Scalar s);
+Tensor ne(const Tensor& a, Scalar s);
+Tensor lt(const Tensor& a, Scalar s);
+Tensor le(const Tensor& a, Scalar s);
+Tensor gt(const Tensor& a, Scalar s);
+Tensor ge(const Tensor& a, Scalar s);
 Tensor logical_not(const Tensor& mask);
 
 // --- selection (ops_select.cpp) ----------------------------------------------------------
@@ -73,11 +88,45 @@ Tensor sum(const Tensor& a, const std::vector<long>& axes, bool keepdims = false
 /// sum / (number of elements summed); same axes rules as sum; float32/float64 only.
 Tensor mean(const Tensor& a);
 Tensor mean(const Tensor& a, const std::vector<long>& axes, bool keepdims = false);
-/// Maximum along one axis (any dtype; the axis must not be empty; NaN propagates). The
-/// gradient goes to the first maximal element only (as torch.max(x, dim)); saves the argmax.
-Tensor max(const Tensor& a, long axis, bool keepdims = false);
 /// Index of the maximum along one axis (int64; first on ties; not differentiable).
 Tensor argmax(const Tensor& a, long axis, bool keepdims = false);
+/// The same for the minimum.
+Tensor argmin(const Tensor& a, long axis, bool keepdims = false);
+/// What torch.max(x, dim), torch.sort and torch.topk return: `auto [values, indices] =
+/// max(x, 1);` or `max(x, 1).values`. indices are int64 and carry no gradient.
+struct ValuesIndices {
+    Tensor values;
+    Tensor indices;
+};
+/// Maximum / minimum along one axis (any dtype; the axis must not be empty) and where it is
+/// (first on ties; NaN wins, as torch). The gradient of values goes to that index only.
+ValuesIndices max(const Tensor& a, long axis, bool keepdims = false);
+ValuesIndices min(const Tensor& a, long axis, bool keepdims = false);
+/// Maximum / minimum of all elements (0-d; NaN wins). The gradient is split evenly between
+/// the elements that tie for it, as torch.
+Tensor max(const Tensor& a);
+Tensor min(const Tensor& a);
+/// torch's `correction` argument of var/std, as a type so it cannot be mistaken for the bool
+/// `unbiased`: var(x, {1}, Correction{0}) is the population variance.
+struct Correction {
+    double value = 1;
+};
+/// Variance over `axes` (all when empty): Σ(x − mean)² / max(0, N − correction), as torch:
+/// unbiased = true is correction 1. N − correction ≤ 0 divides by 0, giving inf (or NaN for
+/// a constant), as torch. Fused, with backward 2(x − mean)/(N − correction)·g; saves its input.
+Tensor var(const Tensor& a, const std::vector<long>& axes = {}, bool unbiased = true, bool keepdims = false);
+Tensor var(const Tensor& a, const std::vector<long>& axes, Correction correction, bool keepdims = false);
+/// √var. Where the result is 0 the gradient is 0, as torch (not 0/0). Call it qualified,
+/// xgrad::std(x) (as torch::std): under `using namespace xgrad` a bare `std` names the namespace.
+Tensor std(const Tensor& a, const std::vector<long>& axes = {}, bool unbiased = true, bool keepdims = false);
+Tensor std(const Tensor& a, const std::vector<long>& axes, Correction correction, bool keepdims = false);
+/// Running sum along one axis (torch.cumsum). int64 and bool give int64 (no gradient). Backward
+/// is the reversed running sum of the gradient.
+Tensor cumsum(const Tensor& a, long axis);
+/// Vector p-norm over `axes` (all when empty): (Σ|x|^p)^(1/p) for p > 0, max|x| for p = inf.
+/// The gradient at a zero norm is 0 (torch's choice, not NaN); for p = inf it is split between
+/// the elements that tie for the maximum, as torch.
+Tensor norm(const Tensor& a, double p = 2, const std::vector<long>& axes = {}, bool keepdims = false);
 
 // --- shape (ops_shape.cpp): any dtype; gradients for float inputs ------------------------
 // Every result is a contiguous row-major copy; backward undoes the move (nothing saved).
@@ -101,6 +150,18 @@ Tensor concat(const std::vector<Tensor>& tensors, long axis);
 Tensor slice(const Tensor& a, long axis, long start, long end, long step = 1);
 /// Broadcasts a to `shape` (numpy broadcast_to); backward sums back.
 Tensor expand(const Tensor& a, const Shape& shape);
+/// Joins tensors of one shape and dtype along a new axis (torch.stack), in [-rank-1, rank].
+Tensor stack(const std::vector<Tensor>& tensors, long axis = 0);
+/// Pieces of `split_size` along axis, the last one shorter (torch.split); each with gradient.
+std::vector<Tensor> split(const Tensor& a, long split_size, long axis = 0);
+/// Pieces of the given sizes, which must add up to the axis length.
+std::vector<Tensor> split(const Tensor& a, const std::vector<long>& sizes, long axis = 0);
+/// At most `chunks` pieces of ceil(n / chunks), as torch.chunk (so possibly fewer).
+std::vector<Tensor> chunk(const Tensor& a, long chunks, long axis = 0);
+/// The lower (tril) / upper (triu) triangle of the last two axes, the rest zeroed: element
+/// (i, j) kept when j − i ≤ k (tril) or j − i ≥ k (triu). Any dtype; ≥ 2-D.
+Tensor tril(const Tensor& a, long k = 0);
+Tensor triu(const Tensor& a, long k = 0);
 
 // --- products (ops_matmul.cpp): BLAS gemm, transpose flags in backward --------------------
 /// 2-D (M,K)·(K,N); 1-D operands as numpy; ≥3-D batched with broadcasting of batch axes.
@@ -156,9 +217,11 @@ enum class Reduction { none, mean, sum };
 
 /// Cross-entropy of integer class targets under softmax(logits), fused with the log-softmax
 /// for stability:  loss_i = logsumexp(logits_i) − logits_i[targets_i]  (0 where ignored).
-/// logits: (..., C) with the class axis LAST — (N, C) or (B, T, V). (torch wants the classes
-///         on axis 1; here the (B, T, V) output of a sequence model goes in as it is.)
-/// targets: int64 of logits' shape without the class axis, each in [0, C) or ignore_index.
+/// Torch's layout: logits (N, C) or (N, C, d1, ...) with the class axis at 1 (or one unbatched
+///         (C,)); a sequence model's class-last (B, T, V) goes in as logits.permute({0, 2, 1})
+///         or as logits.reshape({-1, V}) with targets.reshape({-1}).
+/// targets: int64 of logits' shape without axis 1, (N) or (N, d1, ...), each in [0, C) or
+///         ignore_index; another shape throws, naming both.
 /// Result: none → the targets' shape; sum → 0-d; mean → the sum over the targets that are not
 ///         ignore_index divided by their count (NaN when all are, as torch).
 /// Backward: softmax(logits_i) − one_hot(targets_i), times the upstream gradient (divided by
@@ -183,5 +246,20 @@ Tensor index_select(const Tensor& a, long axis, const Tensor& index);
 /// no larger than a on the other axes; the result has index's shape. Indices must lie in
 /// [0, a.size(axis)). Backward scatter-adds; saves the flat source offsets.
 Tensor gather(const Tensor& a, long axis, const Tensor& index);
+
+/// int64 class indices → int64 one-hot vectors on a new last axis (torch.nn.functional.one_hot).
+/// num_classes = -1 takes max + 1. Negative indices, or ones ≥ num_classes, throw.
+Tensor one_hot(const Tensor& indices, long num_classes = -1);
+
+// --- sorting (ops_sort.cpp): values with gradient, indices without ----------------------------
+/// Sorted along axis, ascending unless `descending`; NaN sorts as the largest value (as torch).
+/// Always stable: equal values keep their order (torch's stable = true). The gradient of values
+/// goes back to where each came from.
+ValuesIndices sort(const Tensor& a, long axis = -1, bool descending = false);
+/// The indices sort gives (int64).
+Tensor argsort(const Tensor& a, long axis = -1, bool descending = false);
+/// The k largest (or smallest) along axis, sorted, as torch.topk. Ties keep index order (torch
+/// leaves the order of ties unspecified). 0 ≤ k ≤ the axis length.
+ValuesIndices topk(const Tensor& a, long k, long axis = -1, bool largest = true);
 
 }  // namespace xgrad

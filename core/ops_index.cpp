@@ -1,5 +1,9 @@
-// Indexing: repeat_interleave, index_select (embedding lookup) and gather. Any dtype forward;
+// Indexing: repeat_interleave, index_select (embedding lookup), gather, and basic indexing
+// (t[i], t.index({...}), index_put_). Any dtype forward;
 // float inputs get gradients, which scatter-add back (repeated picks sum).
+#include <algorithm>
+
+#include "core/creation.hpp"
 #include "core/ops.hpp"
 #include "core/ops_util.hpp"
 
@@ -154,6 +158,211 @@ Tensor gather(const Tensor& a, long axis, const Tensor& index) {
                 accumulate<G>("gather", x, std::move(gx));
             }), Saves::none());
     });
+}
+
+}  // namespace xgrad
+
+// --- basic indexing: t[i], t.index({...}) and index_put_ -------------------------------------
+
+namespace xgrad {
+
+namespace {
+
+// What a list of basic indices picks: the element at `offset` and, along each result axis, a
+// step of `strides` elements in the source (0 for an axis None adds). Every pick is distinct.
+struct IndexPlan {
+    std::size_t offset = 0;
+    Shape shape;
+    std::vector<std::size_t> strides;
+};
+
+// Python's clamp of a slice bound into [0, n].
+long slice_bound(const indexing::SliceBound& b, long n, long open) {
+    if (!b.set) return open;
+    return b.value < 0 ? std::max(b.value + n, 0L) : std::min(b.value, n);
+}
+
+IndexPlan plan_index(const char* op, const Shape& in, const std::vector<TensorIndex>& indices) {
+    std::size_t consumed = 0, ellipses = 0;
+    for (const TensorIndex& i : indices) {
+        if (i.kind() == TensorIndex::Kind::integer || i.kind() == TensorIndex::Kind::slice) ++consumed;
+        if (i.kind() == TensorIndex::Kind::ellipsis) ++ellipses;
+    }
+    if (ellipses > 1) throw Error(fmt::format("{}: an index can have only one Ellipsis, got {}", op, ellipses));
+    if (consumed > in.size())
+        throw Error(fmt::format("{}: too many indices for a tensor of shape {}: {} axes indexed, it has {}", op,
+                                shape_str(in), consumed, in.size()));
+    const std::vector<std::size_t> stride = row_major_strides(in);
+    IndexPlan p;
+    std::size_t axis = 0;
+    auto keep_axis = [&] {
+        p.shape.push_back(in[axis]);
+        p.strides.push_back(stride[axis]);
+        ++axis;
+    };
+    for (const TensorIndex& i : indices) {
+        switch (i.kind()) {
+            case TensorIndex::Kind::integer: {
+                const long n = static_cast<long>(in[axis]);
+                long v = i.integer();
+                if (v < -n || v >= n)
+                    throw Error(fmt::format("{}: index {} is out of range for dimension {} with size {} (tensor of "
+                                            "shape {})",
+                                            op, v, axis, n, shape_str(in)));
+                if (v < 0) v += n;
+                p.offset += static_cast<std::size_t>(v) * stride[axis];
+                ++axis;
+                break;
+            }
+            case TensorIndex::Kind::slice: {
+                const indexing::Slice& s = i.slice();
+                if (s.step < 1)
+                    throw Error(fmt::format("{}: slice step must be at least 1 (as torch), got {} for dimension {}",
+                                            op, s.step, axis));
+                const long n = static_cast<long>(in[axis]);
+                const long first = slice_bound(s.start, n, 0), stop = slice_bound(s.stop, n, n);
+                const std::size_t count = stop > first ? static_cast<std::size_t>((stop - first - 1) / s.step + 1) : 0;
+                if (count > 0) p.offset += static_cast<std::size_t>(first) * stride[axis];
+                p.shape.push_back(count);
+                p.strides.push_back(stride[axis] * static_cast<std::size_t>(s.step));
+                ++axis;
+                break;
+            }
+            case TensorIndex::Kind::none:
+                p.shape.push_back(1);
+                p.strides.push_back(0);
+                break;
+            case TensorIndex::Kind::ellipsis:
+                for (std::size_t k = consumed; k < in.size(); ++k) keep_axis();
+                break;
+        }
+    }
+    while (axis < in.size()) keep_axis();
+    return p;
+}
+
+// Calls f(result flat index, source flat index) for every element the plan picks, in order.
+template <class F> void for_each_pick(const IndexPlan& p, F f) {
+    std::size_t n = 1;
+    for (std::size_t d : p.shape) n *= d;
+    if (n == 0) return;
+    const std::size_t rank = p.shape.size();
+    std::vector<std::size_t> pos(rank, 0);
+    std::size_t src = p.offset;
+    for (std::size_t dst = 0; dst < n; ++dst) {
+        f(dst, src);
+        for (std::size_t d = rank; d-- > 0;) {
+            if (++pos[d] < p.shape[d]) {
+                src += p.strides[d];
+                break;
+            }
+            src -= p.strides[d] * (p.shape[d] - 1);
+            pos[d] = 0;
+        }
+    }
+}
+
+}  // namespace
+
+Tensor Tensor::operator[](long i) const {
+    if (!defined()) throw Error("index: t[i] on an undefined tensor");
+    if (dim() == 0) throw Error(fmt::format("index: t[{}] on a 0-d tensor (it has no axis to index)", i));
+    return index({i});
+}
+
+Tensor Tensor::index(const std::vector<TensorIndex>& indices) const {
+    constexpr const char* op = "index";
+    if (!defined()) throw Error("index: an undefined tensor cannot be indexed");
+    const IndexPlan plan = plan_index(op, shape(), indices);
+    checked_numel(op, plan.shape);
+    const AllocContext context(op, plan.shape);
+    return dispatch_all(dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        xt::xarray<T> y = xt::xarray<T>::from_shape(plan.shape);
+        const T* src = values<T>(*this).data();
+        T* dst = y.data();
+        for_each_pick(plan, [&](std::size_t d, std::size_t s) { dst[d] = src[s]; });
+        return make_any_result<T>(
+            std::move(y), {*this}, op,
+            floating_backward(op, [plan](auto gtag, Node& self, const Storage& gs) {
+                using G = typename decltype(gtag)::type;
+                const Tensor& x = self.parents[0];
+                xt::xarray<G> gx = xt::zeros<G>(x.shape());
+                const G* g = grad_as<G>(gs).data();
+                G* out = gx.data();
+                for_each_pick(plan, [&](std::size_t d, std::size_t s) { out[s] += g[d]; });
+                accumulate<G>("index", x, std::move(gx));
+            }),
+            Saves::none());
+    });
+}
+
+const Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, const Tensor& value) const {
+    constexpr const char* op = "index_put_";
+    if (!defined() || !value.defined()) throw Error("index_put_: the tensor and the value must be defined");
+    if (grad_enabled() && requires_grad() && is_leaf())
+        throw Error("index_put_: a leaf tensor that requires grad cannot be changed in place while gradients are "
+                    "recorded (as in torch); do it under NoGradGuard");
+    if (grad_enabled() && (requires_grad() || value.requires_grad()))
+        throw Error("index_put_: xgrad does not record in-place ops in the autograd graph; run it under "
+                    "NoGradGuard, or build a new tensor (where, masked_fill, concat)");
+    const IndexPlan plan = plan_index(op, shape(), indices);
+    if (!broadcastable_to(value.shape(), plan.shape))
+        throw Error(fmt::format("{}: value of shape {} cannot be broadcast to the indexed shape {} (tensor of shape {})",
+                                op, shape_str(value.shape()), shape_str(plan.shape), shape_str(shape())));
+    Tensor v;
+    {
+        NoGradGuard no_grad;
+        v = cast(expand(value, plan.shape), dtype());
+        if (v.is_same(*this)) v = v.clone();  // never read the storage being written
+    }
+    dispatch_all(dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* src = v.const_data_ptr<T>();
+        T* dst = mutable_data_ptr<T>();  // bumps the version
+        for_each_pick(plan, [&](std::size_t d, std::size_t s) { dst[s] = src[d]; });
+    });
+    return *this;
+}
+
+const Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, Scalar value) const {
+    const Tensor v = value.kind() == kFloat64 ? full(Shape{}, value.to_double(), kFloat64)
+                                              : from_vector(std::vector<std::int64_t>{value.to_int64()}, Shape{});
+    return index_put_(indices, v);
+}
+
+}  // namespace xgrad
+
+namespace xgrad {
+
+Tensor one_hot(const Tensor& indices, long num_classes) {
+    constexpr const char* op = "one_hot";
+    if (!indices.defined()) throw Error("one_hot: indices is an undefined tensor");
+    if (indices.dtype() != kInt64)
+        throw Error(fmt::format("one_hot: indices must be an int64 tensor, got {}", dtype_name(indices.dtype())));
+    if (num_classes < -1) throw Error(fmt::format("one_hot: num_classes must be -1 or at least 0, got {}", num_classes));
+    const std::int64_t* x = indices.const_data_ptr<std::int64_t>();
+    const std::size_t n = indices.numel();
+    std::int64_t largest = -1;
+    for (std::size_t i = 0; i < n; ++i) {
+        if (x[i] < 0)
+            throw Error(fmt::format("one_hot: class values must be non-negative, got {} at flat index {}", x[i], i));
+        largest = std::max(largest, x[i]);
+    }
+    if (num_classes == -1) {
+        if (n == 0) throw Error("one_hot: cannot infer num_classes from an empty tensor (pass num_classes)");
+        num_classes = largest + 1;
+    } else if (largest >= num_classes) {
+        throw Error(fmt::format("one_hot: class values must be smaller than num_classes {}, got {}", num_classes,
+                                largest));
+    }
+    Shape out_shape = indices.shape();
+    out_shape.push_back(static_cast<std::size_t>(num_classes));
+    checked_numel(op, out_shape);
+    const AllocContext context(op, out_shape);
+    xt::xarray<std::int64_t> y = xt::zeros<std::int64_t>(out_shape);
+    for (std::size_t i = 0; i < n; ++i) y.data()[i * static_cast<std::size_t>(num_classes) + x[i]] = 1;
+    return make_leaf(Storage(std::move(y)));
 }
 
 }  // namespace xgrad

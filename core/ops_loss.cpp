@@ -5,6 +5,7 @@
 
 #include "core/node.hpp"
 #include "core/ops.hpp"
+#include "core/ops_util.hpp"
 #include "core/softmax_row.hpp"
 
 namespace xgrad {
@@ -18,18 +19,28 @@ std::string position(std::size_t flat, const Shape& shape) { return shape_str(un
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction reduction, std::int64_t ignore_index) {
     constexpr const char* op = "cross_entropy";
-    if (logits.dim() == 0 || logits.shape().back() == 0)
-        throw Error(fmt::format("{}: expected logits with a non-empty class axis last, (N, C) or (B, T, V), "
-                                "got shape {}",
+    if (!logits.defined() || !targets.defined())
+        throw Error(fmt::format("{}: logits and targets must be defined tensors", op));
+    // torch's layout: the classes on axis 1 of (N, C, d1, ...), or axis 0 of one unbatched (C,).
+    const std::size_t class_axis = logits.dim() == 1 ? 0 : 1;
+    if (logits.dim() == 0 || logits.shape()[class_axis] == 0)
+        throw Error(fmt::format("{}: expected logits (N, C) or (N, C, d1, ...) with a non-empty class axis 1 "
+                                "(or one unbatched (C,)), got shape {}",
                                 op, shape_str(logits.shape())));
-    const Shape rows_shape(logits.shape().begin(), logits.shape().end() - 1);
+    Shape rows_shape = logits.shape();
+    rows_shape.erase(rows_shape.begin() + static_cast<long>(class_axis));
     if (targets.dtype() != kInt64)
         throw Error(fmt::format("{}: targets must be int64 class indices, got {}", op, dtype_name(targets.dtype())));
-    if (targets.shape() != rows_shape)
+    if (targets.shape() != rows_shape) {
+        // A class-last (B, T, V) tensor with (B, T) targets is the usual slip when porting: say so.
+        const bool class_last = logits.dim() >= 3 &&
+                                targets.shape() == Shape(logits.shape().begin(), logits.shape().end() - 1);
         throw Error(fmt::format("{}: targets of shape {} do not fit logits of shape {}: expected targets of shape {} "
-                                "(the class axis of logits is the last one)",
-                                op, shape_str(targets.shape()), shape_str(logits.shape()), shape_str(rows_shape)));
-    const auto classes = static_cast<std::int64_t>(logits.shape().back());
+                                "(logits' shape without the class axis 1, as torch){}",
+                                op, shape_str(targets.shape()), shape_str(logits.shape()), shape_str(rows_shape),
+                                class_last ? "; for class-last logits (B, T, V) pass logits.permute({0, 2, 1})" : ""));
+    }
+    const auto classes = static_cast<std::int64_t>(logits.shape()[class_axis]);
     const std::size_t rows = targets.numel();
     const std::int64_t* target = targets.const_data_ptr<std::int64_t>();
     std::size_t count = 0;
@@ -41,10 +52,13 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction redu
                                     op, target[r], position(r, rows_shape), classes, classes - 1, ignore_index));
         ++count;
     }
+    // Row r = o·inner + i (the targets' row-major order) holds classes at (o·C + c)·inner + i.
+    const axis_split split = split_at(logits.shape(), class_axis);
 
     return dispatch_floating(op, logits.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         const auto C = static_cast<std::size_t>(classes);
+        const std::size_t inner = split.inner;
         const T* x = values<T>(logits).data();
         // Per row: lse = log Σ exp(x) on the softmax kernel, in double whatever T is: a well-fitted
         // token's loss lse − x[target] is a difference of two near-equal numbers, and in float
@@ -54,7 +68,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction redu
         std::vector<double> row(C), scratch(C);
         double total = 0;
         for (std::size_t r = 0; r < rows; ++r) {
-            std::copy(x + r * C, x + (r + 1) * C, row.begin());
+            const T* src = x + (r / inner) * C * inner + r % inner;
+            for (std::size_t c = 0; c < C; ++c) row[c] = src[c * inner];
             const double row_lse = kernel::logsumexp(row.data(), C, scratch.data());
             lse.data()[r] = static_cast<T>(row_lse);
             if (target[r] == ignore_index) continue;
@@ -68,21 +83,34 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction redu
         else
             value() = static_cast<T>(reduction == Reduction::sum ? total : total / static_cast<double>(count));
 
-        auto backward = [lse = std::move(lse), reduction, ignore_index, count, C](Node& self, const Storage& gs) {
+        auto backward = [lse = std::move(lse), reduction, ignore_index, count, C, inner](Node& self,
+                                                                                        const Storage& gs) {
             // d loss_r / d x_rc = softmax_rc − [c == target_r], softmax_rc = exp(x_rc − lse_r).
             const auto& xs = values<T>(self.parents[0]);
             const std::int64_t* t = values<std::int64_t>(self.parents[1]).data();
             const auto& g = grad_as<T>(gs);
             xt::xarray<T> dx = xt::zeros<T>(xs.shape());
+            std::vector<T> in(inner == 1 ? 0 : C), out(inner == 1 ? 0 : C);
             const std::size_t n = lse.size();
             for (std::size_t r = 0; r < n; ++r) {
                 if (t[r] == ignore_index) continue;
                 double scale = reduction == Reduction::none ? g.data()[r] : g();
                 if (reduction == Reduction::mean) scale /= static_cast<double>(count);
-                T* out = dx.data() + r * C;
-                kernel::exp_shifted_sum(xs.data() + r * C, lse.data()[r], out, C);  // softmax_rc
-                for (std::size_t c = 0; c < C; ++c) out[c] = static_cast<T>(scale * out[c]);
-                out[t[r]] -= static_cast<T>(scale);
+                const std::size_t base = (r / inner) * C * inner + r % inner;
+                // A contiguous row (class axis last in memory) is worked in place; a strided one
+                // is gathered, worked, and scattered back.
+                const T* src = xs.data() + base;
+                T* dst = dx.data() + base;
+                if (inner != 1) {
+                    for (std::size_t c = 0; c < C; ++c) in[c] = src[c * inner];
+                    src = in.data();
+                    dst = out.data();
+                }
+                kernel::exp_shifted_sum(src, lse.data()[r], dst, C);  // softmax_rc
+                for (std::size_t c = 0; c < C; ++c) dst[c] = static_cast<T>(scale * dst[c]);
+                dst[t[r]] -= static_cast<T>(scale);
+                if (inner != 1)
+                    for (std::size_t c = 0; c < C; ++c) dx.data()[base + c * inner] = out[c];
             }
             accumulate<T>("cross_entropy", self.parents[0], std::move(dx));
         };

@@ -94,7 +94,7 @@ Tensor reduce_sum(const char* op, const Tensor& a, const std::vector<std::size_t
 
 // Index of the maximum along the middle axis of (outer, n, inner), first one on ties; a NaN
 // counts as larger than any number so that it propagates, as in torch. Values go to `best`.
-template <class T>
+template <class T, bool Largest = true>
 std::vector<std::size_t> argmax_along(const xt::xarray<T>& x, const axis_split& s, xt::xarray<T>& best) {
     std::vector<std::size_t> idx(s.outer * s.inner, 0);
     T* bv = best.data();
@@ -107,7 +107,7 @@ std::vector<std::size_t> argmax_along(const xt::xarray<T>& x, const axis_split& 
         for (std::size_t k = 1; k < s.n; ++k) {
             const T* row = p + (o * s.n + k) * s.inner;
             for (std::size_t i = 0; i < s.inner; ++i) {
-                bool beats = row[i] > b[i];
+                bool beats = Largest ? row[i] > b[i] : row[i] < b[i];
                 if constexpr (std::is_floating_point_v<T>) beats = beats || (std::isnan(row[i]) && !std::isnan(b[i]));
                 if (beats) {
                     b[i] = row[i];
@@ -145,18 +145,23 @@ Tensor mean(const Tensor& a, const std::vector<long>& axes, bool keepdims) {
     return reduce_sum("mean", a, reduce_axes("mean", axes, a.shape()), keepdims, true);
 }
 
-Tensor max(const Tensor& a, long axis, bool keepdims) {
+namespace {
+
+template <bool Largest> ValuesIndices extreme(const char* op, const Tensor& a, long axis, bool keepdims) {
     const Shape& in = a.shape();
-    const std::size_t ax = normalize_axis("max", axis, in);
-    check_nonempty_axis("max", in, ax);
+    const std::size_t ax = normalize_axis(op, axis, in);
+    check_nonempty_axis(op, in, ax);
     const axis_split s = split_at(in, ax);
+    const Shape out_shape = without_axis(in, ax, keepdims);
     return dispatch_all(a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
-        xt::xarray<T> best = xt::xarray<T>::from_shape(without_axis(in, ax, keepdims));
-        std::vector<std::size_t> idx = argmax_along(values<T>(a), s, best);
-        return make_any_result<T>(
-            std::move(best), {a}, "max",
-            floating_backward("max", [s, idx = std::move(idx)](auto gtag, Node& self, const Storage& gs) {
+        xt::xarray<T> best = xt::xarray<T>::from_shape(out_shape);
+        std::vector<std::size_t> idx = argmax_along<T, Largest>(values<T>(a), s, best);
+        xt::xarray<std::int64_t> where = xt::xarray<std::int64_t>::from_shape(out_shape);
+        std::copy(idx.begin(), idx.end(), where.begin());
+        Tensor values = make_any_result<T>(
+            std::move(best), {a}, op,
+            floating_backward(op, [op, s, idx = std::move(idx)](auto gtag, Node& self, const Storage& gs) {
                 using G = typename decltype(gtag)::type;
                 const Tensor& x = self.parents[0];
                 const G* g = grad_as<G>(gs).data();
@@ -165,10 +170,55 @@ Tensor max(const Tensor& a, long axis, bool keepdims) {
                 for (std::size_t o = 0; o < s.outer; ++o)
                     for (std::size_t i = 0; i < s.inner; ++i)
                         d[(o * s.n + idx[o * s.inner + i]) * s.inner + i] = g[o * s.inner + i];
-                accumulate<G>("max", x, std::move(gx));
+                accumulate<G>(op, x, std::move(gx));
             }), Saves::none());
+        return ValuesIndices{values, make_leaf(Storage(std::move(where)))};
     });
 }
+
+// max or min of every element; ties share the gradient evenly (torch's amax/amin backward).
+template <bool Largest> Tensor extreme_all(const char* op, const Tensor& a) {
+    if (a.numel() == 0) throw Error(fmt::format("{}: the input is empty (shape {})", op, shape_str(a.shape())));
+    return dispatch_all(a.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* x = values<T>(a).data();
+        T best = x[0];
+        for (std::size_t i = 0; i < a.numel(); ++i) {
+            if constexpr (std::is_floating_point_v<T>)
+                if (std::isnan(x[i])) {
+                    best = x[i];
+                    break;
+                }
+            if (Largest ? x[i] > best : x[i] < best) best = x[i];
+        }
+        xt::xarray<T> y = xt::zeros<T>(Shape{});
+        y() = best;
+        return make_any_result<T>(
+            std::move(y), {a}, op, floating_backward(op, [op](auto gtag, Node& self, const Storage& gs) {
+                using G = typename decltype(gtag)::type;
+                const Tensor& in = self.parents[0];
+                const G* x = values<G>(in).data();
+                const G m = values<G>(self)();
+                auto hit = [m](G v) { return std::isnan(m) ? std::isnan(v) : v == m; };
+                std::size_t count = 0;
+                for (std::size_t i = 0; i < in.numel(); ++i) count += hit(x[i]);
+                xt::xarray<G> gx = xt::zeros<G>(in.shape());
+                const G share = grad_as<G>(gs)() / static_cast<G>(count);
+                for (std::size_t i = 0; i < in.numel(); ++i)
+                    if (hit(x[i])) gx.data()[i] = share;
+                accumulate<G>(op, in, std::move(gx));
+            }));
+    });
+}
+
+}  // namespace
+
+ValuesIndices max(const Tensor& a, long axis, bool keepdims) { return extreme<true>("max", a, axis, keepdims); }
+ValuesIndices min(const Tensor& a, long axis, bool keepdims) { return extreme<false>("min", a, axis, keepdims); }
+Tensor max(const Tensor& a) { return extreme_all<true>("max", a); }
+Tensor min(const Tensor& a) { return extreme_all<false>("min", a); }
+
+Tensor argmin(const Tensor& a, long axis, bool keepdims) { return min(a, axis, keepdims).indices; }
 
 Tensor argmax(const Tensor& a, long axis, bool keepdims) {
     const Shape& in = a.shape();
@@ -183,6 +233,152 @@ Tensor argmax(const Tensor& a, long axis, bool keepdims) {
         xt::xarray<std::int64_t> r = xt::xarray<std::int64_t>::from_shape(out_shape);
         std::copy(idx.begin(), idx.end(), r.begin());
         return make_leaf(Storage(std::move(r)));
+    });
+}
+
+// --- var and std -------------------------------------------------------------------------
+
+namespace {
+
+Tensor moments(const char* op, const Tensor& a, const std::vector<long>& axes_in, double correction, bool keepdims,
+               bool take_sqrt) {
+    const std::vector<std::size_t> axes = reduce_axes(op, axes_in, a.shape());
+    const auto shapes = reduced_shapes(a.shape(), axes, keepdims);
+    const Shape kept = shapes.first, out_shape = shapes.second;
+    std::size_t count = 1;
+    for (std::size_t ax : axes) count *= a.shape()[ax];
+    // torch divides by max(0, N − correction): a zero divisor gives inf, or NaN for 0/0.
+    const double denom = std::max(0.0, static_cast<double>(count) - correction);
+    return dispatch_floating(op, a.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const xt::xarray<T>& x = values<T>(a);
+        auto centred = [axes, count, kept](const xt::xarray<T>& x) {
+            xt::xarray<T> mu = xt::sum(x, axes, xt::keep_dims | xt::evaluation_strategy::immediate);
+            mu /= static_cast<T>(count);
+            return xt::xarray<T>(x - mu);
+        };
+        const xt::xarray<T> d = centred(x);
+        xt::xarray<T> v = xt::sum(d * d, axes, xt::keep_dims | xt::evaluation_strategy::immediate);
+        v /= static_cast<T>(denom);
+        if (take_sqrt) v = xt::sqrt(v);
+        v.reshape(out_shape);
+        return make_result<T>(std::move(v), {a}, op, [op, centred, kept, denom, take_sqrt](Node& self, const Storage& gs) {
+            // d var / dx = 2(x − mean)/denom; d std / dx = that / (2 std), 0 where std is 0.
+            const Tensor& in = self.parents[0];
+            xt::xarray<T> g = grad_as<T>(gs);
+            g.reshape(kept);
+            xt::xarray<T> scale = g * static_cast<T>(2 / denom);
+            if (take_sqrt) {
+                xt::xarray<T> s = values<T>(self);
+                s.reshape(kept);
+                scale = xt::where(xt::equal(s, static_cast<T>(0)), static_cast<T>(0), scale / (static_cast<T>(2) * s));
+            }
+            accumulate<T>(op, in, xt::xarray<T>(centred(values<T>(in)) * scale));
+        });
+    });
+}
+
+}  // namespace
+
+Tensor var(const Tensor& a, const std::vector<long>& axes, bool unbiased, bool keepdims) {
+    return moments("var", a, axes, unbiased ? 1 : 0, keepdims, false);
+}
+Tensor var(const Tensor& a, const std::vector<long>& axes, Correction correction, bool keepdims) {
+    return moments("var", a, axes, correction.value, keepdims, false);
+}
+Tensor std(const Tensor& a, const std::vector<long>& axes, bool unbiased, bool keepdims) {
+    return moments("std", a, axes, unbiased ? 1 : 0, keepdims, true);
+}
+Tensor std(const Tensor& a, const std::vector<long>& axes, Correction correction, bool keepdims) {
+    return moments("std", a, axes, correction.value, keepdims, true);
+}
+
+// --- cumsum -----------------------------------------------------------------------------------
+
+Tensor cumsum(const Tensor& a, long axis) {
+    const Shape& in = a.shape();
+    const std::size_t ax = normalize_axis("cumsum", axis, in);
+    const axis_split s = split_at(in, ax);
+    // Running sums along the middle axis of (outer, n, inner), forward or reversed.
+    auto run = [s](auto* p, bool reverse) {
+        for (std::size_t o = 0; o < s.outer; ++o)
+            for (std::size_t k = 1; k < s.n; ++k) {
+                const std::size_t to = reverse ? s.n - 1 - k : k, from = reverse ? to + 1 : to - 1;
+                auto* dst = p + (o * s.n + to) * s.inner;
+                const auto* src = p + (o * s.n + from) * s.inner;
+                for (std::size_t i = 0; i < s.inner; ++i) dst[i] += src[i];
+            }
+    };
+    if (!is_floating(a.dtype())) {
+        // int64 and bool accumulate in int64, as torch.
+        xt::xarray<std::int64_t> y = values<std::int64_t>(cast(a, kInt64));
+        run(y.data(), false);
+        return make_leaf(Storage(std::move(y)));
+    }
+    return dispatch_floating("cumsum", a.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        xt::xarray<T> y = values<T>(a);
+        run(y.data(), false);
+        return make_result<T>(std::move(y), {a}, "cumsum", [run](Node& self, const Storage& gs) {
+            // dx_k = Σ_{j ≥ k} g_j: the running sum of g taken from the end.
+            xt::xarray<T> g = grad_as<T>(gs);
+            run(g.data(), true);
+            accumulate<T>("cumsum", self.parents[0], std::move(g));
+        }, Saves::none());
+    });
+}
+
+// --- norm -------------------------------------------------------------------------------------
+
+Tensor norm(const Tensor& a, double p, const std::vector<long>& axes_in, bool keepdims) {
+    constexpr const char* op = "norm";
+    if (!(p > 0))
+        throw Error(fmt::format("{}: p must be positive (1, 2, ..., or inf), got {}", op, p));
+    const std::vector<std::size_t> axes = reduce_axes(op, axes_in, a.shape());
+    const auto shapes = reduced_shapes(a.shape(), axes, keepdims);
+    const Shape kept = shapes.first, out_shape = shapes.second;
+    const bool inf = std::isinf(p);
+    return dispatch_floating(op, a.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const xt::xarray<T> m = xt::abs(values<T>(a));
+        xt::xarray<T> y;
+        if (inf)
+            y = xt::amax(m, axes, xt::keep_dims | xt::evaluation_strategy::immediate);
+        else if (p == 1)
+            y = xt::sum(m, axes, xt::keep_dims | xt::evaluation_strategy::immediate);
+        else if (p == 2)
+            y = xt::sqrt(xt::eval(xt::sum(m * m, axes, xt::keep_dims | xt::evaluation_strategy::immediate)));
+        else
+            y = xt::pow(xt::eval(xt::sum(xt::pow(m, static_cast<T>(p)), axes,
+                                         xt::keep_dims | xt::evaluation_strategy::immediate)),
+                        static_cast<T>(1 / p));
+        y.reshape(out_shape);
+        return make_result<T>(std::move(y), {a}, op, [p, inf, axes, kept](Node& self, const Storage& gs) {
+            const Tensor& in = self.parents[0];
+            const xt::xarray<T>& x = values<T>(in);
+            xt::xarray<T> g = grad_as<T>(gs);
+            xt::xarray<T> n = values<T>(self);
+            g.reshape(kept);
+            n.reshape(kept);
+            const xt::xarray<T> sign = xt::sign(x);
+            xt::xarray<T> dx;
+            if (inf) {
+                // sign(x)·g / (how many tie for the max), on the elements that reach it.
+                const xt::xarray<T> hit = xt::cast<T>(xt::equal(xt::abs(x), n));
+                xt::xarray<T> ties = xt::sum(hit, axes, xt::keep_dims | xt::evaluation_strategy::immediate);
+                dx = sign * hit * g / ties;
+            } else if (p == 1) {
+                dx = sign * g;
+            } else {
+                // d‖x‖_p/dx = sign(x)|x|^(p−1) / ‖x‖^(p−1); 0 where the norm is 0, as torch.
+                const xt::xarray<T> safe = xt::where(xt::equal(n, static_cast<T>(0)), static_cast<T>(1), n);
+                const xt::xarray<T> scale =
+                    xt::where(xt::equal(n, static_cast<T>(0)), static_cast<T>(0), g / xt::pow(safe, static_cast<T>(p - 1)));
+                dx = p == 2 ? xt::xarray<T>(x * scale)
+                            : xt::xarray<T>(sign * xt::pow(xt::abs(x), static_cast<T>(p - 1)) * scale);
+            }
+            accumulate<T>("norm", in, std::move(dx));
+        });
     });
 }
 

@@ -293,3 +293,105 @@ Tensor expand(const Tensor& a, const Shape& shape) {
 }
 
 }  // namespace xgrad
+
+// --- stack, split, chunk, tril and triu -------------------------------------------------------
+
+namespace xgrad {
+
+Tensor stack(const std::vector<Tensor>& tensors, long axis) {
+    if (tensors.empty()) throw Error("stack: expected at least one tensor, got none");
+    for (std::size_t t = 0; t < tensors.size(); ++t) {
+        if (!tensors[t].defined()) throw Error(fmt::format("stack: tensor {} is undefined", t));
+        if (tensors[t].shape() != tensors[0].shape())
+            throw Error(fmt::format("stack: expects each tensor to be equal size, but got {} at entry 0 and {} at "
+                                    "entry {}",
+                                    shape_str(tensors[0].shape()), shape_str(tensors[t].shape()), t));
+    }
+    // A new axis in [-rank-1, rank], as unsqueeze takes it; then one concat along it.
+    std::vector<Tensor> parts;
+    parts.reserve(tensors.size());
+    for (const Tensor& t : tensors) parts.push_back(unsqueeze(t, axis));
+    const long rank = static_cast<long>(tensors[0].dim()) + 1;
+    return concat(parts, axis < 0 ? axis + rank : axis);
+}
+
+std::vector<Tensor> split(const Tensor& a, const std::vector<long>& sizes, long axis) {
+    const std::size_t ax = normalize_axis("split", axis, a.shape());
+    const long n = static_cast<long>(a.shape()[ax]);
+    long total = 0;
+    for (long s : sizes) {
+        if (s < 0) throw Error(fmt::format("split: sizes must not be negative, got {}", s));
+        total += s;
+    }
+    if (total != n)
+        throw Error(fmt::format("split: sizes ({}) add up to {}, but axis {} of shape {} has length {}",
+                                fmt::join(sizes, ", "), total, ax, shape_str(a.shape()), n));
+    std::vector<Tensor> out;
+    long start = 0;
+    for (long s : sizes) {
+        out.push_back(slice(a, static_cast<long>(ax), start, start + s));
+        start += s;
+    }
+    return out;
+}
+
+std::vector<Tensor> split(const Tensor& a, long split_size, long axis) {
+    const std::size_t ax = normalize_axis("split", axis, a.shape());
+    const long n = static_cast<long>(a.shape()[ax]);
+    if (split_size <= 0 && n > 0)
+        throw Error(fmt::format("split: split_size must be positive, got {}", split_size));
+    std::vector<long> sizes;
+    for (long start = 0; start < n; start += split_size) sizes.push_back(std::min(split_size, n - start));
+    if (sizes.empty()) sizes.push_back(0);  // an empty axis splits into one empty piece, as torch
+    return split(a, sizes, axis);
+}
+
+std::vector<Tensor> chunk(const Tensor& a, long chunks, long axis) {
+    if (chunks <= 0) throw Error(fmt::format("chunk: chunks must be positive, got {}", chunks));
+    const std::size_t ax = normalize_axis("chunk", axis, a.shape());
+    const long n = static_cast<long>(a.shape()[ax]);
+    const long size = (n + chunks - 1) / chunks;  // ceil: torch.chunk may give fewer pieces
+    return split(a, std::max(size, 1L), axis);
+}
+
+namespace {
+
+Tensor triangle(const char* op, const Tensor& a, long k, bool lower) {
+    if (!a.defined() || a.dim() < 2)
+        throw Error(fmt::format("{}: expected a tensor of at least 2 dimensions, got shape {}", op,
+                                a.defined() ? shape_str(a.shape()) : "undefined"));
+    const Shape& in = a.shape();
+    const std::size_t rows = in[in.size() - 2], cols = in.back();
+    // keep(i, j): j − i ≤ k for the lower triangle, j − i ≥ k for the upper.
+    auto keep = [k, lower](std::size_t i, std::size_t j) {
+        const long d = static_cast<long>(j) - static_cast<long>(i);
+        return lower ? d <= k : d >= k;
+    };
+    auto apply = [rows, cols, keep](auto* p, std::size_t numel) {
+        for (std::size_t m = 0; m * rows * cols < numel; ++m)
+            for (std::size_t i = 0; i < rows; ++i)
+                for (std::size_t j = 0; j < cols; ++j)
+                    if (!keep(i, j)) p[(m * rows + i) * cols + j] = 0;
+    };
+    return dispatch_all(a.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        xt::xarray<T> y = values<T>(a);
+        apply(y.data(), y.size());
+        return make_any_result<T>(
+            std::move(y), {a}, op,
+            floating_backward(op, [op, apply](auto gtag, Node& self, const Storage& gs) {
+                using G = typename decltype(gtag)::type;
+                xt::xarray<G> g = grad_as<G>(gs);
+                apply(g.data(), g.size());
+                accumulate<G>(op, self.parents[0], std::move(g));
+            }),
+            Saves::none());
+    });
+}
+
+}  // namespace
+
+Tensor tril(const Tensor& a, long k) { return triangle("tril", a, k, true); }
+Tensor triu(const Tensor& a, long k) { return triangle("triu", a, k, false); }
+
+}  // namespace xgrad

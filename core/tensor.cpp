@@ -541,18 +541,6 @@ Tensor Tensor::pow(double p) const { return xgrad::pow(*this, p); }
 Tensor Tensor::exp() const { return xgrad::exp(*this); }
 Tensor Tensor::log() const { return xgrad::log(*this); }
 
-Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
-Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
-Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
-Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
-Tensor operator-(const Tensor& a) { return neg(a); }
-Tensor operator+(const Tensor& a, double s) { return add(a, s); }
-Tensor operator-(const Tensor& a, double s) { return sub(a, s); }
-Tensor operator*(const Tensor& a, double s) { return mul(a, s); }
-Tensor operator/(const Tensor& a, double s) { return div(a, s); }
-Tensor operator+(double s, const Tensor& a) { return add(a, s); }
-Tensor operator-(double s, const Tensor& a) { return rsub(s, a); }
-Tensor operator*(double s, const Tensor& a) { return mul(a, s); }
-Tensor operator/(double s, const Tensor& a) { return rdiv(s, a); }
+// The operators are in ops_elementwise.cpp, beside the ops they call.
 
 }  // namespace xgrad

@@ -12,6 +12,8 @@
 #include <iosfwd>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -22,6 +24,8 @@
 namespace xgrad {
 
 struct Node;
+class Scalar;
+class TensorIndex;
 
 /// What to build a tensor as: `zeros({2, 3}, kFloat64)` or
 /// `zeros({2, 3}, TensorOptions(kFloat64).requires_grad(true))`.
@@ -137,6 +141,21 @@ public:
     Tensor exp() const;
     Tensor log() const;
 
+    // --- indexing as torch (ops_index.cpp; the index forms are below the class) ---------
+    /// t[i]: the sub-tensor at i along axis 0 (negative i counts from the end), a copy with
+    /// gradient. Out of range throws, naming the axis, the index and the size.
+    Tensor operator[](long i) const;
+    /// LibTorch's t.index({Slice(0, 2), 1, None, Ellipsis}): integers (negative from the end),
+    /// Slice(start, stop, step) with None ends, None (a new axis of length 1) and one Ellipsis.
+    /// A copy (xgrad has no views) whose gradient goes back to the picked elements.
+    Tensor index(const std::vector<TensorIndex>& indices) const;
+    /// Writes `value` (broadcast to the indexed part, cast to this tensor's dtype) into the
+    /// elements `indices` pick, in place: every alias sees it and version() is bumped. As in
+    /// torch, refused on a leaf that requires grad while gradients are recorded; and, as xgrad
+    /// records no in-place op, on any tensor in a graph (run it under NoGradGuard).
+    const Tensor& index_put_(const std::vector<TensorIndex>& indices, const Tensor& value) const;
+    const Tensor& index_put_(const std::vector<TensorIndex>& indices, Scalar value) const;
+
     /// True when both handles point at the same node.
     bool is_same(const Tensor& other) const noexcept { return m_node == other.m_node; }
     /// The node behind the handle, for op implementations (core/node.hpp).
@@ -147,20 +166,143 @@ private:
     std::shared_ptr<Node> m_node;
 };
 
-// Arithmetic with numpy broadcasting; scalars act as 0-d tensors of the tensor's dtype.
+// --- index forms for Tensor::index, as LibTorch's torch::indexing ----------------------------
+namespace indexing {
+/// None: a new axis of length 1 (numpy's newaxis), and an open end of a Slice.
+struct NoneIndex {};
+inline constexpr NoneIndex None{};
+/// Ellipsis ("..."): as many full slices as the other indices leave axes.
+struct EllipsisIndex {};
+inline constexpr EllipsisIndex Ellipsis{};
+
+/// One end of a Slice: an integer (negative counts from the end) or None (open).
+struct SliceBound {
+    SliceBound(NoneIndex) {}  // NOLINT: implicit, so Slice(None, 2) reads as Python's [:2]
+    template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
+    SliceBound(T v) : value(static_cast<long>(v)), set(true) {}  // NOLINT
+    long value = 0;
+    bool set = false;
+};
+
+/// Python's start:stop:step. Bounds clamp to the axis as Python's do; step must be ≥ 1 (as torch).
+struct Slice {
+    Slice(SliceBound start = None, SliceBound stop = None, long step = 1) : start(start), stop(stop), step(step) {}  // NOLINT
+    SliceBound start, stop;
+    long step;
+};
+}  // namespace indexing
+
+/// One entry of Tensor::index: an integer, a Slice, None or Ellipsis.
+class TensorIndex {
+public:
+    enum class Kind { integer, slice, none, ellipsis };
+    template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
+    TensorIndex(T i) : m_kind(Kind::integer), m_integer(static_cast<long>(i)) {}  // NOLINT
+    TensorIndex(indexing::Slice s) : m_kind(Kind::slice), m_slice(s) {}          // NOLINT
+    TensorIndex(indexing::NoneIndex) : m_kind(Kind::none) {}                     // NOLINT
+    TensorIndex(indexing::EllipsisIndex) : m_kind(Kind::ellipsis) {}             // NOLINT
+    Kind kind() const { return m_kind; }
+    long integer() const { return m_integer; }
+    const indexing::Slice& slice() const { return m_slice; }
+
+private:
+    Kind m_kind;
+    long m_integer = 0;
+    indexing::Slice m_slice;
+};
+
+// --- operators as torch (ops_elementwise.cpp) -------------------------------------------
+//
+// Arithmetic and comparisons broadcast as numpy and promote their operands' dtypes as torch
+// does (see result_type): int64 + float32 → float32, float32 with float64 → float64, bool
+// promotes, int64 / int64 → float32, and any `-` with a bool operand throws, as in torch.
+// Comparisons give bool tensors without gradient. A number on either side is a Scalar.
+
+/// A number beside a tensor, remembering how it was written (torch's wrapped numbers): a bool,
+/// an integer or a floating-point value. It promotes as torch's Python scalars do: an int64
+/// tensor + 2 stays int64, + 2.5 becomes float32 (the default dtype); a float32 tensor + 2.5
+/// (a C++ double) stays float32.
+class Scalar {
+public:
+    // A template, so only a real bool matches: a pointer (or anything else that merely converts
+    // to bool) is not a Scalar.
+    template <class T, std::enable_if_t<std::is_same_v<T, bool>, int> = 0>
+    Scalar(T v) : m_kind(kBool), m_int(v), m_double(v) {}  // NOLINT: implicit, as at::Scalar
+    template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
+    Scalar(T v) : m_kind(kInt64), m_int(static_cast<std::int64_t>(v)), m_double(static_cast<double>(v)) {  // NOLINT
+        if constexpr (std::is_unsigned_v<T> && sizeof(T) >= sizeof(std::int64_t))
+            if (v > static_cast<T>(INT64_MAX)) throw Error(fmt::format("Scalar: {} does not fit int64", v));
+    }
+    template <class T, std::enable_if_t<std::is_floating_point_v<T>, int> = 0>
+    Scalar(T v) : m_kind(kFloat64), m_int(0), m_double(static_cast<double>(v)) {}  // NOLINT
+    /// kBool, kInt64 or kFloat64: how the number was written.
+    Dtype kind() const { return m_kind; }
+    double to_double() const { return m_double; }
+    /// The integer value (for a bool or integer Scalar).
+    std::int64_t to_int64() const { return m_int; }
+
+private:
+    Dtype m_kind;
+    std::int64_t m_int;
+    double m_double;
+};
+
+/// The dtype torch gives `a op b` (torch.result_type): the highest category (bool < integer <
+/// floating) wins; within one, the wider type. Tensors with dimensions outrank 0-d tensors,
+/// which outrank Scalars, unless the lower one is of a higher category: float32 (2,) with a 0-d
+/// float64 gives float32, int64 (2,) with a 0-d float64 gives float64, int64 with 2.5 float32.
+Dtype result_type(const Tensor& a, const Tensor& b);
+Dtype result_type(const Tensor& a, const Scalar& s);
+
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);
 Tensor operator*(const Tensor& a, const Tensor& b);
 Tensor operator/(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a);
-Tensor operator+(const Tensor& a, double s);
-Tensor operator-(const Tensor& a, double s);
-Tensor operator*(const Tensor& a, double s);
-Tensor operator/(const Tensor& a, double s);
-Tensor operator+(double s, const Tensor& a);
-Tensor operator-(double s, const Tensor& a);
-Tensor operator*(double s, const Tensor& a);
-Tensor operator/(double s, const Tensor& a);
+Tensor operator+(const Tensor& a, Scalar s);
+Tensor operator-(const Tensor& a, Scalar s);
+Tensor operator*(const Tensor& a, Scalar s);
+Tensor operator/(const Tensor& a, Scalar s);
+Tensor operator+(Scalar s, const Tensor& a);
+Tensor operator-(Scalar s, const Tensor& a);
+Tensor operator*(Scalar s, const Tensor& a);
+Tensor operator/(Scalar s, const Tensor& a);
+/// logical_not for bool, bitwise not for int64 (torch's ~); floats throw.
+Tensor operator~(const Tensor& a);
+
+Tensor operator==(const Tensor& a, const Tensor& b);
+Tensor operator!=(const Tensor& a, const Tensor& b);
+Tensor operator<(const Tensor& a, const Tensor& b);
+Tensor operator<=(const Tensor& a, const Tensor& b);
+Tensor operator>(const Tensor& a, const Tensor& b);
+Tensor operator>=(const Tensor& a, const Tensor& b);
+Tensor operator==(const Tensor& a, Scalar s);
+Tensor operator!=(const Tensor& a, Scalar s);
+Tensor operator<(const Tensor& a, Scalar s);
+Tensor operator<=(const Tensor& a, Scalar s);
+Tensor operator>(const Tensor& a, Scalar s);
+Tensor operator>=(const Tensor& a, Scalar s);
+Tensor operator==(Scalar s, const Tensor& a);
+Tensor operator!=(Scalar s, const Tensor& a);
+Tensor operator<(Scalar s, const Tensor& a);
+Tensor operator<=(Scalar s, const Tensor& a);
+Tensor operator>(Scalar s, const Tensor& a);
+Tensor operator>=(Scalar s, const Tensor& a);
+
+/// In place, as torch's add_ and friends: every handle sharing a's storage sees the new values,
+/// and a's version() is bumped. The result is cast back to a's dtype, which must be possible
+/// as torch's can_cast says (an int64 tensor += 2.5 throws), and the other operand must
+/// broadcast to a's shape. Refused, as in torch, on a leaf that requires grad while gradients
+/// are recorded (use NoGradGuard). Unlike torch, an in-place op is never recorded in the graph:
+/// with gradients on and either operand requiring grad it throws (write `a = a + b`).
+const Tensor& operator+=(const Tensor& a, const Tensor& b);
+const Tensor& operator-=(const Tensor& a, const Tensor& b);
+const Tensor& operator*=(const Tensor& a, const Tensor& b);
+const Tensor& operator/=(const Tensor& a, const Tensor& b);
+const Tensor& operator+=(const Tensor& a, Scalar s);
+const Tensor& operator-=(const Tensor& a, Scalar s);
+const Tensor& operator*=(const Tensor& a, Scalar s);
+const Tensor& operator/=(const Tensor& a, Scalar s);
 
 /// Throws unless t is defined with `dims` axes, for ops and layers checking their arguments:
 /// "<who>: <arg> must be 3-D (batch, length, features), got shape (2, 3)" (`layout` in brackets).
@@ -214,6 +356,19 @@ std::string to_string(const Tensor& t);
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
 }  // namespace xgrad
+
+/// `fmt::print("{}", t.shape())` prints `[2, 3]` (a 0-d shape `[]`): the list torch.Size shows
+/// and what fmt/ranges.h prints for the same vector. Error messages keep "(2, 3)" (shape_str).
+template <>
+struct fmt::formatter<xgrad::Shape> : fmt::formatter<std::string_view> {
+    template <class Ctx>
+    auto format(const xgrad::Shape& s, Ctx& ctx) const {
+        std::string out = "[";
+        for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+        out += "]";
+        return fmt::formatter<std::string_view>::format(out, ctx);
+    }
+};
 
 template <>
 struct fmt::formatter<xgrad::Tensor> : fmt::formatter<std::string> {

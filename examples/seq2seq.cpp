@@ -228,8 +228,9 @@ int run(int argc, char** argv) {
     for (std::int64_t step = 1; step <= c.steps; ++step) {
         const Batch b = training_batch();
         const Tensor logits = net.decode(b.dec_input, net.encode(b.src, b.src_valid_len));
-        // Mean over the real target tokens: padding is ignored.
-        const Tensor loss = nn::cross_entropy(logits, b.label, nn::Reduction::mean, tv["<pad>"]);
+        // Mean over the real target tokens: padding is ignored. The classes go on axis 1, as torch
+        // wants them: (B, T, V) → (B, V, T).
+        const Tensor loss = nn::cross_entropy(logits.permute({0, 2, 1}), b.label, nn::Reduction::mean, tv["<pad>"]);
         if (!std::isfinite(loss.item<double>()))
             throw Error(fmt::format("the training loss is {} at step {}: the run has diverged (lower --lr)",
                                     loss.item<double>(), step));

@@ -19,8 +19,9 @@ Tensor masked_softmax_ce_loss(const Tensor& pred, const Tensor& label, const Ten
     // weights[b, t] = t < valid_len[b], as d2l's sequence_mask applied to ones (the lengths are
     // checked: whole, finite, non-negative).
     const Tensor weights = sequence_mask(ones(label.shape(), pred.dtype()), valid_len);
-    Tensor unweighted = cross_entropy(pred, label, Reduction::none);  // (B, T)
-    return mean(unweighted * weights, {1});
+    // d2l's line: torch wants the classes on axis 1.
+    const Tensor unweighted = cross_entropy(pred.permute({0, 2, 1}), label, Reduction::none);  // (B, T)
+    return (unweighted * weights).mean({1});
 }
 
 }  // namespace xgrad::nn

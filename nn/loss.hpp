@@ -22,4 +22,15 @@ using xgrad::Reduction;
 /// Labels at masked positions must still be valid classes (the padding token).
 Tensor masked_softmax_ce_loss(const Tensor& pred, const Tensor& label, const Tensor& valid_len);
 
+/// d2l's `MaskedSoftmaxCELoss()` object, for a verbatim port:
+///   nn::MaskedSoftmaxCELoss loss;  Tensor l = loss(Y_hat, Y, Y_valid_len);  // (B,)
+struct MaskedSoftmaxCELoss {
+    Tensor operator()(const Tensor& pred, const Tensor& label, const Tensor& valid_len) const {
+        return masked_softmax_ce_loss(pred, label, valid_len);
+    }
+    Tensor forward(const Tensor& pred, const Tensor& label, const Tensor& valid_len) const {
+        return masked_softmax_ce_loss(pred, label, valid_len);
+    }
+};
+
 }  // namespace xgrad::nn

@@ -72,11 +72,15 @@ namespace {
 // Targets for cross_entropy: padding positions become the ignore index.
 constexpr std::int64_t kIgnore = -1;
 
-Tensor loss_targets(const Batch& b) {
+// The token loss as torch writes it for a sequence model: (B, T, V) logits flattened to
+// (B·T, V) rows, the classes last and so on torch's axis 1; (B, T) targets to (B·T,), with
+// padding ignored.
+Tensor token_loss(const Tensor& logits, const Batch& b, nn::Reduction reduction) {
     auto t = b.targets.to_vector<std::int64_t>();
     for (auto& v : t)
         if (v == kPad) v = kIgnore;
-    return from_vector(t, b.targets.shape());
+    const Tensor targets = from_vector(t, {static_cast<std::size_t>(t.size())});
+    return nn::cross_entropy(logits.reshape({-1, static_cast<long>(logits.size(-1))}), targets, reduction, kIgnore);
 }
 
 struct Correct {
@@ -176,7 +180,7 @@ EvalCounts count_eval(SeqEncoder& model, const Batch& data) {
     model.eval();
     const Tensor logits = model(data.inputs, data.valid_lens);
     model.train(was_training);
-    n.loss_sum = nn::cross_entropy(logits, loss_targets(data), nn::Reduction::sum, kIgnore).item<double>();
+    n.loss_sum = token_loss(logits, data, nn::Reduction::sum).item<double>();
     const Correct c = count_correct(logits, data);
     n.tokens = data.num_tokens();
     n.correct_tokens = c.tokens;
@@ -250,7 +254,7 @@ LoopStats train(TrainState& s, Replicas& replicas, const Batch& held_out, Progre
         s.model->train();
         const Tensor logits = (*s.model)(batch.inputs, batch.valid_lens);
         const double tokens = static_cast<double>(global.num_tokens());
-        const Tensor loss = nn::cross_entropy(logits, loss_targets(batch), nn::Reduction::sum, kIgnore) / tokens;
+        const Tensor loss = token_loss(logits, batch, nn::Reduction::sum) / tokens;
         // A diverged run (too high a learning rate) would otherwise train on NaN to the end and
         // save NaN weights over the last good checkpoint. Each rank checks its own share; an
         // error on one rank ends the whole job (end_job_on_error).

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "helpers.hpp"
+#include "nn/functional.hpp"
 #include "nn/loss.hpp"
 
 using namespace xgrad;
@@ -51,16 +52,16 @@ TEST_CASE("cross_entropy skips ignore_index and averages over the rest", "[loss]
     CHECK(std::isnan(cross_entropy(logits, targets({-100, -100}, {2})).item<double>()));
 }
 
-TEST_CASE("cross_entropy takes (B, T, V) logits with the class axis last", "[loss]") {
+TEST_CASE("cross_entropy takes (N, C, d) logits with the class axis at 1 as torch", "[loss]") {
     Tensor logits = sequence_logits().requires_grad_();
     // torch.nn.functional.cross_entropy(L.permute(0, 2, 1), Y, reduction='none'), L the logits
-    // above in float64 and Y = [[3, 0, 2], [1, 3, 0]].
-    Tensor none = cross_entropy(logits, targets({3, 0, 2, 1, 3, 0}, {2, 3}), Reduction::none);
+    // above in float64 and Y = [[3, 0, 2], [1, 3, 0]]: the same line in xgrad.
+    Tensor none = cross_entropy(logits.permute({0, 2, 1}), targets({3, 0, 2, 1, 3, 0}, {2, 3}), Reduction::none);
     CHECK(none.shape() == Shape{2, 3});
     CHECK_THAT(vals(none), approx({0.5437745368666252, 0.33654638095334416, 1.3862943611198906, 0.7694064617335771,
                                    0.19204544558184009, 0.7747726543869778}));
     // The same with Y = [[3, -100, 2], [1, 3, -100]], reduction mean, and its gradient.
-    Tensor loss = cross_entropy(logits, targets({3, -100, 2, 1, 3, -100}, {2, 3}));
+    Tensor loss = cross_entropy(logits.permute({0, 2, 1}), targets({3, -100, 2, 1, 3, -100}, {2, 3}));
     CHECK_THAT(vals(loss), approx({0.7228802013254833}));
     loss.backward();
     CHECK_THAT(vals(logits.grad()),
@@ -83,33 +84,50 @@ TEST_CASE("cross_entropy passes gradcheck", "[loss][gradcheck]") {
     auto [logits_shape, target_values] = GENERATE(table<Shape, std::vector<std::int64_t>>({
         {{1, 3}, {2}},
         {{4, 5}, {0, 4, -100, 2}},
-        {{2, 3, 4}, {3, 0, 1, -100, 2, 2}},
-        {{1, 1, 6}, {5}},
+        {{2, 4, 3}, {3, 0, 1, -100, 2, 2}},
+        {{1, 6, 1}, {5}},
         {{3, 1}, {0, 0, 0}},
+        {{2, 3, 2, 2}, {0, 1, 2, -100, 2, 2, 1, 0}},
+        {{4}, {3}},
     }));
-    Shape target_shape(logits_shape.begin(), logits_shape.end() - 1);
+    Shape target_shape = logits_shape;
+    target_shape.erase(target_shape.begin() + (logits_shape.size() == 1 ? 0 : 1));
     Tensor x = param(logits_shape, -2, 2);
     Tensor y = targets(target_values, target_shape);
     REQUIRE_GRADCHECK([](auto& v) { return cross_entropy(v[0], v[1], Reduction::none); }, {x, y}, "ce none");
     REQUIRE_GRADCHECK([](auto& v) { return cross_entropy(v[0], v[1]); }, {x, y}, "ce mean");
     REQUIRE_GRADCHECK([](auto& v) { return cross_entropy(v[0], v[1], Reduction::sum); }, {x, y}, "ce sum");
+    // A permuted (class-last) input reaches the class axis through the permute's backward.
+    if (logits_shape.size() == 3) {
+        Tensor last = param({logits_shape[0], logits_shape[2], logits_shape[1]}, -2, 2, 3);
+        REQUIRE_GRADCHECK([](auto& v) { return cross_entropy(v[0].permute({0, 2, 1}), v[1], Reduction::none); },
+                          {last, y}, "ce permuted");
+    }
 }
 
 TEST_CASE("cross_entropy rejects bad targets, naming them", "[loss][errors]") {
     Tensor logits = zeros({2, 3}, kFloat64);
     CHECK_THROWS_WITH(cross_entropy(logits, targets({0, 3}, {2})),
                       Catch::Contains("cross_entropy: target 3 at position (1,) is out of range for 3 classes"));
-    CHECK_THROWS_WITH(cross_entropy(zeros({2, 2, 3}), targets({0, 1, 2, -1}, {2, 2})),
+    CHECK_THROWS_WITH(cross_entropy(zeros({2, 3, 2}), targets({0, 1, 2, -1}, {2, 2})),
                       Catch::Contains("target -1 at position (1, 1)"));
     CHECK_THROWS_WITH(cross_entropy(logits, zeros({2}, kFloat64)),
                       Catch::Contains("cross_entropy: targets must be int64") && Catch::Contains("float64"));
     CHECK_THROWS_WITH(cross_entropy(logits, targets({0, 1, 2}, {3})),
                       Catch::Contains("targets of shape (3,) do not fit logits of shape (2, 3)") &&
                           Catch::Contains("expected targets of shape (2,)"));
-    // torch's (B, V, T) layout: the message points at the class axis.
-    CHECK_THROWS_WITH(cross_entropy(zeros({2, 3, 4}), targets({0, 1, 0, 1, 0, 1, 0, 1}, {2, 4})),
-                      Catch::Contains("expected targets of shape (2, 3)") && Catch::Contains("last"));
+    // The class-last (B, T, V) layout of a sequence model: the message says how to pass it.
+    CHECK_THROWS_WITH(cross_entropy(zeros({2, 3, 4}), targets({0, 1, 0, 1, 0, 1}, {2, 3})),
+                      Catch::Contains("targets of shape (2, 3) do not fit logits of shape (2, 3, 4)") &&
+                          Catch::Contains("expected targets of shape (2, 4)") &&
+                          Catch::Contains("permute({0, 2, 1})"));
+    CHECK_THROWS_WITH(cross_entropy(zeros({2, 3, 4, 5}), targets({0, 1}, {2})),
+                      Catch::Contains("expected targets of shape (2, 4, 5)"));
     CHECK_THROWS_WITH(cross_entropy(tensor(1.0), targets({0}, {})), Catch::Contains("class axis"));
+    CHECK_THROWS_WITH(cross_entropy(zeros({2, 0}), targets({0, 0}, {2})), Catch::Contains("non-empty class axis"));
+    CHECK_THROWS_WITH(cross_entropy(zeros({3}), targets({0, 0}, {2})),
+                      Catch::Contains("expected targets of shape ()"));
+    CHECK_THROWS_WITH(cross_entropy(Tensor(), targets({0}, {1})), Catch::Contains("cross_entropy"));
     CHECK_THROWS_WITH(cross_entropy(zeros({2, 3}, kInt64), targets({0, 1}, {2})),
                       Catch::Contains("cross_entropy") && Catch::Contains("int64"));
 }
@@ -125,6 +143,20 @@ TEST_CASE("masked_softmax_ce_loss matches d2l's MaskedSoftmaxCELoss", "[loss]") 
     // valid_len may be float, as d2l sometimes passes it.
     CHECK_THAT(vals(masked_softmax_ce_loss(sequence_logits(kFloat32), label, tensor({2.0, 3.0}))),
                approx({0.29344030593998977, 0.578741520567465}));
+}
+
+TEST_CASE("d2l's MaskedSoftmaxCELoss ports verbatim", "[loss]") {
+    // d2l: weights = sequence_mask(ones_like(label), valid_len);
+    //      unweighted = CrossEntropyLoss(reduction='none')(pred.permute(0, 2, 1), label)
+    //      return (unweighted * weights).mean(dim=1)
+    const Tensor pred = sequence_logits(), label = targets({3, 0, 2, 1, 3, 0}, {2, 3});
+    const Tensor valid_len = targets({2, 3}, {2});
+    const Tensor weights = sequence_mask(ones_like(label).to(kFloat64), valid_len);
+    const Tensor unweighted = cross_entropy(pred.permute({0, 2, 1}), label, Reduction::none);
+    const Tensor ported = (unweighted * weights).mean({1});
+    CHECK_THAT(vals(ported), approx({0.29344030593998977, 0.578741520567465}));
+    MaskedSoftmaxCELoss loss;
+    CHECK_THAT(vals(loss(pred, label, valid_len)), approx({0.29344030593998977, 0.578741520567465}));
 }
 
 TEST_CASE("masked_softmax_ce_loss passes gradcheck", "[loss][gradcheck]") {
