@@ -53,4 +53,10 @@ std::int64_t checked_int64(const char* op, const char* what, double v) {
     return static_cast<std::int64_t>(v);
 }
 
+void throw_wrapped_index(const char* op, unsigned long long v) {
+    throw Error(fmt::format("{}: index {} is an unsigned value above 2^63 - 1, which no axis has: an "
+                            "unsigned index that went below zero? (use a signed type for negative indices)",
+                            op, v));
+}
+
 }  // namespace xgrad

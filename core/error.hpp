@@ -2,8 +2,10 @@
 /// The one exception type for bad input: what op, which argument, what was expected, what came.
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace xgrad {
@@ -41,6 +43,20 @@ std::size_t checked_numel(const char* op, const Shape& shape);
 /// A double as int64 (truncated toward zero, as static_cast), or throws "<op>: <what> must be
 /// finite and within int64's range, got nan": the cast would be undefined for those.
 std::int64_t checked_int64(const char* op, const char* what, double v);
+
+/// An index from any integer type, as the index ops take it (signed; negative counts from the
+/// end). An unsigned value above 2^63 − 1 is refused, naming `op`: it is almost always a size_t
+/// that went below zero (i − 1 at i = 0), which a plain conversion would turn into −1, the last
+/// element, silently.
+[[noreturn]] void throw_wrapped_index(const char* op, unsigned long long v);
+template <class T>
+long checked_index(const char* op, T v) {
+    static_assert(std::is_integral_v<T> && !std::is_same_v<T, bool>, "an index is an integer");
+    if constexpr (std::is_unsigned_v<T>)
+        if (static_cast<unsigned long long>(v) > static_cast<unsigned long long>(std::numeric_limits<long>::max()))
+            throw_wrapped_index(op, v);
+    return static_cast<long>(v);
+}
 
 /// Whether a double converts to int64 without undefined behaviour: finite, in [-2^63, 2^63).
 inline bool fits_int64(double v) { return v >= -0x1p63 && v < 0x1p63; }  // NaN fails both

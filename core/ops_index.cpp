@@ -264,7 +264,7 @@ template <class F> void for_each_pick(const IndexPlan& p, F f) {
 
 }  // namespace
 
-Tensor Tensor::operator[](long i) const {
+Tensor Tensor::select_index(long i) const {
     if (!defined()) throw Error("index: t[i] on an undefined tensor");
     if (dim() == 0) throw Error(fmt::format("index: t[{}] on a 0-d tensor (it has no axis to index)", i));
     return index({i});

@@ -178,6 +178,19 @@ Tensor squeeze(const Tensor& a, long axis) {
 
 Tensor concat(const std::vector<Tensor>& tensors, long axis) {
     if (tensors.empty()) throw Error("concat: expected at least one tensor, got none");
+    // Mixed dtypes promote as torch.cat's do (int64 with float32 gives float32); the casts carry
+    // the gradient back to each input in its own dtype.
+    Dtype common = Dtype::Bool;
+    for (std::size_t t = 0; t < tensors.size(); ++t) {
+        if (!tensors[t].defined()) throw Error(fmt::format("concat: tensor {} is undefined", t));
+        common = promote_types(common, tensors[t].dtype());
+    }
+    if (std::any_of(tensors.begin(), tensors.end(), [&](const Tensor& t) { return t.dtype() != common; })) {
+        std::vector<Tensor> same;
+        same.reserve(tensors.size());
+        for (const Tensor& t : tensors) same.push_back(t.dtype() == common ? t : cast(t, common));
+        return concat(same, axis);
+    }
     const Shape& first = tensors[0].shape();
     const std::size_t ax = normalize_axis("concat", axis, first);
     Shape out_shape = first;

@@ -14,6 +14,7 @@ constexpr std::size_t kEdgeItems = 3;
 template <class T> std::string format_value(T v, bool sci) {
     if constexpr (std::is_same_v<T, bool>) return v ? "True" : "False";
     else if constexpr (std::is_integral_v<T>) return fmt::format("{}", v);
+    else if (std::isnan(v)) return "nan";  // as torch: a NaN's sign bit is not shown
     else return sci ? fmt::format("{:.4e}", v) : fmt::format("{:.4f}", v);
 }
 

@@ -144,7 +144,10 @@ public:
     // --- indexing as torch (ops_index.cpp; the index forms are below the class) ---------
     /// t[i]: the sub-tensor at i along axis 0 (negative i counts from the end), a copy with
     /// gradient. Out of range throws, naming the axis, the index and the size.
-    Tensor operator[](long i) const;
+    template <class I, std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool>, int> = 0>
+    Tensor operator[](I i) const {
+        return select_index(checked_index("index", i));
+    }
     /// LibTorch's t.index({Slice(0, 2), 1, None, Ellipsis}): integers (negative from the end),
     /// Slice(start, stop, step) with None ends, None (a new axis of length 1) and one Ellipsis.
     /// A copy (xgrad has no views) whose gradient goes back to the picked elements.
@@ -163,6 +166,7 @@ public:
     const std::shared_ptr<Node>& node_ptr() const { return m_node; }
 
 private:
+    Tensor select_index(long i) const;  // t[i]
     std::shared_ptr<Node> m_node;
 };
 
@@ -179,7 +183,7 @@ inline constexpr EllipsisIndex Ellipsis{};
 struct SliceBound {
     SliceBound(NoneIndex) {}  // NOLINT: implicit, so Slice(None, 2) reads as Python's [:2]
     template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
-    SliceBound(T v) : value(static_cast<long>(v)), set(true) {}  // NOLINT
+    SliceBound(T v) : value(checked_index("Slice", v)), set(true) {}  // NOLINT
     long value = 0;
     bool set = false;
 };
@@ -197,7 +201,7 @@ class TensorIndex {
 public:
     enum class Kind { integer, slice, none, ellipsis };
     template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
-    TensorIndex(T i) : m_kind(Kind::integer), m_integer(static_cast<long>(i)) {}  // NOLINT
+    TensorIndex(T i) : m_kind(Kind::integer), m_integer(checked_index("index", i)) {}  // NOLINT
     TensorIndex(indexing::Slice s) : m_kind(Kind::slice), m_slice(s) {}          // NOLINT
     TensorIndex(indexing::NoneIndex) : m_kind(Kind::none) {}                     // NOLINT
     TensorIndex(indexing::EllipsisIndex) : m_kind(Kind::ellipsis) {}             // NOLINT
@@ -367,6 +371,15 @@ struct fmt::formatter<xgrad::Shape> : fmt::formatter<std::string_view> {
         for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
         out += "]";
         return fmt::formatter<std::string_view>::format(out, ctx);
+    }
+};
+
+/// fmt::print("{}", t.dtype()) prints "float32", as dtype_name.
+template <>
+struct fmt::formatter<xgrad::Dtype> : fmt::formatter<std::string_view> {
+    template <class Ctx>
+    auto format(xgrad::Dtype d, Ctx& ctx) const {
+        return fmt::formatter<std::string_view>::format(xgrad::dtype_name(d), ctx);
     }
 };
 

@@ -16,8 +16,13 @@ void throw_wrong_type(const std::string& container, const std::string& key, cons
 
 namespace {
 
-[[noreturn]] void throw_index(const char* who, std::size_t i, std::size_t size) {
-    throw Error(fmt::format("{}: index {} is out of range for a container of {} modules", who, i, size));
+// torch's list indexing: -size ≤ i < size, negative from the end.
+const std::shared_ptr<Module>& pick(const char* who, const std::vector<std::shared_ptr<Module>>& items, long i) {
+    const long size = static_cast<long>(items.size());
+    if (i < -size || i >= size)
+        throw Error(fmt::format("{}: index {} is out of range for a container of {} modules (expected {} to {})",
+                                who, i, size, -size, size - 1));
+    return items[static_cast<std::size_t>(i < 0 ? i + size : i)];
 }
 
 }  // namespace
@@ -40,10 +45,7 @@ Tensor Sequential::forward(const Tensor& x) {
     return y;
 }
 
-const std::shared_ptr<Module>& Sequential::operator[](std::size_t i) const {
-    if (i >= m_items.size()) throw_index("Sequential", i, m_items.size());
-    return m_items[i];
-}
+const std::shared_ptr<Module>& Sequential::item(long i) const { return pick("Sequential", m_items, i); }
 
 ModuleList::ModuleList(std::initializer_list<std::shared_ptr<Module>> modules) : ModuleList() {
     for (const auto& m : modules) add_item(m);
@@ -59,10 +61,7 @@ void ModuleList::extend(const ModuleList& other) {
     for (const auto& m : items) add_item(m);
 }
 
-const std::shared_ptr<Module>& ModuleList::operator[](std::size_t i) const {
-    if (i >= m_items.size()) throw_index("ModuleList", i, m_items.size());
-    return m_items[i];
-}
+const std::shared_ptr<Module>& ModuleList::item(long i) const { return pick("ModuleList", m_items, i); }
 
 ModuleDict::ModuleDict(std::initializer_list<std::pair<std::string, std::shared_ptr<Module>>> items)
     : ModuleDict() {

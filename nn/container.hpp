@@ -79,11 +79,15 @@ public:
 
     std::size_t size() const { return m_items.size(); }
     bool empty() const { return m_items.empty(); }
-    /// The i-th module; throws for i ≥ size().
-    const std::shared_ptr<Module>& operator[](std::size_t i) const;
+    /// The i-th module, negative i counting from the end (torch's heads[-1]); throws outside
+    /// [-size(), size()), and for an unsigned index that went below zero.
+    template <class I, std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool>, int> = 0>
+    const std::shared_ptr<Module>& operator[](I i) const {
+        return item(checked_index(name().c_str(), i));
+    }
     /// The i-th module as an M&; throws if it is not one.
-    template <class M>
-    M& at(std::size_t i) const {
+    template <class M, class I, std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool>, int> = 0>
+    M& at(I i) const {
         const auto& m = (*this)[i];
         if (auto* typed = dynamic_cast<M*>(m.get())) return *typed;
         detail::throw_wrong_type(name(), std::to_string(i), *m);
@@ -92,6 +96,7 @@ public:
     auto end() const { return m_items.end(); }
 
 private:
+    const std::shared_ptr<Module>& item(long i) const;
     using Chain = std::function<Tensor(const Tensor&)>;
     void add(const std::string& name, std::shared_ptr<Module> module, Chain chain);
 
@@ -125,24 +130,29 @@ public:
 
     std::size_t size() const { return m_items.size(); }
     bool empty() const { return m_items.empty(); }
-    /// The i-th module; throws for i ≥ size().
-    const std::shared_ptr<Module>& operator[](std::size_t i) const;
+    /// The i-th module, negative i counting from the end (torch's heads[-1]); throws outside
+    /// [-size(), size()), and for an unsigned index that went below zero.
+    template <class I, std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool>, int> = 0>
+    const std::shared_ptr<Module>& operator[](I i) const {
+        return item(checked_index(name().c_str(), i));
+    }
     /// The i-th module as an M&; throws if it is not one.
-    template <class M>
-    M& at(std::size_t i) const {
+    template <class M, class I, std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool>, int> = 0>
+    M& at(I i) const {
         const auto& m = (*this)[i];
         if (auto* typed = dynamic_cast<M*>(m.get())) return *typed;
         detail::throw_wrong_type(name(), std::to_string(i), *m);
     }
     /// The i-th module as a shared_ptr<M>; throws if it is not one.
-    template <class M>
-    std::shared_ptr<M> ptr(std::size_t i) const {
+    template <class M, class I, std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool>, int> = 0>
+    std::shared_ptr<M> ptr(I i) const {
         return std::shared_ptr<M>((*this)[i], &at<M>(i));
     }
     auto begin() const { return m_items.begin(); }
     auto end() const { return m_items.end(); }
 
 private:
+    const std::shared_ptr<Module>& item(long i) const;
     void add_item(std::shared_ptr<Module> module);
     std::vector<std::shared_ptr<Module>> m_items;
 };

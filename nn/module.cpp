@@ -258,7 +258,12 @@ LoadResult Module::load_state_dict(const NamedTensors& state, bool strict) {
     LoadResult result;
     for (const auto& [name, t] : state)
         if (!given.emplace(name, &t).second) repeated.push_back(name);
-    std::vector<std::pair<Tensor, const Tensor*>> to_load;
+    struct Load {
+        std::string name;
+        Tensor into;
+        const Tensor* from;
+    };
+    std::vector<Load> to_load;
     for (const auto& [name, p] : entries) {
         auto it = given.find(name);
         if (it == given.end()) {
@@ -274,7 +279,7 @@ LoadResult Module::load_state_dict(const NamedTensors& state, bool strict) {
             mismatched.push_back(fmt::format("{}: expected shape {}, got {} (size mismatch)", name,
                                              shape_str(p.shape()), shape_str(t.shape())));
         else
-            to_load.emplace_back(p, &t);
+            to_load.push_back({name, p, &t});
         given.erase(it);
     }
     for (const auto& [name, t] : state)
@@ -300,9 +305,16 @@ LoadResult Module::load_state_dict(const NamedTensors& state, bool strict) {
     // Every conversion first (one can throw: a NaN into an integer buffer), then the writes.
     NoGradGuard no_grad;
     std::vector<Tensor> converted;
-    for (auto& [p, src] : to_load) converted.push_back(src->dtype() == p.dtype() ? *src : cast(*src, p.dtype()));
+    for (const auto& l : to_load) {
+        try {
+            converted.push_back(l.from->dtype() == l.into.dtype() ? *l.from : cast(*l.from, l.into.dtype()));
+        } catch (const Error& e) {
+            throw Error(fmt::format("load_state_dict: {} ({} into {}) cannot be converted, nothing was loaded: {}",
+                                    l.name, dtype_name(l.from->dtype()), dtype_name(l.into.dtype()), e.what()));
+        }
+    }
     for (std::size_t i = 0; i < to_load.size(); ++i)
-        if (!converted[i].is_same(to_load[i].first)) to_load[i].first.set_data(converted[i]);
+        if (!converted[i].is_same(to_load[i].into)) to_load[i].into.set_data(converted[i]);
     return result;
 }
 

@@ -152,3 +152,22 @@ TEST_CASE("index_put_ refuses what torch refuses", "[indexing][inplace][errors]"
     t.index_put_({0, 0}, 5.0);
     CHECK_THROWS_WITH(y.sum().backward(), Catch::Contains("modified in place"));
 }
+
+TEST_CASE("an unsigned index that went below zero is refused, never the last element", "[indexing]") {
+    const Tensor x = counting();
+    std::size_t i = 0;
+    const std::size_t n = 3;
+    // t[i - 1], t.index({i - 1}), a Slice bound and index_put_: each an Error naming the op
+    CHECK_THROWS_WITH(x[i - 1], Catch::Contains("index: index 18446744073709551615 is an unsigned value"));
+    CHECK_THROWS_WITH(x.index({Slice(), i - 1}), Catch::Contains("index: index 18446744073709551615"));
+    CHECK_THROWS_WITH(x.index({Slice(), Slice(0, i - n)}), Catch::Contains("Slice: index"));
+    Tensor y = counting();
+    CHECK_THROWS_WITH(y.index_put_({i - 1}, 0.0), Catch::Contains("unsigned"));
+    CHECK(y.to_vector<double>() == counting().to_vector<double>());
+    // the largest signed value passes the conversion and is then out of range, as any index
+    CHECK_THROWS_WITH(x[std::size_t{1} << 62], Catch::Contains("out of range"));
+    // unsigned indices that fit work as signed ones do
+    CHECK(x[std::size_t{1}].to_vector<double>() == x[1].to_vector<double>());
+    CHECK(x.index({std::uint32_t{1}, Slice(std::size_t{1}, std::size_t{3})}).to_vector<double>() ==
+          x.index({1, Slice(1, 3)}).to_vector<double>());
+}

@@ -263,3 +263,32 @@ TEST_CASE("fmt prints a Shape as a list", "[new_ops]") {
     CHECK(fmt::format("{}", zeros({}).shape()) == "[]");
     CHECK(fmt::format("{:>8}", Shape{4}) == "     [4]");
 }
+
+TEST_CASE("stack and concat promote mixed dtypes as torch.cat does", "[new_ops]") {
+    const Tensor f = tensor({1.5, 2.5}).requires_grad_();  // float32
+    const Tensor i = from_vector(std::vector<std::int64_t>{3, 4}, {2});
+    const Tensor s = stack({f, i});
+    CHECK(s.dtype() == kFloat32);
+    CHECK(s.to_vector<float>() == std::vector<float>{1.5f, 2.5f, 3, 4});
+    s.sum().backward();
+    CHECK(f.grad().dtype() == kFloat32);
+    CHECK(f.grad().to_vector<float>() == std::vector<float>{1, 1});
+    const Tensor d = tensor({1.0}, kFloat64);
+    CHECK(concat({f, d}, 0).dtype() == kFloat64);
+    const Tensor b = from_vector(std::vector<std::int64_t>{1}, {1}).to(kBool);
+    CHECK(concat({b, i}, 0).dtype() == kInt64);
+    CHECK(concat({b, b}, 0).dtype() == kBool);
+    // the gradient through the promotion, in double
+    const Tensor a = param({2, 3}, -2, 2);
+    const Tensor c = randn({2, 3}, kFloat32);
+    REQUIRE_GRADCHECK([&](auto& v) { return stack({v[0], c}, 1) * stack({v[0], v[0]}, 1); }, {a}, "stack promoted");
+}
+
+TEST_CASE("a dtype prints with fmt and NaN prints without a sign", "[new_ops]") {
+    CHECK(fmt::format("{}", kFloat32) == "float32");
+    CHECK(fmt::format("{:>8}", kInt64) == "   int64");
+    const Tensor z = tensor({0.0}) / tensor({0.0});
+    CHECK(fmt::format("{}", z).find("nan") != std::string::npos);
+    CHECK(fmt::format("{}", z).find("-nan") == std::string::npos);
+    CHECK(fmt::format("{}", -z).find("-nan") == std::string::npos);
+}

@@ -340,7 +340,8 @@ TEST_CASE("load_state_dict converts dtypes as torch's copy_ and reports keys wit
             register_buffer("n", zeros({1}, kInt64));
         }
     } ib;
-    CHECK_THROWS(ib.load_state_dict({{"w", ones({1})}, {"n", full({1}, std::nan(""))}}));
+    CHECK_THROWS_WITH(ib.load_state_dict({{"w", ones({1})}, {"n", full({1}, std::nan(""))}}),
+                      Catch::Contains("load_state_dict: n (float32 into int64) cannot be converted"));
     CHECK(vals(ib.parameter("w")) == std::vector<double>{0});
 
     // nn::load on a numpy float64 file, strict and not
@@ -352,4 +353,28 @@ TEST_CASE("load_state_dict converts dtypes as torch's copy_ and reports keys wit
     CHECK(from_file.unexpected_keys == std::vector<std::string>{"step"});
     CHECK(vals(lin.weight()) == std::vector<double>(6, 0.5));
     std::remove(path.c_str());
+}
+
+TEST_CASE("container indices count from the end when negative and refuse a wrapped size_t", "[containers]") {
+    ModuleList list{std::make_shared<Linear>(2, 3), std::make_shared<ReLU>(), std::make_shared<Linear>(3, 1)};
+    Sequential seq(std::make_shared<Linear>(2, 3), std::make_shared<ReLU>());
+    // torch's blks[-1]
+    CHECK(list[-1].get() == list[2].get());
+    CHECK(list[-3].get() == list[0].get());
+    CHECK(list.at<Linear>(-1).weight().shape() == Shape{1, 3});
+    CHECK(seq[-1].get() == seq[1].get());
+    CHECK_THROWS_WITH(list[3], Catch::Contains("ModuleList: index 3 is out of range") &&
+                                   Catch::Contains("-3 to 2"));
+    CHECK_THROWS_WITH(list[-4], Catch::Contains("ModuleList: index -4 is out of range"));
+    CHECK_THROWS_WITH(seq[2], Catch::Contains("Sequential: index 2 is out of range"));
+    // i - 1 at i = 0 in size_t is 2^64 - 1: refused, not the last module
+    std::size_t i = 0;
+    CHECK_THROWS_WITH(list[i - 1], Catch::Contains("ModuleList: index 18446744073709551615 is an unsigned value"));
+    CHECK_THROWS_WITH(list.at<Linear>(i - 1), Catch::Contains("unsigned"));
+    CHECK_THROWS_WITH(seq[i - 1], Catch::Contains("Sequential: index 18446744073709551615"));
+    // every integer type works
+    CHECK(list[std::size_t{2}].get() == list[2L].get());
+    CHECK(list[static_cast<unsigned char>(1)].get() == list[1].get());
+    ModuleList empty;
+    CHECK_THROWS_WITH(empty[0], Catch::Contains("out of range for a container of 0 modules"));
 }
