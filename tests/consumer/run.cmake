@@ -19,6 +19,9 @@ run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/build
     -DWANT_DISTRIBUTED=${EXPECT_DISTRIBUTED} -DREADME_DIR=${OUT_DIR})
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 run(${WORK_DIR}/build/consumer)
+# Open MPI keeps allocations until exit: in a sanitizer build, the MPI tests' suppressions (for
+# the distributed consumer and README's MPI program; they name only MPI's allocations).
+set(ENV{LSAN_OPTIONS} "suppressions=${SOURCE_DIR}/tests/distributed/lsan.supp:fast_unwind_on_malloc=0:print_suppressions=0")
 # README's programs run in a folder of their own: their snippets write model.npz and the like.
 file(GLOB readme_programs RELATIVE ${OUT_DIR} ${OUT_DIR}/*.cpp)
 foreach(source IN LISTS readme_programs)
@@ -32,7 +35,5 @@ foreach(source IN LISTS readme_programs)
   endif()
 endforeach()
 if(EXPECT_DISTRIBUTED)
-  # Open MPI keeps allocations until exit: in a sanitizer build, the MPI tests' suppressions.
-  set(ENV{LSAN_OPTIONS} "suppressions=${SOURCE_DIR}/tests/distributed/lsan.supp:fast_unwind_on_malloc=0:print_suppressions=0")
   run(${WORK_DIR}/build/consumer_distributed)
 endif()
