@@ -90,6 +90,9 @@ void add_flags(CLI::App& app, Options& o) {
                    "also write the checkpoint every N steps (0: at the end)")->check(whole(0, kMaxCount));
     app.add_option("--stop-after", o.loop.stop_after,
                    "stop after N steps of this run, with a checkpoint (0: run to --steps)")->check(whole(0, kMaxCount));
+    app.add_option("--target-accuracy", o.loop.target_accuracy,
+                   "stop at the first held-out evaluation with this token accuracy or more, and report the "
+                   "seconds of training steps and the step it took (0: run to --steps)")->check(real(0, 1));
     app.add_option("--out", o.out, "output folder");
     app.add_flag("--resume", o.resume, "continue from --out/checkpoint.npz (same flags)");
     app.add_flag("--overwrite", o.overwrite,
@@ -212,6 +215,12 @@ void report(const Options& o, TrainState& state, const Replicas& replicas, const
         {"seconds", wall},
         {"train_seconds", run.seconds},
         {"tokens_per_second", tps},
+        {"target_accuracy", o.loop.target_accuracy},
+        // null when no target was set or it was not reached; seconds of this run's training steps
+        {"target_step", run.target_reached() ? nlohmann::ordered_json(run.target_step) : nullptr},
+        {"target_train_seconds", run.target_reached() ? nlohmann::ordered_json(run.target_seconds) : nullptr},
+        {"eval_steps", h.eval_step},
+        {"eval_token_accuracy", h.eval_token_acc},
         {"parameters", state.model->num_parameters()}};
     write_file_atomic(o.out + "/metrics.json", metrics.dump(2) + "\n", "metrics.json");
     const std::string stopped =
@@ -243,6 +252,14 @@ void report(const Options& o, TrainState& state, const Replicas& replicas, const
                    "overlapped_ms={:.3f} step_ms={:.3f}\n",
                    step_ms - blocked, sync.bytes_per_step, allreduce, blocked, sync.buckets, overlapped, step_ms);
     }
+    if (o.loop.target_accuracy > 0)
+        fmt::print(run.target_reached()
+                       ? fmt::format("target: {:.2f}% held-out token accuracy reached at step {} after {:.3f} s of "
+                                     "training steps ({:.2f} ms per step)\n",
+                                     100 * o.loop.target_accuracy, run.target_step, run.target_seconds,
+                                     run.steps > 0 ? 1e3 * run.seconds / static_cast<double>(run.steps) : 0.0)
+                       : fmt::format("target: {:.2f}% held-out token accuracy not reached in {} steps\n",
+                                     100 * o.loop.target_accuracy, state.step));
     fmt::print("example: {}\n", example);
     fmt::print("wrote {0}/metrics.json, {0}/loss.svg, {0}/attention.svg, {0}/checkpoint.npz\n", o.out);
 }
@@ -352,7 +369,10 @@ int run(int argc, const char* const* argv) {
     const double wall = progress.elapsed();
     save_checkpoint(checkpoint, state);
     report(o, state, *replicas, held, held_result, stats, wall);
-    if (state.step < c.steps) {
+    if (state.step < c.steps && stats.target_reached()) {
+        fmt::print("stopped at step {} of {}: --target-accuracy reached; checkpoint in {} (continue with --resume)\n",
+                   state.step, c.steps, checkpoint);
+    } else if (state.step < c.steps) {
         fmt::print("stopped at step {} of {}; checkpoint in {} (continue with --resume)\n", state.step, c.steps,
                    checkpoint);
         return stats.interrupted ? 130 : 0;

@@ -233,10 +233,20 @@ LoopStats train(TrainState& s, Replicas& replicas, const Batch& held_out, Progre
     if (c.batch % world != 0)
         throw Error(fmt::format("--batch {} does not split evenly over {} ranks (expected a multiple of {})", c.batch,
                                 world, world));
-    if (s.step == 0 && o.eval_every > 0) evaluate_held_out(s, held_out, replicas);  // the curve starts at 0
+    if (!(o.target_accuracy >= 0 && o.target_accuracy <= 1))
+        throw Error(fmt::format("train: target_accuracy must be in [0, 1] (0: none), got {}", o.target_accuracy));
     LoopStats stats;
+    // Every rank sees the same summed accuracy, so all stop at the same evaluation.
+    const auto reached = [&](const EvalResult& e) {
+        if (o.target_accuracy > 0 && !stats.target_reached() && e.token_acc >= o.target_accuracy) {
+            stats.target_step = s.step;
+            stats.target_seconds = stats.seconds;
+        }
+        return stats.target_reached();
+    };
+    if (s.step == 0 && o.eval_every > 0) reached(evaluate_held_out(s, held_out, replicas));  // the curve starts at 0
     replicas.reset_sync_stats();
-    while (s.step < c.steps && !(o.stop_after > 0 && stats.steps >= o.stop_after)) {
+    while (s.step < c.steps && !(o.stop_after > 0 && stats.steps >= o.stop_after) && !stats.target_reached()) {
         // The step's time includes every collective, the stop flag's too.
         const auto start = std::chrono::steady_clock::now();
         if (any_rank_interrupted(replicas)) {
@@ -285,9 +295,11 @@ LoopStats train(TrainState& s, Replicas& replicas, const Batch& held_out, Progre
         // Held-out evaluation: a collective, every rank its share. Progress and checkpoint: rank 0.
         const bool eval_now = (o.eval_every > 0 && s.step % o.eval_every == 0) || s.step == c.steps;
         const EvalResult e = eval_now ? evaluate_held_out(s, held_out, replicas) : EvalResult{};
+        if (eval_now) reached(e);
         if (rank != 0) continue;
         progress.update(s.step, mean_loss, token_acc, global.num_tokens());
-        if (eval_now && (s.step % (o.eval_every > 0 ? 4 * o.eval_every : 1) == 0 || s.step == c.steps))
+        if (eval_now && (s.step % (o.eval_every > 0 ? 4 * o.eval_every : 1) == 0 || s.step == c.steps ||
+                         stats.target_step == s.step))
             progress.message(fmt::format("  held-out at step {}: loss {:.4f}, token accuracy {:.2f}%, "
                                          "sequence accuracy {:.2f}%", s.step, e.loss, 100 * e.token_acc,
                                          100 * e.seq_acc));

@@ -104,6 +104,9 @@ struct LoopOptions {
     std::int64_t eval_every = 25;       ///< held-out evaluation every N steps and at the last (0: last only)
     std::int64_t checkpoint_every = 0;  ///< also save the checkpoint every N steps (0: never)
     std::int64_t stop_after = 0;        ///< return after N steps of this call (0: run to config.steps)
+    /// Return at the first held-out evaluation (step 0's included) whose token accuracy is at
+    /// least this (0: never): how long a configuration takes to learn the task.
+    double target_accuracy = 0;
     std::string checkpoint;             ///< where checkpoint_every saves
 };
 
@@ -111,12 +114,18 @@ struct LoopStats {
     std::int64_t steps = 0, tokens = 0;  ///< of this call
     double seconds = 0;                  ///< in training steps, evaluations and checkpoints left out
     bool interrupted = false;            ///< stopped by SIGINT (see g_interrupted)
+    /// The first evaluation of this call at or above LoopOptions::target_accuracy: its step, and
+    /// the seconds of training steps of this call up to it. target_step is -1 when none was.
+    std::int64_t target_step = -1;
+    double target_seconds = 0;
+    bool target_reached() const { return target_step >= 0; }
 };
 
 /// Set from a SIGINT handler: the loop stops after the step, every rank after the same one.
 extern volatile std::sig_atomic_t g_interrupted;
 
-/// Trains `state` to config.steps, or for stop_after steps, or until interrupted. Every rank
+/// Trains `state` to config.steps, or for stop_after steps, or until interrupted, or until a
+/// held-out evaluation reaches target_accuracy. Every rank
 /// evaluates its share of `held_out` (the counts are summed); rank 0 reports each step to
 /// `progress` and saves checkpoints. The training accuracy, too, is summed correct tokens over
 /// summed tokens. Throws xgrad::Error when the global batch does not split
