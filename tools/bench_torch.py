@@ -2,15 +2,20 @@
 """bench_torch.py: tools/bench_mha.cpp's workloads in PyTorch, for a side-by-side comparison.
 
     /usr/bin/python3 tools/bench_torch.py [--config tiny|small|medium|large|all] [--seconds S]
-                                          [--json PATH] [--threads N]
+                                          [--json PATH] [--threads N] [--autocast bf16]
 
 d2l's MultiHeadAttention (bias=False, dropout 0) in float32 with torch.set_num_threads(2):
 one training step (forward with 1-D valid_lens, mse_loss against a fixed target, backward,
 Adam step, zero_grad) and one inference forward under torch.no_grad(), each the median over
 ~S seconds after a warm-up. --json also records the OpenBLAS core and threads torch ran on.
+--autocast bf16 runs each forward (and the loss) under torch.autocast("cpu", dtype=torch.bfloat16),
+as a PyTorch user turns it on; backward and the optimizer stay outside, as torch's recipe has it.
+--json then records whether this CPU does bfloat16 natively (avx512_bf16 or amx_bf16) or oneDNN
+emulates it, and torch's CPU capability.
 Installs Debian's python3-torch with apt-get if torch is missing.
 """
 import argparse
+import contextlib
 import ctypes
 import json
 import math
@@ -152,7 +157,26 @@ def median(v):
     return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
 
 
-def run(name, seconds):
+def cpu_flags():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def bf16_info():
+    """What torch's bfloat16 runs on here: oneDNN's availability, whether the CPU has bfloat16
+    instructions (else oneDNN emulates them with AVX-512 float32), torch's CPU capability."""
+    flags = cpu_flags()
+    native = sorted(flags & {"avx512_bf16", "amx_bf16"})
+    capability = next((line.split(":", 1)[1].strip() for line in torch.__config__.show().splitlines()
+                       if "CPU capability usage" in line), "?")
+    return {"mkldnn_available": torch.backends.mkldnn.is_available(), "native_bf16": bool(native),
+            "cpu_bf16_flags": native, "cpu_capability": capability}
+
+
+def run(name, seconds, autocast=None):
     batch, nq, nk, h, heads = CONFIGS[name]
     base = peak_rss_mb()
     torch.manual_seed(42)
@@ -163,14 +187,20 @@ def run(name, seconds):
     lens = valid_lens(name, batch, nk)
     opt = torch.optim.Adam(mha.parameters(), lr=1e-3)
 
+    def forward_context():
+        if autocast == "bf16":
+            return torch.autocast("cpu", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
     def train_step():
-        loss = nn.functional.mse_loss(mha(X, Y, Y, lens), target)
+        with forward_context():
+            loss = nn.functional.mse_loss(mha(X, Y, Y, lens), target)
         loss.backward()
         opt.step()
         opt.zero_grad()
 
     def infer_step():
-        with torch.no_grad():
+        with torch.no_grad(), forward_context():
             mha(X, Y, Y, lens)
 
     train, train_cpu = time_steps(train_step, seconds)
@@ -186,21 +216,27 @@ def main():
     p.add_argument("--config", default="all", choices=["all", *CONFIGS])
     p.add_argument("--seconds", type=float, default=2.0)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--autocast", choices=["bf16"], help="forward under torch.autocast(\"cpu\", torch.bfloat16)")
     p.add_argument("--json")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     names = list(CONFIGS) if a.config == "all" else [a.config]
-    print(f"PyTorch {torch.__version__}, {torch.get_num_threads()} thread(s)")
+    info = bf16_info()
+    precision = "float32" if not a.autocast else (
+        "autocast bfloat16, " + ("native (" + ", ".join(info["cpu_bf16_flags"]) + ")" if info["native_bf16"]
+                                 else "emulated by oneDNN (no avx512_bf16 on this CPU)"))
+    print(f"PyTorch {torch.__version__}, {torch.get_num_threads()} thread(s), {precision}")
     print(f"{'config':7} {'train ms':>10} {'infer ms':>10} {'peak MB':>9}")
     results = []
     for n in names:
-        r = run(n, a.seconds)
+        r = run(n, a.seconds, a.autocast)
         results.append(r)
         print(f"{n:7} {r['train_ms']:10.3f} {r['infer_ms']:10.3f} {r['peak_rss_mb']:9.1f}", flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"framework": "pytorch", "version": torch.__version__, "threads": torch.get_num_threads(),
-                       "openblas": openblas_in_use(), "results": results}, f, indent=1)
+                       "autocast": a.autocast or "", "bf16": info, "openblas": openblas_in_use(),
+                       "results": results}, f, indent=1)
 
 
 if __name__ == "__main__":
