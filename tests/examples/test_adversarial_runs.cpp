@@ -503,7 +503,8 @@ TEST_CASE("seq_train: every numeric flag refuses every bad value before touching
                       {"--warmup", "--eval-every", "--checkpoint-every", "--stop-after"},
                       {{"--lr", {}}, {"--weight-decay", {}}, {"--clip", {}},
                        {"--dropout", {"1", "1.5", "1e300"}}, {"--momentum", {"1.5", "1e300"}},
-                       {"--seed", {"1.5", "1e3", "18446744073709551616"}}}));
+                       {"--seed", {"1.5", "1e3", "18446744073709551616"}},
+                       {"--target-accuracy", {"1.5", "1.0001", "1e300"}}}));
 }
 
 TEST_CASE("seq2seq and nadaraya_watson: every numeric flag refuses every bad value before touching --out",
@@ -633,6 +634,26 @@ TEST_CASE("seq_train: --stop-after leaves metrics and plots of the partial run",
     CHECK_THAT(read_file(out + "/metrics.json", "test"),
                Catch::Contains("\"steps\": 6,") && Catch::Contains("\"finished\": true"));
     CHECK_THAT(read_file(out + "/loss.svg", "test"), !Catch::Contains("stopped at step"));
+    fs::remove_all(dir);
+}
+
+TEST_CASE("seq_train: --target-accuracy reports where it was reached, or that it was not", "[runs]") {
+    const std::string dir = fresh_dir("target");
+    const std::string out = dir + "/out";
+    // 100% of held-out tokens after 6 steps of a tiny model: not reached, and the run goes to its end.
+    Result r = run(dir, small_run(out, {"--target-accuracy", "1"}));
+    CHECK(r.code == 0);
+    CHECK_THAT(r.out, Catch::Contains("target: 100.00% held-out token accuracy not reached in 6 steps"));
+    std::string metrics = read_file(out + "/metrics.json", "test");
+    CHECK_THAT(metrics, Catch::Contains("\"target_step\": null") && Catch::Contains("\"finished\": true"));
+    // A target the untrained model already meets: reached at the step-0 evaluation, no step run.
+    r = run(dir, small_run(out, {"--target-accuracy", "1e-9", "--overwrite"}));
+    CHECK(r.code == 0);
+    CHECK_THAT(r.out, Catch::Contains("reached at step 0 after 0.000 s"));
+    CHECK_THAT(r.out, Catch::Contains("stopped at step 0 of 6: --target-accuracy reached"));
+    metrics = read_file(out + "/metrics.json", "test");
+    CHECK_THAT(metrics, Catch::Contains("\"target_step\": 0,") && Catch::Contains("\"finished\": false") &&
+                            Catch::Contains("\"eval_steps\": [") );
     fs::remove_all(dir);
 }
 

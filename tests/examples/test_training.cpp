@@ -1,6 +1,7 @@
 // seq_train's training loop: it learns the reverse task, and checkpoints resume exactly.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -131,6 +132,60 @@ TEST_CASE("train: held-out evaluations and checkpoints every N steps, and a stop
     load_checkpoint(o.checkpoint, reloaded);
     CHECK(reloaded.step == 10);
     std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("train: a target accuracy stops the loop at the first held-out evaluation that reaches it") {
+    LoopOptions o;
+    o.eval_every = 5;
+    // The reference run, without a target: its curve says where each accuracy is first reached.
+    TrainState reference(small_config(60));
+    Replicas one_process;
+    const LoopStats whole = run_steps(reference, 60, one_process, o);
+    CHECK_FALSE(whole.target_reached());
+    const std::vector<double>& acc = reference.history.eval_token_acc;
+    REQUIRE(acc.size() == 13);  // steps 0, 5, ..., 60
+    REQUIRE(acc[0] > 0);
+    const auto best = static_cast<std::size_t>(std::max_element(acc.begin(), acc.end()) - acc.begin());
+    REQUIRE(best > 0);  // the run learns something in 60 steps
+    SECTION("reached part-way: the run stops there, with the seconds of the steps up to it") {
+        o.target_accuracy = acc[best];
+        TrainState state(small_config(60));
+        const LoopStats stats = run_steps(state, 60, one_process, o);
+        CHECK(stats.target_step == static_cast<std::int64_t>(5 * best));
+        CHECK(state.step == stats.target_step);
+        CHECK(stats.steps == stats.target_step);
+        CHECK(stats.target_seconds == stats.seconds);
+        CHECK(stats.target_seconds > 0);
+        CHECK(state.history.eval_token_acc == std::vector<double>(acc.begin(), acc.begin() + best + 1));
+    }
+    SECTION("reached by the untrained model: no step runs") {
+        o.target_accuracy = acc[0];
+        TrainState state(small_config(60));
+        const LoopStats stats = run_steps(state, 60, one_process, o);
+        CHECK(stats.target_step == 0);
+        CHECK(stats.steps == 0);
+        CHECK(stats.target_seconds == 0);
+    }
+    SECTION("never reached, or none: the run goes to its end") {
+        for (const double target : {0.0, 1.0}) {
+            if (target == 1.0) REQUIRE(acc.back() < 1.0);
+            o.target_accuracy = target;
+            TrainState state(small_config(60));
+            const LoopStats stats = run_steps(state, 60, one_process, o);
+            CHECK_FALSE(stats.target_reached());
+            CHECK(stats.target_step == -1);
+            CHECK(state.step == 60);
+            CHECK(state.history.eval_token_acc == acc);
+        }
+    }
+    SECTION("a target outside [0, 1] is refused before any step") {
+        for (const double target : {-0.1, 1.5, std::nan(""), HUGE_VAL}) {
+            o.target_accuracy = target;
+            TrainState state(small_config(60));
+            CHECK_THROWS_WITH(run_steps(state, 60, one_process, o), Catch::Contains("target_accuracy must be in [0, 1]"));
+            CHECK(state.step == 0);
+        }
+    }
 }
 
 TEST_CASE("train: a SIGINT stops the loop before the next step") {
