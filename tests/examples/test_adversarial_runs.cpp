@@ -637,7 +637,7 @@ TEST_CASE("seq_train: --stop-after leaves metrics and plots of the partial run",
     fs::remove_all(dir);
 }
 
-TEST_CASE("seq_train: --target-accuracy reports where it was reached, or that it was not", "[runs]") {
+TEST_CASE("seq_train: --target-accuracy reports where it was reached or that it was not", "[runs]") {
     const std::string dir = fresh_dir("target");
     const std::string out = dir + "/out";
     // 100% of held-out tokens after 6 steps of a tiny model: not reached, and the run goes to its end.
