@@ -190,7 +190,7 @@ def run(a, lr, seed):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--lr", type=float, default=5e-3, help="its best constant lr by --sweep-lr")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--schedule", choices=["constant", "cosine"], default="constant")
     p.add_argument("--steps", type=int, default=300, help="cosine: the step the decay reaches 0")

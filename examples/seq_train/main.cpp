@@ -58,7 +58,7 @@ void add_flags(CLI::App& app, Options& o) {
     app.add_option("--optimizer", c.optimizer, "sgd (with momentum), adam or adamw")
         ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
     app.add_option("--steps", c.steps, "training steps")->check(whole(1, kMaxCount));
-    app.add_option("--lr", c.lr, "peak learning rate after warm-up; 0: 3e-3 for adam/adamw, 0.1 for sgd")
+    app.add_option("--lr", c.lr, "peak learning rate after warm-up; 0: 5e-3 for adam/adamw, 0.1 for sgd")
         ->check(real(0));
     app.add_option("--batch", c.batch, "sequences per step")->check(whole(1, kMaxSize));
     app.add_option("--hidden", c.model.hidden, "model width d")->check(whole(1, kMaxSize));
