@@ -384,7 +384,7 @@ Tensor triangle(const char* op, const Tensor& a, long k, bool lower) {
         for (std::size_t m = 0; m * rows * cols < numel; ++m)
             for (std::size_t i = 0; i < rows; ++i)
                 for (std::size_t j = 0; j < cols; ++j)
-                    if (!keep(i, j)) p[(m * rows + i) * cols + j] = 0;
+                    if (!keep(i, j)) p[(m * rows + i) * cols + j] = std::decay_t<decltype(*p)>(0);
     };
     return dispatch_all(a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
