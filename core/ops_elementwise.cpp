@@ -312,6 +312,7 @@ template <class F> Tensor scalar_arith(const char* op, Arith k, const Tensor& a,
     if (k == Arith::sub) check_no_bool_sub(a.dtype(), s.kind());
     const Dtype d = arith_dtype(k, result_type(a, s));
     if (!is_floating(d)) return integer_arith(op, k, cast(a, d), scalar_tensor(s, d));
+    dispatch_floating(op, d, [](auto) {});  // refuses bfloat16 as `op`, not as the op `floating` calls
     return floating(cast(a, d), s.to_double());
 }
 

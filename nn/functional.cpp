@@ -36,6 +36,7 @@ const char* constant_name(Dtype d) {
         case kFloat64: return "kFloat64";
         case kInt64: return "kInt64";
         case kBool: return "kBool";
+        case kBFloat16: return "kBFloat16";
     }
     return "?";
 }
