@@ -173,6 +173,8 @@ TEST_CASE("bfloat16 tensors print as torch prints them", "[bfloat16]") {
     CHECK(to_string(tensor({{1e-5, 1.0}, {3.0, 1e10}}).to(kBFloat16)) ==
           "tensor([[1.0014e-05, 1.0000e+00],\n        [3.0000e+00, 9.9992e+09]], shape=(2, 2), dtype=bfloat16)");
     CHECK(to_string(tensor(2.7).to(kBFloat16)) == "tensor(2.7031, shape=(), dtype=bfloat16)");
+    CHECK(to_string(tensor({1.1, -2.5}).to(kBFloat16)) == "tensor([ 1.1016, -2.5000], shape=(2,), dtype=bfloat16)");
+    CHECK(tensor({1.1}).to(kBFloat16)[0].item<bfloat16>().bits == 0x3f8d);  // README's example
     CHECK(to_string(tensor({0.5, -1e-3, NAN, INFINITY}).to(kBFloat16)) ==
           "tensor([ 0.5000, -0.0010,     nan,     inf], shape=(4,), dtype=bfloat16)");
     CHECK(to_string(tensor({{0.5, -1e-3}, {1e-2, 20.0}}).to(kBFloat16)) ==
