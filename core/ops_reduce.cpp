@@ -219,7 +219,10 @@ ValuesIndices min(const Tensor& a, long axis, bool keepdims) { return extreme<fa
 Tensor max(const Tensor& a) { return extreme_all<true>("max", a); }
 Tensor min(const Tensor& a) { return extreme_all<false>("min", a); }
 
-Tensor argmin(const Tensor& a, long axis, bool keepdims) { return min(a, axis, keepdims).indices; }
+Tensor argmin(const Tensor& a, long axis, bool keepdims) {
+    NoGradGuard no_grad;  // only the indices are kept: no graph for the values
+    return min(a, axis, keepdims).indices;
+}
 
 Tensor argmax(const Tensor& a, long axis, bool keepdims) {
     const Shape& in = a.shape();

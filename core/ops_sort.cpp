@@ -78,7 +78,10 @@ ValuesIndices sort(const Tensor& a, long axis, bool descending) {
     return sorted_prefix("sort", a, axis, n, descending);
 }
 
-Tensor argsort(const Tensor& a, long axis, bool descending) { return sort(a, axis, descending).indices; }
+Tensor argsort(const Tensor& a, long axis, bool descending) {
+    NoGradGuard no_grad;  // only the indices are kept: no graph for the values
+    return sort(a, axis, descending).indices;
+}
 
 ValuesIndices topk(const Tensor& a, long k, long axis, bool largest) {
     if (k < 0) throw Error(fmt::format("topk: k must be at least 0, got {}", k));

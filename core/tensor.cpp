@@ -31,8 +31,10 @@ template <class T> std::string anomaly_value(const xt::xarray<T>& a, std::size_t
     const double v = static_cast<double>(a.data()[i]);
     return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
 }
-// dst += g elementwise for bfloat16: each sum is formed in float32 (exact for two bfloat16
-// values up to the final rounding) and rounded to nearest even, as torch adds bfloat16 tensors.
+// dst += g elementwise for bfloat16: each sum is formed in float32 and rounded to nearest even,
+// as torch adds bfloat16 tensors. Two bfloat16 values sum exactly in float32 unless their
+// exponents are over 16 apart, and then the smaller is far below half an ulp of the larger, so
+// the result is the exact sum correctly rounded.
 void add_rounded(xt::xarray<bfloat16>& dst, const xt::xarray<bfloat16>& g) {
     bfloat16* d = dst.data();
     const bfloat16* s = g.data();

@@ -60,6 +60,11 @@ TEST_CASE("a bfloat16 input to a float32 module says to convert it", "[bfloat16]
     Linear lin(3, 2);
     CHECK_THROWS_WITH(lin.forward(ones({4, 3}, kBFloat16)),
                       Contains("Linear: input is bfloat16") && Contains(".to(kFloat32)"));
+    try {
+        lin.forward(ones({4, 3}, kBFloat16));
+    } catch (const Error& e) {
+        CHECK_THAT(e.what(), !Contains("module with .to(kBFloat16)"));  // Module::to refuses it
+    }
     // Converted, it runs, and the gradient reaches the float32 parameters as float32.
     const Tensor x = ones({4, 3}, kBFloat16);
     lin.forward(x.to(kFloat32)).sum().backward();
