@@ -32,16 +32,19 @@ template <class Fill> Tensor build(const char* op, const Shape& shape, TensorOpt
 template <class Draw>
 Tensor draw(const char* op, const Shape& shape, TensorOptions opts, Draw&& next, double low = -INFINITY,
             double high = INFINITY) {
-    if (!is_floating(opts.dtype()))
-        throw Error(fmt::format("{}: expected dtype float32 or float64, got {}", op, dtype_name(opts.dtype())));
+    if (opts.dtype() != kFloat32 && opts.dtype() != kFloat64)
+        throw Error(fmt::format("{}: expected dtype float32 or float64, got {}{}", op, dtype_name(opts.dtype()),
+                                opts.dtype() == kBFloat16 ? " (draw in float32, then convert with .to(kBFloat16))" : ""));
     return build(op, shape, opts, [&](auto& a) {
         using T = typename std::decay_t<decltype(a)>::value_type;
+        if constexpr (std::is_floating_point_v<T>) {
         T below = static_cast<T>(high);
         while (static_cast<double>(below) >= high) below = std::nextafter(below, -std::numeric_limits<T>::infinity());
         below = std::max(below, static_cast<T>(low));
         for (auto& v : a) {
             v = static_cast<T>(next());
             if (static_cast<double>(v) >= high && low < high) v = below;
+        }
         }
     });
 }

@@ -18,9 +18,9 @@
 
 namespace xgrad {
 
-/// The values of a tensor: one xarray of one of the four element types.
+/// The values of a tensor: one xarray of one of the five element types, in Dtype's order.
 using Storage = std::variant<xt::xarray<float>, xt::xarray<double>, xt::xarray<std::int64_t>,
-                             xt::xarray<bool>>;
+                             xt::xarray<bool>, xt::xarray<bfloat16>>;
 
 /// Backward of one op: `self` is the output node, `grad_out` its gradient (same dtype and
 /// shape as self.data). Adds into the inputs' gradients with accumulate().

@@ -101,7 +101,7 @@ Tensor scalar_tensor(const Scalar& s, Dtype d) {
     return dispatch_all(d, [&](auto tag) {
         using T = typename decltype(tag)::type;
         xt::xarray<T> v = xt::zeros<T>(Shape{});
-        if constexpr (std::is_floating_point_v<T>)
+        if constexpr (is_floating_v<T>)
             v() = static_cast<T>(s.to_double());
         else
             v() = static_cast<T>(s.kind() == kFloat64 ? static_cast<std::int64_t>(s.to_double()) : s.to_int64());
@@ -312,6 +312,7 @@ template <class F> Tensor scalar_arith(const char* op, Arith k, const Tensor& a,
     if (k == Arith::sub) check_no_bool_sub(a.dtype(), s.kind());
     const Dtype d = arith_dtype(k, result_type(a, s));
     if (!is_floating(d)) return integer_arith(op, k, cast(a, d), scalar_tensor(s, d));
+    dispatch_floating(op, d, [](auto) {});  // refuses bfloat16 as `op`, not as the op `floating` calls
     return floating(cast(a, d), s.to_double());
 }
 
@@ -448,6 +449,7 @@ Tensor rdiv(Scalar s, const Tensor& a) {
 
 Tensor cast(const Tensor& a, Dtype d) {
     if (a.dtype() == d) return a;
+    if (a.dtype() == kBFloat16 || d == kBFloat16) return cast_bfloat16(a, d);
     return dispatch_all(d, [&](auto to_tag) {
         using To = typename decltype(to_tag)::type;
         xt::xarray<To> y = std::visit(
@@ -479,14 +481,19 @@ namespace {
 template <class Cmp> Tensor compare(const char* op, const Tensor& a, const Tensor& b, Cmp cmp) {
     check_defined(op, a);
     check_defined(op, b, "other");
-    const Dtype d = result_type(a, b);
+    // bfloat16 compares as its float32 values: the conversion is exact, so the answers are the same.
+    const Dtype d = result_type(a, b) == kBFloat16 ? kFloat32 : result_type(a, b);
     const Tensor ca = cast(a, d), cb = cast(b, d);
     const Shape shape = broadcast_shapes(op, a.shape(), b.shape());
     const AllocContext context(op, shape);
     return dispatch_all(d, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        xt::xarray<bool> r = cmp(values<T>(ca), values<T>(cb));
-        return make_leaf(Storage(std::move(r)));
+        if constexpr (std::is_same_v<T, bfloat16>) {
+            return Tensor();  // not reached: d is float32 instead
+        } else {
+            xt::xarray<bool> r = cmp(values<T>(ca), values<T>(cb));
+            return make_leaf(Storage(std::move(r)));
+        }
     });
 }
 

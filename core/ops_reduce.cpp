@@ -108,7 +108,8 @@ std::vector<std::size_t> argmax_along(const xt::xarray<T>& x, const axis_split& 
             const T* row = p + (o * s.n + k) * s.inner;
             for (std::size_t i = 0; i < s.inner; ++i) {
                 bool beats = Largest ? row[i] > b[i] : row[i] < b[i];
-                if constexpr (std::is_floating_point_v<T>) beats = beats || (std::isnan(row[i]) && !std::isnan(b[i]));
+                if constexpr (is_floating_v<T>)
+                    beats = beats || (std::isnan(static_cast<double>(row[i])) && !std::isnan(static_cast<double>(b[i])));
                 if (beats) {
                     b[i] = row[i];
                     bi[i] = k;
@@ -184,8 +185,8 @@ template <bool Largest> Tensor extreme_all(const char* op, const Tensor& a) {
         const T* x = values<T>(a).data();
         T best = x[0];
         for (std::size_t i = 0; i < a.numel(); ++i) {
-            if constexpr (std::is_floating_point_v<T>)
-                if (std::isnan(x[i])) {
+            if constexpr (is_floating_v<T>)
+                if (std::isnan(static_cast<double>(x[i]))) {
                     best = x[i];
                     break;
                 }
@@ -218,7 +219,10 @@ ValuesIndices min(const Tensor& a, long axis, bool keepdims) { return extreme<fa
 Tensor max(const Tensor& a) { return extreme_all<true>("max", a); }
 Tensor min(const Tensor& a) { return extreme_all<false>("min", a); }
 
-Tensor argmin(const Tensor& a, long axis, bool keepdims) { return min(a, axis, keepdims).indices; }
+Tensor argmin(const Tensor& a, long axis, bool keepdims) {
+    NoGradGuard no_grad;  // only the indices are kept: no graph for the values
+    return min(a, axis, keepdims).indices;
+}
 
 Tensor argmax(const Tensor& a, long axis, bool keepdims) {
     const Shape& in = a.shape();

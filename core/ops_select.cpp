@@ -18,9 +18,11 @@ void check_bool(const char* op, const char* what, const Tensor& t) {
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
     check_bool("where", "cond", cond);
     check_same_dtype("where", a, b);
+    // bfloat16 selects through float32: both conversions are exact, and cast carries the gradient.
+    if (a.dtype() == kBFloat16) return cast(where(cond, cast(a, kFloat32), cast(b, kFloat32)), kBFloat16);
     const Shape shape = broadcast_shapes("where", broadcast_shapes("where", cond.shape(), a.shape()), b.shape());
     const AllocContext context("where", shape);
-    return dispatch_all(a.dtype(), [&](auto tag) {
+    return dispatch_computable("where", a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         xt::xarray<T> y = xt::where(values<bool>(cond), values<T>(a), values<T>(b));
         return make_any_result<T>(
@@ -47,7 +49,9 @@ Tensor masked_fill(const Tensor& a, const Tensor& mask, double value) {
     if (!broadcastable_to(mask.shape(), a.shape()))
         throw Error(fmt::format("masked_fill: mask of shape {} cannot be broadcast to the input's shape {}",
                                 shape_str(mask.shape()), shape_str(a.shape())));
-    return dispatch_all(a.dtype(), [&](auto tag) {
+    // As torch: the fill value rounds to bfloat16 (through float32, exact for the kept values).
+    if (a.dtype() == kBFloat16) return cast(masked_fill(cast(a, kFloat32), mask, value), kBFloat16);
+    return dispatch_computable("masked_fill", a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         // Into int64 the value must fit (NaN or 1e30 would be undefined behaviour, as a cast).
         T fill;

@@ -320,6 +320,7 @@ Tensor stack(const std::vector<Tensor>& tensors, long axis) {
                                     "entry {}",
                                     shape_str(tensors[0].shape()), shape_str(tensors[t].shape()), t));
     }
+    if (tensors[0].dtype() == kBFloat16) check_no_bfloat16_graph("stack", tensors);  // named as stack, not its parts
     // A new axis in [-rank-1, rank], as unsqueeze takes it; then one concat along it.
     std::vector<Tensor> parts;
     parts.reserve(tensors.size());
@@ -329,6 +330,7 @@ Tensor stack(const std::vector<Tensor>& tensors, long axis) {
 }
 
 std::vector<Tensor> split(const Tensor& a, const std::vector<long>& sizes, long axis) {
+    if (a.dtype() == kBFloat16) check_no_bfloat16_graph("split", {a});
     const std::size_t ax = normalize_axis("split", axis, a.shape());
     const long n = static_cast<long>(a.shape()[ax]);
     long total = 0;
@@ -361,6 +363,7 @@ std::vector<Tensor> split(const Tensor& a, long split_size, long axis) {
 
 std::vector<Tensor> chunk(const Tensor& a, long chunks, long axis) {
     if (chunks <= 0) throw Error(fmt::format("chunk: chunks must be positive, got {}", chunks));
+    if (a.dtype() == kBFloat16) check_no_bfloat16_graph("chunk", {a});
     const std::size_t ax = normalize_axis("chunk", axis, a.shape());
     const long n = static_cast<long>(a.shape()[ax]);
     const long size = (n + chunks - 1) / chunks;  // ceil: torch.chunk may give fewer pieces
@@ -384,7 +387,7 @@ Tensor triangle(const char* op, const Tensor& a, long k, bool lower) {
         for (std::size_t m = 0; m * rows * cols < numel; ++m)
             for (std::size_t i = 0; i < rows; ++i)
                 for (std::size_t j = 0; j < cols; ++j)
-                    if (!keep(i, j)) p[(m * rows + i) * cols + j] = 0;
+                    if (!keep(i, j)) p[(m * rows + i) * cols + j] = std::decay_t<decltype(*p)>(0);
     };
     return dispatch_all(a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;

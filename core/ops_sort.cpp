@@ -31,7 +31,7 @@ ValuesIndices sorted_prefix(const char* op, const Tensor& a, long axis, std::siz
         xt::xarray<T> y = xt::xarray<T>::from_shape(out_shape);
         xt::xarray<std::int64_t> where = xt::xarray<std::int64_t>::from_shape(out_shape);
         auto is_nan = [](T v) {
-            if constexpr (std::is_floating_point_v<T>) return std::isnan(v);
+            if constexpr (is_floating_v<T>) return std::isnan(static_cast<double>(v));
             else return false;
         };
         // "u before v": NaN counts as larger than everything, ties are left to the stable sort.
@@ -78,7 +78,10 @@ ValuesIndices sort(const Tensor& a, long axis, bool descending) {
     return sorted_prefix("sort", a, axis, n, descending);
 }
 
-Tensor argsort(const Tensor& a, long axis, bool descending) { return sort(a, axis, descending).indices; }
+Tensor argsort(const Tensor& a, long axis, bool descending) {
+    NoGradGuard no_grad;  // only the indices are kept: no graph for the values
+    return sort(a, axis, descending).indices;
+}
 
 ValuesIndices topk(const Tensor& a, long k, long axis, bool largest) {
     if (k < 0) throw Error(fmt::format("topk: k must be at least 0, got {}", k));

@@ -7,15 +7,29 @@
 
 namespace xgrad {
 
+/// Throws when gradients are recorded and one of `inputs` requires grad: "<op>: a bfloat16
+/// tensor that requires grad cannot go through <op> ...". For ops whose forward runs on bfloat16
+/// but whose backward does not exist for it.
+void check_no_bfloat16_graph(const char* op, const std::vector<Tensor>& inputs);
+
+/// cast (Tensor::to) to or from bfloat16, differentiable between the floating types: the
+/// gradient goes back converted to the source dtype (bfloat16 gradients round to nearest even).
+Tensor cast_bfloat16(const Tensor& a, Dtype d);
+
 /// An op result of any dtype: make_result for float32/float64 values, a plain leaf for
 /// int64 and bool values (they never carry a gradient, as in torch).
+/// A bfloat16 result has no backward here (those are written for float and double): one whose
+/// input requires grad, while gradients are recorded, is refused rather than silently cut from
+/// the graph. Only cast (Tensor::to) and clone differentiate through bfloat16.
 template <class T>
 Tensor make_any_result(xt::xarray<T>&& value, std::vector<Tensor> inputs, const char* op,
                        BackwardFn backward, Saves saves = Saves::all()) {
-    if constexpr (std::is_floating_point_v<T>)
+    if constexpr (std::is_floating_point_v<T>) {
         return make_result<T>(std::move(value), std::move(inputs), op, std::move(backward), saves);
-    else
+    } else {
+        if constexpr (std::is_same_v<T, bfloat16>) check_no_bfloat16_graph(op, inputs);
         return make_leaf(Storage(std::move(value)));
+    }
 }
 
 /// A backward for an op whose forward runs on any dtype: it only ever runs for float
@@ -57,12 +71,12 @@ inline std::vector<std::size_t> row_major_strides(const Shape& shape) {
 /// conversion between the four element types is defined.
 template <class To, class From>
 void check_convertible(const char* who, const From* a, std::size_t n) {
-    if constexpr (std::is_floating_point_v<From> && std::is_same_v<To, std::int64_t>) {
+    if constexpr (is_floating_v<From> && std::is_same_v<To, std::int64_t>) {
         for (std::size_t i = 0; i < n; ++i)
             if (!fits_int64(static_cast<double>(a[i])))
                 throw Error(fmt::format("{}: {} value {} at flat index {} cannot be converted to {} (it must be "
                                         "finite and within [-2^63, 2^63))",
-                                        who, dtype_name(dtype_of<From>()), a[i], i, dtype_name(dtype_of<To>())));
+                                        who, dtype_name(dtype_of<From>()), static_cast<double>(a[i]), i, dtype_name(dtype_of<To>())));
     }
 }
 

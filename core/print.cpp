@@ -66,8 +66,7 @@ struct Printer {
 std::string to_string(const Tensor& t) {
     if (!t.defined()) return "tensor(undefined)";
     const Node& n = t.node();
-    std::string body = std::visit(
-        [&](const auto& a) {
+    auto render = [&](const auto& a) {
             using T = typename std::decay_t<decltype(a)>::value_type;
             Printer p{n.shape, a.size() > kSummariseAbove, {}, 0};
             bool sci = false;
@@ -88,6 +87,14 @@ std::string to_string(const Tensor& t) {
             std::string out;
             p.print(out, 0, 0, a.size(), 7);  // 7 = strlen("tensor(")
             return out;
+        };
+    // bfloat16 prints as its float32 values (exact), which is what torch does.
+    std::string body = std::visit(
+        [&](const auto& a) {
+            if constexpr (std::is_same_v<typename std::decay_t<decltype(a)>::value_type, bfloat16>)
+                return render(xt::xarray<float>(xt::cast<float>(a)));
+            else
+                return render(a);
         },
         n.data);
     std::string tail = fmt::format("shape={}, dtype={}", shape_str(n.shape), dtype_name(n.dtype()));

@@ -23,15 +23,34 @@ thread_local bool t_detect_anomaly = false;
 template <class T> std::size_t first_non_finite(const xt::xarray<T>& a) {
     const T* p = a.data();
     for (std::size_t i = 0, n = a.size(); i < n; ++i)
-        if (!std::isfinite(p[i])) return i;
+        if (!std::isfinite(static_cast<double>(p[i]))) return i;
     return static_cast<std::size_t>(-1);
 }
 
 template <class T> std::string anomaly_value(const xt::xarray<T>& a, std::size_t i) {
-    const T v = a.data()[i];
+    const double v = static_cast<double>(a.data()[i]);
     return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
 }
+// dst += g elementwise for bfloat16: each sum is formed in float32 and rounded to nearest even,
+// as torch adds bfloat16 tensors. Two bfloat16 values sum exactly in float32 unless their
+// exponents are over 16 apart, and then the smaller is far below half an ulp of the larger, so
+// the result is the exact sum correctly rounded.
+void add_rounded(xt::xarray<bfloat16>& dst, const xt::xarray<bfloat16>& g) {
+    bfloat16* d = dst.data();
+    const bfloat16* s = g.data();
+    for (std::size_t i = 0, n = dst.size(); i < n; ++i) d[i] = bfloat16(static_cast<float>(d[i]) + static_cast<float>(s[i]));
+}
 }  // namespace
+
+void check_no_bfloat16_graph(const char* op, const std::vector<Tensor>& inputs) {
+    if (!grad_enabled()) return;
+    for (const Tensor& t : inputs)
+        if (t.defined() && t.requires_grad())
+            throw Error(fmt::format("{}: a bfloat16 tensor that requires grad cannot go through {} (xgrad "
+                                    "differentiates bfloat16 only through .to() and clone()); convert it with "
+                                    ".to(kFloat32) first, or run {} under NoGradGuard",
+                                    op, op, op));
+}
 
 // --- Node ---------------------------------------------------------------------------------
 
@@ -113,6 +132,8 @@ template <class T> void accumulate(const char* op, const Tensor& input, xt::xarr
     }
     if (!n.flow)
         n.flow = Storage(std::move(g));
+    else if constexpr (std::is_same_v<T, bfloat16>)
+        add_rounded(std::get<xt::xarray<T>>(*n.flow), g);
     else
         std::get<xt::xarray<T>>(*n.flow) += g;
 }
@@ -122,6 +143,7 @@ template <class T> void accumulate(const char* op, const Tensor& input, xt::xarr
     template void accumulate<T>(const char*, const Tensor&, xt::xarray<T>&&);
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)
+XGRAD_INSTANTIATE(bfloat16)
 #undef XGRAD_INSTANTIATE
 
 void check_same_dtype(const char* op, const Tensor& a, const Tensor& b) {
@@ -149,6 +171,7 @@ XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)
 XGRAD_INSTANTIATE(std::int64_t)
 XGRAD_INSTANTIATE(bool)
+XGRAD_INSTANTIATE(bfloat16)
 #undef XGRAD_INSTANTIATE
 
 // --- grad mode ----------------------------------------------------------------------------
@@ -278,7 +301,10 @@ template <class T> std::vector<T> Tensor::to_vector() const {
     return std::visit(
         [](const auto& a) {
             check_convertible<T>("to_vector", a.data(), a.size());
-            return std::vector<T>(a.begin(), a.end());
+            std::vector<T> out;  // explicit conversions: bfloat16 converts only so
+            out.reserve(a.size());
+            for (const auto& v : a) out.push_back(static_cast<T>(v));
+            return out;
         },
         node().data);
 }
@@ -358,6 +384,7 @@ XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)
 XGRAD_INSTANTIATE(std::int64_t)
 XGRAD_INSTANTIATE(bool)
+XGRAD_INSTANTIATE(bfloat16)
 #undef XGRAD_INSTANTIATE
 
 // --- the engine -----------------------------------------------------------------------------
@@ -429,7 +456,10 @@ void add_into(std::optional<Storage>& dst, Storage&& g) {
     std::visit(
         [&g](auto& d) {
             using A = std::decay_t<decltype(d)>;
-            d += std::get<A>(g);
+            if constexpr (std::is_same_v<A, xt::xarray<bfloat16>>)
+                add_rounded(d, std::get<A>(g));
+            else
+                d += std::get<A>(g);
         },
         *dst);
 }
@@ -518,13 +548,16 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
 Tensor Tensor::clone() const {
     // A float copy is differentiable (identity gradient); other dtypes are a plain copy.
     if (!is_floating(dtype())) return make_leaf(node().data);
-    return dispatch_floating("clone", dtype(), [&](auto tag) {
+    return dispatch_all(dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
+        if constexpr (!is_floating_v<T>) return make_leaf(node().data);  // not reached: is_floating above
+        else {
         xt::xarray<T> copy = values<T>(*this);
         return make_result<T>(
             std::move(copy), {*this}, "clone",
             [](Node& self, const Storage& gs) { accumulate<T>("clone", self.parents[0], xt::xarray<T>(grad_as<T>(gs))); },
             Saves::none());
+        }
     });
 }
 Tensor Tensor::reshape(const std::vector<long>& s) const { return xgrad::reshape(*this, s); }

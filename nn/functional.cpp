@@ -36,6 +36,7 @@ const char* constant_name(Dtype d) {
         case kFloat64: return "kFloat64";
         case kInt64: return "kInt64";
         case kBool: return "kBool";
+        case kBFloat16: return "kBFloat16";
     }
     return "?";
 }
@@ -43,7 +44,8 @@ const char* constant_name(Dtype d) {
 
 void check_input_dtype(const char* who, const char* arg, const Tensor& t, Dtype dtype) {
     if (t.dtype() == dtype) return;
-    if (!is_floating(t.dtype()))
+    // Parameters are never bfloat16, so "or the module with .to(kBFloat16)" would be no advice.
+    if (!is_floating(t.dtype()) || t.dtype() == kBFloat16)
         throw Error(fmt::format("{}: {} is {}, expected a floating tensor of the module's parameters' dtype {}; "
                                 "convert it with .to({})",
                                 who, arg, dtype_name(t.dtype()), dtype_name(dtype), constant_name(dtype)));

@@ -41,6 +41,11 @@ Tensor Module::register_parameter(const std::string& name, Tensor value) {
             fmt::format("{}: register_parameter: '{}' must be a leaf tensor, got the result of '{}' "
                         "(detach() it)",
                         m_name, name, value.op_name()));
+    if (value.dtype() == kBFloat16)
+        throw Error(fmt::format("{}: register_parameter: '{}' is bfloat16; parameters are float32 or float64 "
+                                "(as under torch's autocast, which keeps them float32): register it as float32 "
+                                "and run the products in bfloat16 under AutocastGuard",
+                                m_name, name));
     if (is_floating(value.dtype()) && !value.requires_grad()) value.requires_grad_(true);
     m_parameters.emplace_back(name, std::move(value));
     return m_parameters.back().second;
@@ -221,9 +226,11 @@ void Module::zero_grad() {
 }
 
 Module& Module::to(Dtype dtype) {
-    if (!is_floating(dtype))
-        throw Error(
-            fmt::format("{}: to: parameters can be float32 or float64, got {}", m_name, dtype_name(dtype)));
+    if (dtype != kFloat32 && dtype != kFloat64)
+        throw Error(fmt::format("{}: to: parameters can be float32 or float64, got {}{}", m_name, dtype_name(dtype),
+                                dtype == kBFloat16 ? " (parameters stay float32, as under torch's autocast: run the "
+                                                     "products in bfloat16 under AutocastGuard instead)"
+                                                   : ""));
     NoGradGuard no_grad;
     for (auto& p : parameters()) {
         if (p.dtype() == dtype) continue;

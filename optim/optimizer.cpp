@@ -14,9 +14,14 @@ Optimizer::Optimizer(std::vector<Tensor> params, double lr, std::string name)
     for (std::size_t i = 0; i < m_params.size(); ++i) {
         const Tensor& p = m_params[i];
         if (!p.defined()) throw Error(fmt::format("{}: parameter {} is an undefined tensor", m_name, i));
-        if (!is_floating(p.dtype()))
-            throw Error(fmt::format("{}: parameter {} is {}; only float32 and float64 tensors can be optimized",
-                                    m_name, i, dtype_name(p.dtype())));
+        if (p.dtype() != kFloat32 && p.dtype() != kFloat64)
+            throw Error(fmt::format("{}: parameter {} is {}; only float32 and float64 tensors can be optimized{}",
+                                    m_name, i, dtype_name(p.dtype()),
+                                    p.dtype() == kBFloat16 ? " (parameters, gradients and optimizer state stay float32, "
+                                                             "as under torch's autocast: keep the parameter float32 "
+                                                             "and convert where it is used, with .to(kBFloat16) or "
+                                                             "under AutocastGuard)"
+                                                           : ""));
         if (!p.is_leaf())
             throw Error(fmt::format("{}: parameter {} is not a leaf (made by '{}'); optimize the leaf it came "
                                     "from, or detach() it",

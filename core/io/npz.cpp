@@ -17,6 +17,7 @@
 #include "core/io/atomic_file.hpp"
 #include "core/runtime/alloc.hpp"
 #include "core/node.hpp"
+#include "core/ops.hpp"
 
 namespace xgrad {
 
@@ -45,6 +46,7 @@ const char* descr_of(Dtype d) {
         case Dtype::Float64: return "<f8";
         case Dtype::Int64: return "<i8";
         case Dtype::Bool: return "|b1";
+        case Dtype::BFloat16: break;  // written as float32 (as_stored)
     }
     return "?";
 }
@@ -55,6 +57,7 @@ std::size_t item_size(Dtype d) {
         case Dtype::Float64: return 8;
         case Dtype::Int64: return 8;
         case Dtype::Bool: return 1;
+        case Dtype::BFloat16: break;  // never in a file
     }
     return 0;
 }
@@ -102,6 +105,10 @@ std::string show_bytes(std::string_view b) {
 }
 
 // --- .npy writing ---------------------------------------------------------------------------
+
+// What a tensor is written as: itself, or for bfloat16 (numpy has none) its float32 values, which
+// hold it exactly; loading that into a bfloat16 destination rounds it back unchanged.
+Tensor as_stored(const Tensor& t) { return t.dtype() == kBFloat16 ? cast(t, kFloat32).detach() : t; }
 
 // The raw row-major bytes of a tensor's values (no copy).
 std::string_view raw_data(const Tensor& t) {
@@ -584,11 +591,12 @@ template <class Out> void write_npz(const NamedTensors& arrays, bool compressed,
                                     "but an unzip of it could overwrite other files",
                                     op, name));
         check_defined(t, fmt::format("{}: array '{}'", op, name));
+        const Tensor stored = as_stored(t);
         ZipEntry e;
         e.name = name + ".npy";
         if (e.name.size() > 0xffff) throw Error(fmt::format("{}: the array name '{}...' is too long", op, name.substr(0, 40)));
-        const std::string header = npy_header(t);
-        const std::string_view data = raw_data(t);
+        const std::string header = npy_header(stored);
+        const std::string_view data = raw_data(stored);
         const std::uint64_t usize = header.size() + static_cast<std::uint64_t>(data.size());
         if (usize > kZipLimit) throw archive_too_large(op, name);
         const std::string deflated = compressed ? deflate_raw({header, data}, op) : std::string();
@@ -656,8 +664,9 @@ template <class Out> void write_npz(const NamedTensors& arrays, bool compressed,
 
 std::string npy_bytes(const Tensor& t) {
     check_defined(t, "npy_bytes");
-    std::string out = npy_header(t);
-    out += raw_data(t);
+    const Tensor stored = as_stored(t);
+    std::string out = npy_header(stored);
+    out += raw_data(stored);
     return out;
 }
 
@@ -681,10 +690,11 @@ Tensor parse_npy(std::string_view b, const std::string& what) {
 
 void save_npy(const std::string& path, const Tensor& t) {
     check_defined(t, fmt::format("save_npy: '{}'", path));
-    const std::string header = npy_header(t);
+    const Tensor stored = as_stored(t);
+    const std::string header = npy_header(stored);
     AtomicFile f(path, "save_npy");
     f.write(header);
-    f.write(raw_data(t));
+    f.write(raw_data(stored));
     f.commit();
 }
 

@@ -4,7 +4,10 @@
 ///
 /// .npy: format 1.0 written (1.0, 2.0 and 3.0 read); little-endian C-order data of dtype
 /// '<f4' (float32), '<f8' (float64), '<i8' (int64) or '|b1' (bool), loaded as that dtype.
-/// Written headers are byte-for-byte what numpy 1.24's np.save writes.
+/// Written headers are byte-for-byte what numpy 1.24's np.save writes. numpy has no bfloat16:
+/// a bfloat16 tensor is written as '<f4' (its float32 values, exact), and loads back as float32;
+/// converting that into a bfloat16 destination (load_state_dict, .to(kBFloat16)) rounds to
+/// nearest even, which gives back the saved values unchanged.
 /// .npz: a zip archive with one member NAME.npy per array, written stored (as np.savez) or
 /// deflated (as np.savez_compressed), and read either way. Names may hold dots ("W_q.weight"),
 /// and numpy.load(path)["W_q.weight"] reads them back. Deflate and CRC-32 are zlib's.
