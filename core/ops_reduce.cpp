@@ -74,10 +74,10 @@ Tensor reduce_sum(const char* op, const Tensor& a, const std::vector<std::size_t
 
     return dispatch_floating(op, a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
-        // xtensor accumulates float sums in double, then rounds once. Its immediate reducer
-        // crashes on an empty input when only some axes are reduced: an empty sum is 0.
-        // A leading or trailing block of axes (or all of them) sums in the same order, in the
-        // same accumulator, with plain loops (core/broadcast.hpp).
+        // A leading or trailing block of axes (or all of them) is summed by plain loops, each
+        // element in one fixed order in double for float (core/broadcast.hpp); other axes by
+        // xtensor's reducer, whose float sums round in float. That reducer crashes on an empty
+        // input when only some axes are reduced: an empty sum is 0.
         xt::xarray<T> r;
         const xt::xarray<T>& x = values<T>(a);
         const auto split = split_for(kept, in);
