@@ -174,6 +174,16 @@ Tensor bmm(const Tensor& a, const Tensor& b);
 /// matmul_t(q, k, false, true, 1/√d) attention scores. (..., M, K)·(K, N) runs as one gemm.
 Tensor matmul_t(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b, double alpha = 1.0);
 
+// --- normalisation (ops_norm.cpp): fused -------------------------------------------------
+/// torch.nn.functional.layer_norm: each row of x's trailing normalized_shape axes becomes
+/// (x − mean)/√(var + eps)·weight + bias, the variance biased; weight and bias are optional
+/// (undefined), of shape normalized_shape and x's dtype. One op: the row statistics (in double
+/// for float32) are computed once and saved for the backward, which reads x and weight.
+/// Refused: an empty normalized_shape, x not ending with it, a mis-shaped or other-dtype weight
+/// or bias, a negative or non-finite eps.
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+
 // --- softmax family (ops_softmax.cpp): fused, stable -------------------------------------
 /// exp(x - max) / sum along axis. Backward: gx = y ⊙ (g − Σ g⊙y).
 Tensor softmax(const Tensor& a, long axis);

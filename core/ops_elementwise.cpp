@@ -38,24 +38,57 @@ template <class Fwd, class Bwd> Tensor unary(const char* op, const Tensor& a, Sa
 }
 
 // One broadcasting binary op: y = fwd(a, b); (da, db) = (bwd_a(a, b, y, g), bwd_b(...)),
-// each at the broadcast shape, then reduced to its input's shape.
-template <class Fwd, class BwdA, class BwdB>
+// each at the broadcast shape, then reduced to its input's shape. With Scalar, the lambdas
+// also take plain T values, and the broadcasts plan_broadcast knows run as plain loops (the
+// reduction fused with bwd, no broadcast-shaped temporary); the others take xtensor's path.
+template <bool Scalar = false, class Fwd, class BwdA, class BwdB>
 Tensor binary(const char* op, const Tensor& a, const Tensor& b, Saves reads, Fwd fwd, BwdA bwd_a, BwdB bwd_b) {
     check_same_dtype(op, a, b);
     const Shape shape = broadcast_shapes(op, a.shape(), b.shape());
     const AllocContext context(op, shape);
+    std::optional<Plan2D> plan;
+    if constexpr (Scalar) plan = plan_broadcast(a.shape(), b.shape(), shape);
     return dispatch_floating(op, a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
-        xt::xarray<T> y = fwd(values<T>(a), values<T>(b));
+        xt::xarray<T> y;
+        if constexpr (Scalar) {
+            if (plan) {
+                y = xt::xarray<T>::from_shape(shape);
+                apply_plan<T>(*plan, values<T>(a).data(), values<T>(b).data(), y.data(),
+                              [&fwd](T x0, T x1) { return static_cast<T>(fwd(x0, x1)); });
+            }
+        }
+        if (!plan) y = fwd(values<T>(a), values<T>(b));
         return make_result<T>(
             std::move(y), {a, b}, op,
-            [op, bwd_a, bwd_b](Node& self, const Storage& gs) {
+            [op, bwd_a, bwd_b, plan](Node& self, const Storage& gs) {
                 const Tensor& ta = self.parents[0];
                 const Tensor& tb = self.parents[1];
+                // Fetching an unsaved array is harmless: the engine refused a new shape of
+                // every input before this runs, and bwd does not read it.
                 const auto& x0 = values<T>(ta);
                 const auto& x1 = values<T>(tb);
                 const auto& y = values<T>(self);
                 const auto& g = grad_as<T>(gs);
+                if constexpr (Scalar) {
+                    if (plan) {
+                        const Plan2D p = *plan;
+                        const T *pa = x0.data(), *pb = x1.data(), *py = y.data(), *pg = g.data();
+                        auto grad_of = [&](const Tensor& t, Steps steps, const auto& bwd) {
+                            xt::xarray<T> d = xt::xarray<T>::from_shape(t.shape());
+                            detail::with_col_steps(p, [&](auto ca, auto cb) {
+                                reduce_plan<T>(p.rows, p.cols, steps, d.data(), [&](std::size_t r, std::size_t c) {
+                                    const std::size_t i = r * p.cols + c;
+                                    return static_cast<T>(bwd(pa[r * p.a.row + c * ca], pb[r * p.b.row + c * cb], py[i], pg[i]));
+                                });
+                            });
+                            accumulate<T>(op, t, std::move(d));
+                        };
+                        if (needs_grad(self, 0)) grad_of(ta, p.a, bwd_a);
+                        if (needs_grad(self, 1)) grad_of(tb, p.b, bwd_b);
+                        return;
+                    }
+                }
                 if (needs_grad(self, 0)) accumulate<T>(op, ta, sum_to<T>(xt::xarray<T>(bwd_a(x0, x1, y, g)), ta.shape()));
                 if (needs_grad(self, 1)) accumulate<T>(op, tb, sum_to<T>(xt::xarray<T>(bwd_b(x0, x1, y, g)), tb.shape()));
             },
@@ -178,21 +211,21 @@ Dtype result_type(const Tensor& a, const Scalar& s) {
 }
 
 Tensor add(const Tensor& a, const Tensor& b) {
-    return promoted("add", Arith::add, a, b, [](const Tensor& a, const Tensor& b) { return binary(
+    return promoted("add", Arith::add, a, b, [](const Tensor& a, const Tensor& b) { return binary<true>(
         "add", a, b, Saves::none(), [](const auto& x, const auto& y) { return x + y; },
         [](const auto&, const auto&, const auto&, const auto& g) { return g; },
         [](const auto&, const auto&, const auto&, const auto& g) { return g; }); });
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
-    return promoted("sub", Arith::sub, a, b, [](const Tensor& a, const Tensor& b) { return binary(
+    return promoted("sub", Arith::sub, a, b, [](const Tensor& a, const Tensor& b) { return binary<true>(
         "sub", a, b, Saves::none(), [](const auto& x, const auto& y) { return x - y; },
         [](const auto&, const auto&, const auto&, const auto& g) { return g; },
         [](const auto&, const auto&, const auto&, const auto& g) { return -g; }); });
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
-    return promoted("mul", Arith::mul, a, b, [](const Tensor& a, const Tensor& b) { return binary(
+    return promoted("mul", Arith::mul, a, b, [](const Tensor& a, const Tensor& b) { return binary<true>(
         "mul", a, b, Saves::only_inputs(3u), [](const auto& x, const auto& y) { return x * y; },
         [](const auto&, const auto& x1, const auto&, const auto& g) { return g * x1; },
         [](const auto& x0, const auto&, const auto&, const auto& g) { return g * x0; }); });
@@ -200,7 +233,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 
 Tensor div(const Tensor& a, const Tensor& b) {
     // d(a/b)/da = 1/b; d(a/b)/db = -a/b² = -y/b.
-    return promoted("div", Arith::div, a, b, [](const Tensor& a, const Tensor& b) { return binary(
+    return promoted("div", Arith::div, a, b, [](const Tensor& a, const Tensor& b) { return binary<true>(
         "div", a, b, Saves{2u, true}, [](const auto& x, const auto& y) { return x / y; },
         [](const auto&, const auto& x1, const auto&, const auto& g) { return g / x1; },
         [](const auto&, const auto& x1, const auto& y, const auto& g) { return -g * y / x1; }); });
@@ -273,17 +306,36 @@ Tensor sigmoid(const Tensor& a) {
 
 Tensor relu(const Tensor& a) {
     // The subgradient at 0 is 0, as in PyTorch. NaN passes through, as in torch (a maximum
-    // with 0 would turn it into 0 and hide it), and so does its gradient.
-    return unary(
-        "relu", a, kReadsX,
-        [](const auto& x) {
-            using T = value_t<decltype(x)>;
-            return xt::where(x <= static_cast<T>(0), static_cast<T>(0), x);
-        },
-        [](const auto& x, const auto&, const auto& g) {
-            using T = value_t<decltype(x)>;
-            return xt::where(x <= static_cast<T>(0), static_cast<T>(0), g);
+    // with 0 would turn it into 0 and hide it), and so does its gradient. Plain loops over the
+    // pool: both directions are one comparison per element.
+    check_defined("relu", a);
+    return dispatch_floating("relu", a.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const xt::xarray<T>& xv = values<T>(a);
+        xt::xarray<T> y = xt::xarray<T>::from_shape(a.shape());
+        const T* x = xv.data();
+        T* py = y.data();
+        parallel_for(xv.size(), kElementGrain, [&](std::size_t i0, std::size_t i1) {
+            for (std::size_t i = i0; i < i1; ++i) py[i] = x[i] <= T(0) ? T(0) : x[i];
         });
+        return make_result<T>(
+            std::move(y), {a}, "relu",
+            [](Node& self, const Storage& gs) {
+                const Tensor& in = self.parents[0];
+                const T* x = values<T>(in).data();
+                const T* g = grad_as<T>(gs).data();
+                xt::xarray<T> d = xt::xarray<T>::from_shape(in.shape());
+                T* pd = d.data();
+                parallel_for(in.numel(), kElementGrain, [&](std::size_t i0, std::size_t i1) {
+                    for (std::size_t i = i0; i < i1; ++i) {
+                        const T gi = g[i];  // read unconditionally, so the loop vectorises
+                        pd[i] = x[i] <= T(0) ? T(0) : gi;
+                    }
+                });
+                accumulate<T>("relu", in, std::move(d));
+            },
+            kReadsX);
+    });
 }
 
 Tensor gelu(const Tensor& a) {

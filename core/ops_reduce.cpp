@@ -3,6 +3,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "core/broadcast.hpp"
 #include "core/ops.hpp"
 #include "core/ops_util.hpp"
 
@@ -73,11 +74,25 @@ Tensor reduce_sum(const char* op, const Tensor& a, const std::vector<std::size_t
 
     return dispatch_floating(op, a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
-        // xtensor accumulates float sums in double, then rounds once. Its immediate reducer
-        // crashes on an empty input when only some axes are reduced: an empty sum is 0.
-        xt::xarray<T> r = values<T>(a).size() == 0
-                              ? xt::xarray<T>(xt::zeros<T>(kept))
-                              : xt::xarray<T>(xt::sum(values<T>(a), axes, xt::evaluation_strategy::immediate));
+        // A leading or trailing block of axes (or all of them) is summed by plain loops, each
+        // element in one fixed order in double for float (core/broadcast.hpp); other axes by
+        // xtensor's reducer, whose float sums round in float. That reducer crashes on an empty
+        // input when only some axes are reduced: an empty sum is 0.
+        xt::xarray<T> r;
+        const xt::xarray<T>& x = values<T>(a);
+        const auto split = split_for(kept, in);
+        const auto steps = split ? steps_for(kept, in, split->first, split->second) : std::nullopt;
+        if (x.size() == 0) {
+            r = xt::zeros<T>(kept);
+        } else if (steps) {
+            r = xt::xarray<T>::from_shape(kept);
+            const T* px = x.data();
+            const std::size_t cols = split->second;
+            reduce_plan<T>(split->first, cols, *steps, r.data(),
+                           [px, cols](std::size_t i, std::size_t j) { return px[i * cols + j]; });
+        } else {
+            r = xt::sum(x, axes, xt::evaluation_strategy::immediate);
+        }
         if (mean) r /= static_cast<T>(count);
         r.reshape(out_shape);
         return make_result<T>(std::move(r), {a}, op,
@@ -86,6 +101,7 @@ Tensor reduce_sum(const char* op, const Tensor& a, const std::vector<std::size_t
                                   xt::xarray<T> g = grad_as<T>(gs);
                                   g.reshape(kept);
                                   if (mean) g /= static_cast<T>(count);
+                                  if (auto fast = broadcast_fast<T>(g, x.shape())) return accumulate<T>(op, x, std::move(*fast));
                                   accumulate<T>(op, x, xt::xarray<T>(xt::broadcast(g, x.shape())));
                               },
                               Saves::none());

@@ -30,12 +30,7 @@ Tensor LayerNorm::forward(const Tensor& x) {
         throw Error(fmt::format("LayerNorm: input must end with the normalized shape {}, got shape {}",
                                 shape_str(m_shape), shape_str(x.shape())));
     if (m_affine) check_input_dtype("LayerNorm", "input", x, weight().dtype());
-    std::vector<long> axes;
-    for (std::size_t i = 0; i < k; ++i) axes.push_back(-static_cast<long>(i) - 1);
-    const Tensor centred = x - mean(x, axes, true);
-    const Tensor var = mean(centred * centred, axes, true);  // biased, as torch
-    const Tensor y = centred * pow(var + m_eps, -0.5);
-    return m_affine ? y * weight() + bias() : y;
+    return layer_norm(x, m_shape, weight(), bias(), m_eps);
 }
 
 std::string LayerNorm::extra_repr() const {

@@ -7,7 +7,7 @@ namespace xgrad::nn {
 /// y = (x − mean) / √(var + eps) ⊙ weight + bias, with the mean and the biased variance taken
 /// over the last len(normalized_shape) axes of x.
 /// Shapes: x (..., *normalized_shape) → same; weight and bias normalized_shape, initialised to
-/// 1 and 0 (only when elementwise_affine). Composed of core ops (mean, sub, pow, mul, add).
+/// 1 and 0 (only when elementwise_affine). The core op layer_norm, fused.
 /// Prints as `LayerNorm((32,), eps=1e-05, elementwise_affine=True)`.
 class LayerNorm : public Module, public Callable<LayerNorm> {
 public:

@@ -213,3 +213,33 @@ TEST_CASE("a bool attention mask written after the forward pass is refused", "[a
     const std::vector<double> g = x2.grad().to_vector<double>();
     CHECK(g[0] == 0);  // row 0 kept one key: its softmax is constant 1
 }
+
+TEST_CASE("layer_norm saves its input and weight and not its bias, relu its input", "[autograd][version]") {
+    // Each writer in turn: x and the weight are read by the backward, the bias only for its shape.
+    for (int which = 0; which < 3; ++which) {
+        INFO("write to input " << which);
+        Tensor x = tensor({{1.0, 2.0, 4.0}, {3.0, 5.0, 6.0}}, kFloat64).requires_grad_();
+        Tensor w = tensor({1.0, 2.0, 3.0}, kFloat64).requires_grad_();
+        Tensor b = tensor({0.5, 0.5, 0.5}, kFloat64).requires_grad_();
+        Tensor loss = (layer_norm(x, {3}, w, b) * tensor({1.0, -1.0, 2.0}, kFloat64)).sum();
+        (void)(which == 0 ? x : which == 1 ? w : b).mutable_data_ptr<double>();
+        if (which < 2) {
+            CHECK_THROWS_WITH(loss.backward(), STALE("layer_norm") && Catch::Contains(which == 0 ? "its input 0" : "its input 1"));
+        } else {
+            loss.backward();
+            CHECK(b.grad().to_vector<double>() == std::vector<double>{2, -2, 4});
+        }
+    }
+    // Without a weight the bias is input 1, still unsaved.
+    Tensor x = tensor({{1.0, 2.0}}, kFloat64).requires_grad_();
+    Tensor b = tensor({0.0, 0.0}, kFloat64).requires_grad_();
+    Tensor loss = layer_norm(x, {2}, Tensor(), b).sum();
+    b.set_data(tensor({1.0, 1.0}, kFloat64));
+    loss.backward();
+    CHECK(b.grad().to_vector<double>() == std::vector<double>{1, 1});
+
+    Tensor r = tensor({-1.0, 2.0}, kFloat64).requires_grad_();
+    Tensor rl = relu(r).sum();
+    r.mutable_data_ptr<double>()[0] = 3;
+    CHECK_THROWS_WITH(rl.backward(), STALE("relu") && Catch::Contains("its input 0"));
+}
