@@ -2,6 +2,7 @@
 // transposed copy is ever made, and accumulate with beta = 1 where a broadcast operand's
 // gradient sums over batches.
 #include "core/runtime/blas.hpp"
+#include "core/autocast_product.hpp"
 #include "core/broadcast.hpp"
 #include "core/ops.hpp"
 #include "core/runtime/parallel.hpp"
@@ -126,8 +127,74 @@ Plan plan_matmul(const char* op, const Shape& sa, const Shape& sb) {
     return p;
 }
 
+// Under autocast (core/autocast.hpp): the product of the operands rounded to bfloat16, on oneDNN
+// with float32 accumulation and a float32 result. The backward reads the bfloat16 copies made
+// here, never the inputs again, and multiplies in bfloat16 as well (G rounded), whatever the
+// autocast state when it runs.
+Tensor product_bf16(const char* op, const Tensor& a, const Tensor& b, const Plan& p) {
+    using autocast::Bf16;
+    const Bf16 a16 = autocast::to_bf16(values<float>(a).data(), a.numel());
+    const Bf16 b16 = autocast::to_bf16(values<float>(b).data(), b.numel());
+    const AllocContext context(op, p.out_shape);
+    xt::xarray<float> c = xt::empty<float>(p.out_shape);
+    const std::size_t count = p.a_off.size(), mn = p.m * p.n;
+    std::vector<std::size_t> c_off(count);
+    for (std::size_t i = 0; i < count; ++i) c_off[i] = i * mn;
+    dnnl::Matmul shape;
+    shape.input = dnnl::Input::bf16;
+    shape.alpha = static_cast<float>(p.alpha);
+    // C[i] = α·op(A[i])·op(B[i]) : (M,K)·(K,N) → (M,N)
+    shape.trans_a = p.ta, shape.trans_b = p.tb, shape.m = p.m, shape.n = p.n, shape.k = p.k;
+    shape.lda = p.lda(), shape.ldb = p.ldb(), shape.ldc = p.n;
+    autocast::batched(shape, a16->data(), p.a_off, b16->data(), p.b_off, c.data(), c_off);
+    // Each copy is kept only for the other operand's gradient.
+    const Bf16 keep_a = b.requires_grad() ? a16 : nullptr, keep_b = a.requires_grad() ? b16 : nullptr;
+    return make_result<float>(std::move(c), {a, b}, op, [op, p, c_off, keep_a, keep_b](Node& self, const Storage& gs) {
+        const bool need_a = needs_grad(self, 0), need_b = needs_grad(self, 1);
+        if (!need_a && !need_b) return;
+        const xt::xarray<float>& g = grad_as<float>(gs);
+        const Bf16 g16 = autocast::to_bf16(g.data(), g.size());
+        dnnl::Matmul shape;
+        shape.input = dnnl::Input::bf16;
+        shape.alpha = static_cast<float>(p.alpha);
+        // A matrix shared by several batches sums their gradients, one product at a time into zeros.
+        auto buffer = [](const Shape& s, bool repeats) { return repeats ? xt::xarray<float>(xt::zeros<float>(s)) : xt::xarray<float>(xt::empty<float>(s)); };
+        if (need_a) {
+            xt::xarray<float> da = buffer(self.parents[0].shape(), p.a_repeats);
+            shape.accumulate = p.a_repeats;
+            if (!p.ta) {  // dA = α·G·op(B)ᵀ : (M,N)·(N,K) → (M,K)
+                shape.trans_a = false, shape.trans_b = !p.tb, shape.m = p.m, shape.n = p.k, shape.k = p.n;
+                shape.lda = p.n, shape.ldb = p.ldb(), shape.ldc = p.k;
+                autocast::batched(shape, g16->data(), c_off, keep_b->data(), p.b_off, da.data(), p.a_off);
+            } else {  // A stored (K,M): dA = α·op(B)·Gᵀ : (K,N)·(N,M) → (K,M)
+                shape.trans_a = p.tb, shape.trans_b = true, shape.m = p.k, shape.n = p.m, shape.k = p.n;
+                shape.lda = p.ldb(), shape.ldb = p.n, shape.ldc = p.m;
+                autocast::batched(shape, keep_b->data(), p.b_off, g16->data(), c_off, da.data(), p.a_off);
+            }
+            accumulate<float>(op, self.parents[0], std::move(da));
+        }
+        if (need_b) {
+            xt::xarray<float> db = buffer(self.parents[1].shape(), p.b_repeats);
+            shape.accumulate = p.b_repeats;
+            if (!p.tb) {  // dB = α·op(A)ᵀ·G : (K,M)·(M,N) → (K,N)
+                shape.trans_a = !p.ta, shape.trans_b = false, shape.m = p.k, shape.n = p.n, shape.k = p.m;
+                shape.lda = p.lda(), shape.ldb = p.n, shape.ldc = p.n;
+                autocast::batched(shape, keep_a->data(), p.a_off, g16->data(), c_off, db.data(), p.b_off);
+            } else {  // B stored (N,K): dB = α·Gᵀ·op(A) : (N,M)·(M,K) → (N,K)
+                shape.trans_a = true, shape.trans_b = p.ta, shape.m = p.n, shape.n = p.k, shape.k = p.m;
+                shape.lda = p.n, shape.ldb = p.lda(), shape.ldc = p.k;
+                autocast::batched(shape, g16->data(), c_off, keep_a->data(), p.a_off, db.data(), p.b_off);
+            }
+            accumulate<float>(op, self.parents[1], std::move(db));
+        }
+    }, Saves::none());
+}
+
 Tensor product(const char* op, const Tensor& a, const Tensor& b, const Plan& p) {
     check_same_dtype(op, a, b);
+    if (a.dtype() == kFloat32 && p.m != 0 && p.n != 0 && p.k != 0 && !p.a_off.empty() &&
+        autocast::use_bf16(p.a_off.size() * p.m * p.n * p.k))
+        return product_bf16(op, a, b, p);
     return dispatch_floating(op, a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         const AllocContext context(op, p.out_shape);

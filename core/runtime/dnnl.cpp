@@ -5,9 +5,14 @@
 #include "core/error.hpp"
 
 #ifdef XGRAD_WITH_DNNL
+#include <dlfcn.h>
+
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>
+
+#include "core/runtime/parallel.hpp"
 
 #include <oneapi/dnnl/dnnl.hpp>
 #endif
@@ -36,39 +41,63 @@ using ::dnnl::memory;
     return e;
 }
 
-// The shape and layout a primitive was made for.
-using Key = std::tuple<int, bool, bool, std::size_t, std::size_t, std::size_t, std::size_t,
-                       std::size_t, std::size_t, bool>;
+// The shape, layout, scale and thread count a primitive was made for.
+using Key = std::tuple<int, bool, bool, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t,
+                       std::size_t, bool, std::uint32_t, std::size_t, std::size_t, std::size_t, std::size_t,
+                       std::size_t, std::size_t, std::size_t, std::size_t, int>;
 
 struct Cached {
     ::dnnl::matmul primitive;
     memory::desc a, b, c;
 };
 
-memory::desc matrix_desc(memory::data_type type, std::size_t batch, std::size_t stride,
-                         std::size_t rows, std::size_t cols, bool trans) {
-    // The logical matrix is rows×cols; stored transposed it is cols×rows, row-major.
+// A stored operand as oneDNN's 4-D (batch, heads, rows, cols) tensor: the logical matrix is
+// rows×cols; stored transposed it is cols×rows, row-major, `ld` apart. A batch or head stride
+// of 0 is a broadcast axis of length 1.
+memory::desc operand_desc(memory::data_type type, const Matmul& p, std::size_t stride, std::size_t head,
+                          std::size_t rows, std::size_t cols, bool trans, std::size_t ld) {
     const auto r = static_cast<memory::dim>(rows), c = static_cast<memory::dim>(cols);
-    const memory::dim b = stride == 0 ? 1 : static_cast<memory::dim>(batch);
-    const memory::dim s = stride == 0 ? r * c : static_cast<memory::dim>(stride);
-    return memory::desc({b, r, c}, type, trans ? memory::dims{s, 1, r} : memory::dims{s, c, 1});
+    const memory::dim row = static_cast<memory::dim>(ld != 0 ? ld : trans ? rows : cols);
+    const memory::dim matrix = trans ? c * row : r * row;
+    const memory::dim h = head == 0 ? 1 : static_cast<memory::dim>(p.heads);
+    const memory::dim hs = head == 0 ? matrix : static_cast<memory::dim>(head);
+    const memory::dim b = stride == 0 ? 1 : static_cast<memory::dim>(p.batch);
+    const memory::dim bs = stride == 0 ? matrix * h : static_cast<memory::dim>(stride);
+    return memory::desc({b, h, r, c}, type, trans ? memory::dims{bs, hs, 1, row} : memory::dims{bs, hs, row, 1});
 }
 
-const Cached& primitive_for(const Matmul& p) {
+// oneDNN runs on OpenMP's threads; libgomp comes with libdnnl, so its setter is found at run time
+// (xgrad itself is not built with -fopenmp). The count is per calling thread.
+void set_openmp_threads(int threads) {
+    using setter = void (*)(int);
+    static const setter set = reinterpret_cast<setter>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+    if (set) set(threads);
+}
+
+const Cached& primitive_for(const Matmul& p, int threads) {
     static std::mutex mutex;
     static std::map<Key, Cached> cache;
-    const Key key{static_cast<int>(p.input), p.trans_a, p.trans_b, p.batch, p.m, p.n, p.k,
-                  p.stride_a, p.stride_b, p.accumulate};
+    std::uint32_t alpha_bits;
+    std::memcpy(&alpha_bits, &p.alpha, sizeof alpha_bits);
+    const Key key{static_cast<int>(p.input), p.trans_a, p.trans_b, p.batch, p.m, p.n, p.k, p.stride_a, p.stride_b,
+                  p.accumulate, alpha_bits, p.heads, p.head_a, p.head_b, p.head_c, p.lda, p.ldb, p.ldc, p.stride_c,
+                  threads};
     std::lock_guard<std::mutex> lock(mutex);
     if (auto it = cache.find(key); it != cache.end()) return it->second;
+    // Sequences of every length make new shapes; a bounded cache keeps a long run's memory flat.
+    if (cache.size() >= 4096) cache.clear();
     const auto type = p.input == Input::bf16 ? memory::data_type::bf16 : memory::data_type::f32;
     Cached entry;
-    entry.a = matrix_desc(type, p.batch, p.stride_a, p.m, p.k, p.trans_a);
-    entry.b = matrix_desc(type, p.batch, p.stride_b, p.k, p.n, p.trans_b);
-    const auto b = static_cast<memory::dim>(p.batch), m = static_cast<memory::dim>(p.m),
-               n = static_cast<memory::dim>(p.n);
-    entry.c = memory::desc({b, m, n}, memory::data_type::f32, memory::dims{m * n, n, 1});
+    entry.a = operand_desc(type, p, p.stride_a, p.head_a, p.m, p.k, p.trans_a, p.lda);
+    entry.b = operand_desc(type, p, p.stride_b, p.head_b, p.k, p.n, p.trans_b, p.ldb);
+    const auto b = static_cast<memory::dim>(p.batch), h = static_cast<memory::dim>(p.heads),
+               m = static_cast<memory::dim>(p.m), n = static_cast<memory::dim>(p.n);
+    const memory::dim ldc = p.ldc != 0 ? static_cast<memory::dim>(p.ldc) : n;
+    const memory::dim hc = p.head_c != 0 ? static_cast<memory::dim>(p.head_c) : m * ldc;
+    const memory::dim sc = p.stride_c != 0 ? static_cast<memory::dim>(p.stride_c) : h * hc;
+    entry.c = memory::desc({b, h, m, n}, memory::data_type::f32, memory::dims{sc, hc, ldc, 1});
     ::dnnl::primitive_attr attr;
+    if (p.alpha != 1.0f) attr.set_output_scales(0, {p.alpha});
     if (p.accumulate) {
         ::dnnl::post_ops ops;
         ops.append_sum(1.0f);
@@ -107,10 +136,13 @@ std::string version() {
 }
 
 void matmul(const Matmul& p, const void* a, const void* b, float* c) {
-    if (p.batch == 0 || p.m == 0 || p.n == 0 || p.k == 0)
-        throw Error(fmt::format("dnnl matmul: expected non-zero sizes, got batch {} m {} n {} k {}",
-                                p.batch, p.m, p.n, p.k));
-    const Cached& prim = primitive_for(p);
+    if (p.batch == 0 || p.heads == 0 || p.m == 0 || p.n == 0 || p.k == 0)
+        throw Error(fmt::format("dnnl matmul: expected non-zero sizes, got batch {} heads {} m {} n {} k {}",
+                                p.batch, p.heads, p.m, p.n, p.k));
+    // Inside a pool chunk the pool's threads are busy: oneDNN gets none of its own.
+    const int threads = in_parallel_chunk() ? 1 : static_cast<int>(num_threads());
+    set_openmp_threads(threads);
+    const Cached& prim = primitive_for(p, threads);
     ::dnnl::stream stream(engine());
     memory ma(prim.a, engine(), const_cast<void*>(a));
     memory mb(prim.b, engine(), const_cast<void*>(b));

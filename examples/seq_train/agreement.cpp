@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "core/runtime/blas.hpp"
+#include "core/runtime/dnnl.hpp"
 #include "core/runtime/parallel.hpp"
 
 // Set by examples/CMakeLists.txt at configure time; a build without them says so.
@@ -112,6 +113,9 @@ Settings numerics_settings() {
             {"BLAS threads", std::to_string(blas.num_threads)},
             {"XGRAD_NUM_THREADS", env("XGRAD_NUM_THREADS")},
             {"thread pool size", std::to_string(num_threads())},
+            // oneDNN runs the autocast products (and uses the pool's thread count); its
+            // instruction set decides how bfloat16 is computed.
+            {"oneDNN", dnnl::available() ? fmt::format("{}, isa {}", dnnl::version(), dnnl::isa()) : "none"},
 #if defined(__VERSION__)
             {"build compiler", __VERSION__},
 #endif

@@ -17,6 +17,8 @@
 
 #include "common/flags.hpp"
 #include "common/out_folder.hpp"
+#include <optional>
+
 #include "common/progress.hpp"
 #include "core/io/atomic_file.hpp"
 #include "core/runtime/alloc.hpp"
@@ -41,7 +43,7 @@ extern "C" void on_sigint(int) {
 struct Options {
     TrainConfig config;
     LoopOptions loop;
-    std::string task = "reverse", pos = "learned", out = "seq_train_out";
+    std::string task = "reverse", pos = "learned", out = "seq_train_out", autocast = "none";
     std::size_t held_out = 1000;
     std::int64_t log_every = 50;
     bool resume = false, overwrite = false, distributed = false;
@@ -90,6 +92,10 @@ void add_flags(CLI::App& app, Options& o) {
                    "also write the checkpoint every N steps (0: at the end)")->check(whole(0, kMaxCount));
     app.add_option("--stop-after", o.loop.stop_after,
                    "stop after N steps of this run, with a checkpoint (0: run to --steps)")->check(whole(0, kMaxCount));
+    app.add_option("--autocast", o.autocast,
+                   "none, or bf16: the products in bfloat16 on oneDNN (as torch.autocast); refused on a CPU "
+                   "without bfloat16 instructions unless XGRAD_AUTOCAST_ALLOW_EMULATION=1")
+        ->check(CLI::IsMember({"none", "bf16"}));
     app.add_option("--out", o.out, "output folder");
     app.add_flag("--resume", o.resume, "continue from --out/checkpoint.npz (same flags)");
     app.add_flag("--overwrite", o.overwrite,
@@ -291,6 +297,10 @@ int run(int argc, const char* const* argv) {
                                               c.model.heads));
     c.task.task = parse_task(o.task);
     c.model.pos = parse_pos(o.pos);
+    // Training and evaluation run on this thread, inside the guard; it refuses (an Error, exit
+    // status 1) before anything is written when the CPU or the build cannot run it.
+    std::optional<AutocastGuard> autocast;
+    if (o.autocast == "bf16") autocast.emplace(AutocastDtype::BFloat16);
     // The last checks before anything runs: whether the run fits in memory, and whether --out
     // can take it. Every rank makes them (before MPI starts), so all refuse alike.
     try {
