@@ -13,13 +13,16 @@ namespace xgrad::autocast {
 
 using Bf16 = std::shared_ptr<const std::vector<std::uint16_t>>;
 
-/// Products smaller than this many multiply-adds stay float32 under autocast: below it the
-/// conversions and oneDNN's per-call cost outweigh the bfloat16 product (see the threshold's
-/// comment in autocast.cpp).
-constexpr std::size_t kMinMultiplyAdds = std::size_t(1) << 16;
+/// Matrix products (one of a batch: m·n·k) smaller than this stay float32 under autocast.
+/// oneDNN 2.6's batched matmul costs tens of microseconds per matrix whatever its size: measured
+/// with DNNL_VERBOSE on seq_train's attention heads, 64×4 products of 8×16×8 took 8–18 ms
+/// (under 0.1 GFLOP/s, sgemm does them in well under 1 ms), while bench_mha's 32×32×32 heads
+/// (2^15) and tiny's 8×100×100 projections ran at the product's full (emulated) rate.
+constexpr std::size_t kMinMultiplyAdds = std::size_t(1) << 15;
 
-/// Whether a float32 product of `multiply_adds` runs in bfloat16 here: a guard is alive on this
-/// thread and the product is not tiny.
+/// Whether a float32 product whose matrices take `multiply_adds` (m·n·k) each runs in bfloat16
+/// here: a guard is alive on this thread and the matrices are not tiny. Shape only, never timing,
+/// so every replica decides alike.
 bool use_bf16(std::size_t multiply_adds);
 
 /// n values rounded to bfloat16 (to nearest, ties to even), converted over the pool.

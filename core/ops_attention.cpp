@@ -173,7 +173,7 @@ Tensor head_attention_weights(const Tensor& queries, const Tensor& keys, std::si
     const std::size_t B = queries.size(0), Lq = queries.size(1), Lk = keys.size(1), D = queries.size(2);
     const std::size_t H = num_heads, d = D / H;
     mask.check_fits(op, B, Lq, Lk);
-    if (queries.dtype() == kFloat32 && B * Lq * Lk * d != 0 && autocast::use_bf16(B * H * Lq * Lk * d))
+    if (queries.dtype() == kFloat32 && B * Lq * Lk * d != 0 && autocast::use_bf16(Lq * Lk * d))
         return attention_weights_bf16(queries, keys, H, scale, mask);
     return dispatch_floating(op, queries.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
@@ -244,7 +244,7 @@ Tensor head_attention_combine(const Tensor& weights, const Tensor& values, std::
                                 op, B * H, Lk, shape_str(values.shape()), H, shape_str(weights.shape())));
     check_same_dtype(op, weights, values);
     const std::size_t Lq = weights.size(1), dv = E / H;
-    if (values.dtype() == kFloat32 && B * Lq * Lk * dv != 0 && autocast::use_bf16(B * H * Lq * Lk * dv))
+    if (values.dtype() == kFloat32 && B * Lq * Lk * dv != 0 && autocast::use_bf16(Lq * Lk * dv))
         return attention_combine_bf16(weights, values, H);
     return dispatch_floating(op, values.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;

@@ -193,7 +193,7 @@ Tensor product_bf16(const char* op, const Tensor& a, const Tensor& b, const Plan
 Tensor product(const char* op, const Tensor& a, const Tensor& b, const Plan& p) {
     check_same_dtype(op, a, b);
     if (a.dtype() == kFloat32 && p.m != 0 && p.n != 0 && p.k != 0 && !p.a_off.empty() &&
-        autocast::use_bf16(p.a_off.size() * p.m * p.n * p.k))
+        autocast::use_bf16(p.m * p.n * p.k))
         return product_bf16(op, a, b, p);
     return dispatch_floating(op, a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
