@@ -5,6 +5,12 @@
 /// on oneDNN with float32 accumulation. Everything else stays float32: softmax, layer norm,
 /// losses, reductions, the optimizer; float64 products are left alone.
 ///
+/// Which ops go which way follows torch's CPU lists (aten/src/ATen/autocast_mode.cpp,
+/// TORCH_LIBRARY_IMPL(aten, AutocastCPU, m)): lower_precision_fp has the products mm, bmm,
+/// addmm, baddbmm, addbmm, linear (and the convolutions, which xgrad lacks); batch_norm and the
+/// rest of the fp32 list, and everything unlisted (softmax, layer norm, losses, reductions, the
+/// optimizer's arithmetic), run on float32 here because the products hand them float32.
+///
 /// Unlike torch, whose autocast products return bfloat16 tensors, xgrad's return float32: one
 /// rounding fewer, and the elementwise ops that follow stay float32.
 ///
