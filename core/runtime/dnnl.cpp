@@ -7,6 +7,7 @@
 #ifdef XGRAD_WITH_DNNL
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -41,10 +42,10 @@ using ::dnnl::memory;
     return e;
 }
 
-// The shape, layout, scale and thread count a primitive was made for.
+// The shape, layout and scale a primitive was made for (always for one thread).
 using Key = std::tuple<int, bool, bool, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t,
                        std::size_t, bool, std::uint32_t, std::size_t, std::size_t, std::size_t, std::size_t,
-                       std::size_t, std::size_t, std::size_t, std::size_t, int>;
+                       std::size_t, std::size_t, std::size_t, std::size_t>;
 
 struct Cached {
     ::dnnl::matmul primitive;
@@ -67,21 +68,26 @@ memory::desc operand_desc(memory::data_type type, const Matmul& p, std::size_t s
 }
 
 // oneDNN runs on OpenMP's threads; libgomp comes with libdnnl, so its setter is found at run time
-// (xgrad itself is not built with -fopenmp). The count is per calling thread.
-void set_openmp_threads(int threads) {
+// (xgrad itself is not built with -fopenmp). xgrad never lets it start a team: two thread pools
+// on the same cores, each spinning while the other works, made every product 5-15x slower than
+// on one thread (bench_mha small under DNNL_VERBOSE: 7.6 ms vs 1.2 ms per 1024x128x128 product on
+// 2 cores). Each call runs on the calling thread, and matmul() splits the work over xgrad's pool
+// instead, as blas::gemm does. The count is per calling thread, so it is set on each one once.
+void use_one_openmp_thread() {
     using setter = void (*)(int);
     static const setter set = reinterpret_cast<setter>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
-    if (set) set(threads);
+    thread_local bool done = false;
+    if (set && !done) set(1);
+    done = true;
 }
 
-const Cached& primitive_for(const Matmul& p, int threads) {
+const Cached& primitive_for(const Matmul& p) {
     static std::mutex mutex;
     static std::map<Key, Cached> cache;
     std::uint32_t alpha_bits;
     std::memcpy(&alpha_bits, &p.alpha, sizeof alpha_bits);
     const Key key{static_cast<int>(p.input), p.trans_a, p.trans_b, p.batch, p.m, p.n, p.k, p.stride_a, p.stride_b,
-                  p.accumulate, alpha_bits, p.heads, p.head_a, p.head_b, p.head_c, p.lda, p.ldb, p.ldc, p.stride_c,
-                  threads};
+                  p.accumulate, alpha_bits, p.heads, p.head_a, p.head_b, p.head_c, p.lda, p.ldb, p.ldc, p.stride_c};
     std::lock_guard<std::mutex> lock(mutex);
     if (auto it = cache.find(key); it != cache.end()) return it->second;
     // Sequences of every length make new shapes; a bounded cache keeps a long run's memory flat.
@@ -135,20 +141,55 @@ std::string version() {
     return fmt::format("oneDNN {}.{}.{}", v->major, v->minor, v->patch);
 }
 
-void matmul(const Matmul& p, const void* a, const void* b, float* c) {
-    if (p.batch == 0 || p.heads == 0 || p.m == 0 || p.n == 0 || p.k == 0)
-        throw Error(fmt::format("dnnl matmul: expected non-zero sizes, got batch {} heads {} m {} n {} k {}",
-                                p.batch, p.heads, p.m, p.n, p.k));
-    // Inside a pool chunk the pool's threads are busy: oneDNN gets none of its own.
-    const int threads = in_parallel_chunk() ? 1 : static_cast<int>(num_threads());
-    set_openmp_threads(threads);
-    const Cached& prim = primitive_for(p, threads);
+namespace {
+
+void run(const Matmul& p, const void* a, const void* b, float* c) {
+    use_one_openmp_thread();
+    const Cached& prim = primitive_for(p);
     ::dnnl::stream stream(engine());
     memory ma(prim.a, engine(), const_cast<void*>(a));
     memory mb(prim.b, engine(), const_cast<void*>(b));
     memory mc(prim.c, engine(), c);
     prim.primitive.execute(stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
     stream.wait();
+}
+
+// Products below this many multiply-adds run as one call, as blas::gemm's split threshold.
+constexpr std::size_t kSplitWork = std::size_t(1) << 21;
+
+}  // namespace
+
+void matmul(const Matmul& p, const void* a, const void* b, float* c) {
+    if (p.batch == 0 || p.heads == 0 || p.m == 0 || p.n == 0 || p.k == 0)
+        throw Error(fmt::format("dnnl matmul: expected non-zero sizes, got batch {} heads {} m {} n {} k {}",
+                                p.batch, p.heads, p.m, p.n, p.k));
+    const std::size_t per_matrix = p.m * p.n * p.k, work = per_matrix * p.batch * p.heads;
+    if (num_threads() == 1 || in_parallel_chunk() || work < kSplitWork) return run(p, a, b, c);
+    // Every layout made explicit, so a part addresses its block of the whole.
+    Matmul part = p;
+    part.lda = p.lda != 0 ? p.lda : p.trans_a ? p.m : p.k;
+    part.ldb = p.ldb != 0 ? p.ldb : p.trans_b ? p.k : p.n;
+    part.ldc = p.ldc != 0 ? p.ldc : p.n;
+    part.head_c = p.head_c != 0 ? p.head_c : p.m * part.ldc;
+    part.stride_c = p.stride_c != 0 ? p.stride_c : p.heads * part.head_c;
+    const std::size_t width = p.input == Input::bf16 ? 2 : 4;
+    const auto* A = static_cast<const char*>(a);
+    const auto* B = static_cast<const char*>(b);
+    if (p.batch > 1) {  // whole batches per part, about 2^20 multiply-adds each
+        const std::size_t grain = std::max<std::size_t>(1, (kSplitWork / 2) / (per_matrix * p.heads));
+        parallel_for(p.batch, grain, [&](std::size_t i0, std::size_t i1) {
+            Matmul q = part;
+            q.batch = i1 - i0;
+            run(q, A + i0 * p.stride_a * width, B + i0 * p.stride_b * width, c + i0 * part.stride_c);
+        });
+        return;
+    }
+    // One batch: blocks of C's rows, each from A's rows and the whole of B.
+    parallel_for(p.m, 32, [&](std::size_t r0, std::size_t r1) {
+        Matmul q = part;
+        q.m = r1 - r0;
+        run(q, A + (p.trans_a ? r0 : r0 * part.lda) * width, b, c + r0 * part.ldc);
+    });
 }
 
 #endif

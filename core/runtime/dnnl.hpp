@@ -45,11 +45,12 @@ struct Matmul {
     std::size_t lda = 0, ldb = 0, ldc = 0, stride_c = 0;
 };
 
-/// Runs the product on oneDNN's OpenMP threads, as many as xgrad's pool has (num_threads()),
-/// or one when called from inside a parallel_for chunk, so the two never nest. A product's
-/// result depends on that thread count, as sgemm's does on the pool's. Primitives are cached
-/// per shape and thread count. Throws xgrad::Error naming "dnnl matmul" on a bad shape, and
-/// when oneDNN is not built in.
+/// Runs the product with oneDNN on xgrad's pool (parallel.hpp), never on OpenMP threads of its
+/// own: each call into oneDNN is single-threaded, and a product of 2^21 multiply-adds or more
+/// is split into whole batches or, with one batch, blocks of C's rows, as blas::gemm splits its
+/// products. A product's result may depend on that split, i.e. on num_threads(), as sgemm's
+/// does. Primitives are cached per shape. Throws xgrad::Error naming "dnnl matmul" on a bad
+/// shape, and when oneDNN is not built in.
 void matmul(const Matmul& p, const void* a, const void* b, float* c);
 
 }  // namespace xgrad::dnnl
