@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <vector>
 
 #include "core/runtime/parallel.hpp"
 
@@ -49,7 +50,7 @@ using Key = std::tuple<int, bool, bool, std::size_t, std::size_t, std::size_t, s
 
 struct Cached {
     ::dnnl::matmul primitive;
-    memory::desc a, b, c;
+    memory::desc a, b, c, scratchpad;
 };
 
 // A stored operand as oneDNN's 4-D (batch, heads, rows, cols) tensor: the logical matrix is
@@ -103,6 +104,10 @@ const Cached& primitive_for(const Matmul& p) {
     const memory::dim sc = p.stride_c != 0 ? static_cast<memory::dim>(p.stride_c) : h * hc;
     entry.c = memory::desc({b, h, m, n}, memory::data_type::f32, memory::dims{sc, hc, ldc, 1});
     ::dnnl::primitive_attr attr;
+    // The pool's threads run one primitive at once: each brings its own scratch space (with the
+    // library's, shared by every execution, concurrent parts of one product overwrote each
+    // other's partial sums).
+    attr.set_scratchpad_mode(::dnnl::scratchpad_mode::user);
     if (p.alpha != 1.0f) attr.set_output_scales(0, {p.alpha});
     if (p.accumulate) {
         ::dnnl::post_ops ops;
@@ -110,7 +115,9 @@ const Cached& primitive_for(const Matmul& p) {
         attr.set_post_ops(ops);
     }
     ::dnnl::matmul::desc desc(entry.a, entry.b, entry.c);
-    entry.primitive = ::dnnl::matmul(::dnnl::matmul::primitive_desc(desc, attr, engine()));
+    const ::dnnl::matmul::primitive_desc pd(desc, attr, engine());
+    entry.primitive = ::dnnl::matmul(pd);
+    entry.scratchpad = pd.scratchpad_desc();
     return cache.emplace(key, std::move(entry)).first->second;
 }
 
@@ -150,7 +157,12 @@ void run(const Matmul& p, const void* a, const void* b, float* c) {
     memory ma(prim.a, engine(), const_cast<void*>(a));
     memory mb(prim.b, engine(), const_cast<void*>(b));
     memory mc(prim.c, engine(), c);
-    prim.primitive.execute(stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
+    thread_local std::vector<char> scratch;
+    const std::size_t need = prim.scratchpad.get_size();
+    if (scratch.size() < need) scratch.resize(need);
+    memory ms(prim.scratchpad, engine(), scratch.data());
+    prim.primitive.execute(stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc},
+                                    {DNNL_ARG_SCRATCHPAD, ms}});
     stream.wait();
 }
 
