@@ -196,6 +196,9 @@ void print_blas() {
     std::printf("BLAS: %s [%s, %s], core %s (the library chose %s; CPU level %s%s), %d thread(s)\n",
                 b.library.c_str(), b.backend.c_str(), b.vendor.c_str(), b.core.c_str(), b.detected.c_str(),
                 b.cpu_level.c_str(), b.core_fixed ? ", fixed by xgrad" : "", b.num_threads);
+    // Which float32 products leave BLAS (blas.hpp, GemmEngine): those are not in "in-gemm".
+    std::printf("float32 engine: %s (XGRAD_GEMM), on this machine: %s for calls of 2^20 multiply-adds or more\n",
+                gemm_engine_name(gemm_engine()), gemm_uses_onednn(1, 1024, 1024, 1) ? "oneDNN" : "BLAS");
 }
 
 void write_json(const std::vector<Result>& results, const char* path) {
