@@ -3,6 +3,7 @@
 // row length H·d, so neither d2l's transpose_qkv nor transpose_output copy is made. Head (b, h)
 // is row b·H + h of the weights, the order of transpose_qkv.
 #include "core/ops.hpp"
+#include "core/autocast_product.hpp"
 #include "core/node.hpp"
 #include "core/runtime/blas.hpp"
 #include "core/runtime/parallel.hpp"
@@ -32,6 +33,136 @@ std::size_t pair_grain(std::size_t rows, std::size_t cols, std::size_t inner) {
     return std::max<std::size_t>(1, (std::size_t(1) << 20) / std::max<std::size_t>(1, rows * cols * inner));
 }
 
+// The per-head products of a packed (B, L, H·d) tensor for oneDNN: head (b, h) starts at
+// b·L·H·d + h·d, rows H·d apart.
+dnnl::Matmul heads(std::size_t B, std::size_t H, dnnl::Input in) {
+    dnnl::Matmul p;
+    p.input = in;
+    p.batch = B;
+    p.heads = H;
+    return p;
+}
+
+// The scores S = scale·Q_bh·K_bhᵀ on oneDNN (float32 accumulation): of Q and K themselves when
+// the float32 engine is oneDNN (gemm_uses_onednn), or under autocast (core/autocast.hpp) of
+// bfloat16 copies; the masked softmax stays float32. A bfloat16 backward reads the copies, not
+// the inputs, and runs its products in bfloat16 too; a float32 one reads the inputs.
+Tensor attention_weights_dnnl(const Tensor& queries, const Tensor& keys, std::size_t H, double scale,
+                              const ResolvedMask& mask, dnnl::Input in) {
+    constexpr const char* op = "head_attention_weights";
+    const bool bf16 = in == dnnl::Input::bf16;
+    const std::size_t B = queries.size(0), Lq = queries.size(1), Lk = keys.size(1), D = queries.size(2), d = D / H;
+    const autocast::Bf16 q16 = bf16 ? autocast::to_bf16(values<float>(queries).data(), queries.numel()) : nullptr;
+    const autocast::Bf16 k16 = bf16 ? autocast::to_bf16(values<float>(keys).data(), keys.numel()) : nullptr;
+    xt::xarray<float> out = xt::empty<float>(Shape{B * H, Lq, Lk});
+    // S_bh = scale·Q_bh·K_bhᵀ : (Lq, d)·(d, Lk) → (Lq, Lk), packed (B·H, Lq, Lk)
+    dnnl::Matmul s = heads(B, H, in);
+    s.trans_b = true, s.m = Lq, s.n = Lk, s.k = d, s.alpha = static_cast<float>(scale);
+    s.stride_a = Lq * D, s.head_a = d, s.lda = D, s.stride_b = Lk * D, s.head_b = d, s.ldb = D;
+    dnnl::matmul(s, bf16 ? static_cast<const void*>(q16->data()) : values<float>(queries).data(),
+                 bf16 ? static_cast<const void*>(k16->data()) : values<float>(keys).data(), out.data());
+    const kernel::MaskedRows kept(mask);
+    float* W = out.data();
+    parallel_for(B * Lq * H, std::max<std::size_t>(1, 4096 / std::max<std::size_t>(1, Lk)), [&](std::size_t r0, std::size_t r1) {
+        for (std::size_t r = r0; r < r1; ++r) {  // row r = (b·H + h)·Lq + i
+            const std::size_t b = r / (H * Lq), i = r % Lq;
+            kept.forward(b * Lq + i, W + r * Lk, W + r * Lk);
+        }
+    });
+    std::vector<Tensor> inputs{queries, keys};
+    if (mask.by_mask()) inputs.push_back(mask.where());
+    const autocast::Bf16 keep_q = bf16 && keys.requires_grad() ? q16 : nullptr;
+    const autocast::Bf16 keep_k = bf16 && queries.requires_grad() ? k16 : nullptr;
+    return make_result<float>(std::move(out), std::move(inputs), op,
+        [mask, B, H, Lq, Lk, D, d, scale, in, keep_q, keep_k](Node& self, const Storage& gs) {
+            const bool need_q = needs_grad(self, 0), need_k = needs_grad(self, 1);
+            if (!need_q && !need_k) return;
+            const bool bf16 = in == dnnl::Input::bf16;
+            const kernel::MaskedRows kept(mask);
+            const float* W = values<float>(self).data();
+            const float* G = grad_as<float>(gs).data();
+            std::vector<float> dS(B * H * Lq * Lk);  // the softmax's backward, in float32
+            parallel_for(B * H * Lq, std::max<std::size_t>(1, 4096 / std::max<std::size_t>(1, Lk)), [&](std::size_t r0, std::size_t r1) {
+                for (std::size_t r = r0; r < r1; ++r) {
+                    const std::size_t b = r / (H * Lq), i = r % Lq;
+                    kept.backward(b * Lq + i, W + r * Lk, G + r * Lk, dS.data() + r * Lk);
+                }
+            });
+            const autocast::Bf16 ds16 = bf16 ? autocast::to_bf16(dS.data(), dS.size()) : nullptr;
+            const void* DS = bf16 ? static_cast<const void*>(ds16->data()) : dS.data();
+            dnnl::Matmul p = heads(B, H, in);
+            p.alpha = static_cast<float>(scale);
+            p.stride_a = H * Lq * Lk, p.head_a = Lq * Lk, p.lda = Lk;
+            if (need_q) {  // dQ_bh = scale·dS·K_bh : (Lq, Lk)·(Lk, d), written into its head's block
+                xt::xarray<float> dq = xt::empty<float>(Shape{B, Lq, D});
+                p.m = Lq, p.n = d, p.k = Lk;
+                p.stride_b = Lk * D, p.head_b = d, p.ldb = D, p.stride_c = Lq * D, p.head_c = d, p.ldc = D;
+                dnnl::matmul(p, DS, bf16 ? static_cast<const void*>(keep_k->data()) : values<float>(self.parents[1]).data(),
+                             dq.data());
+                accumulate<float>("head_attention_weights", self.parents[0], std::move(dq));
+            }
+            if (need_k) {  // dK_bh = scale·dSᵀ·Q_bh : (Lk, Lq)·(Lq, d)
+                xt::xarray<float> dk = xt::empty<float>(Shape{B, Lk, D});
+                p.trans_a = true, p.m = Lk, p.n = d, p.k = Lq;
+                p.stride_b = Lq * D, p.head_b = d, p.ldb = D, p.stride_c = Lk * D, p.head_c = d, p.ldc = D;
+                dnnl::matmul(p, DS, bf16 ? static_cast<const void*>(keep_q->data()) : values<float>(self.parents[0]).data(),
+                             dk.data());
+                accumulate<float>("head_attention_weights", self.parents[1], std::move(dk));
+            }
+        },
+        // the weights and a bool mask; bfloat16 copies Q and K, float32 reads them again
+        Saves{(mask.by_mask() ? 4u : 0u) | (bf16 ? 0u : 3u), true});
+}
+
+// out_bh = W_bh·V_bh on oneDNN: of W and V themselves (float32 engine oneDNN), or under
+// autocast of their bfloat16 roundings, as attention_weights_dnnl.
+Tensor attention_combine_dnnl(const Tensor& weights, const Tensor& values, std::size_t H, dnnl::Input in) {
+    constexpr const char* op = "head_attention_combine";
+    const bool bf16 = in == dnnl::Input::bf16;
+    const std::size_t B = values.size(0), Lk = values.size(1), E = values.size(2), Lq = weights.size(1), dv = E / H;
+    const autocast::Bf16 w16 = bf16 ? autocast::to_bf16(xgrad::values<float>(weights).data(), weights.numel()) : nullptr;
+    const autocast::Bf16 v16 = bf16 ? autocast::to_bf16(xgrad::values<float>(values).data(), values.numel()) : nullptr;
+    xt::xarray<float> out = xt::empty<float>(Shape{B, Lq, E});
+    // out_bh = W_bh·V_bh : (Lq, Lk)·(Lk, dv), into its head's block (rows of E)
+    dnnl::Matmul p = heads(B, H, in);
+    p.m = Lq, p.n = dv, p.k = Lk;
+    p.stride_a = H * Lq * Lk, p.head_a = Lq * Lk, p.lda = Lk;
+    p.stride_b = Lk * E, p.head_b = dv, p.ldb = E, p.stride_c = Lq * E, p.head_c = dv, p.ldc = E;
+    dnnl::matmul(p, bf16 ? static_cast<const void*>(w16->data()) : xgrad::values<float>(weights).data(),
+                 bf16 ? static_cast<const void*>(v16->data()) : xgrad::values<float>(values).data(), out.data());
+    const autocast::Bf16 keep_w = bf16 && values.requires_grad() ? w16 : nullptr;
+    const autocast::Bf16 keep_v = bf16 && weights.requires_grad() ? v16 : nullptr;
+    return make_result<float>(std::move(out), {weights, values}, op,
+        [B, H, Lq, Lk, E, dv, in, keep_w, keep_v](Node& self, const Storage& gs) {
+            const bool need_w = needs_grad(self, 0), need_v = needs_grad(self, 1);
+            if (!need_w && !need_v) return;
+            const bool bf16 = in == dnnl::Input::bf16;
+            const xt::xarray<float>& g = grad_as<float>(gs);
+            const autocast::Bf16 g16 = bf16 ? autocast::to_bf16(g.data(), g.size()) : nullptr;
+            const void* G = bf16 ? static_cast<const void*>(g16->data()) : g.data();
+            if (need_w) {  // dW_bh = G_bh·V_bhᵀ : (Lq, dv)·(dv, Lk), packed (B·H, Lq, Lk)
+                xt::xarray<float> dw = xt::empty<float>(Shape{B * H, Lq, Lk});
+                dnnl::Matmul p = heads(B, H, in);
+                p.trans_b = true, p.m = Lq, p.n = Lk, p.k = dv;
+                p.stride_a = Lq * E, p.head_a = dv, p.lda = E, p.stride_b = Lk * E, p.head_b = dv, p.ldb = E;
+                dnnl::matmul(p, G, bf16 ? static_cast<const void*>(keep_v->data()) : xgrad::values<float>(self.parents[1]).data(),
+                             dw.data());
+                accumulate<float>("head_attention_combine", self.parents[0], std::move(dw));
+            }
+            if (need_v) {  // dV_bh = W_bhᵀ·G_bh : (Lk, Lq)·(Lq, dv)
+                xt::xarray<float> dval = xt::empty<float>(Shape{B, Lk, E});
+                dnnl::Matmul p = heads(B, H, in);
+                p.trans_a = true, p.m = Lk, p.n = dv, p.k = Lq;
+                p.stride_a = H * Lq * Lk, p.head_a = Lq * Lk, p.lda = Lk;
+                p.stride_b = Lq * E, p.head_b = dv, p.ldb = E, p.stride_c = Lk * E, p.head_c = dv, p.ldc = E;
+                dnnl::matmul(p, bf16 ? static_cast<const void*>(keep_w->data()) : xgrad::values<float>(self.parents[0]).data(),
+                             G, dval.data());
+                accumulate<float>("head_attention_combine", self.parents[1], std::move(dval));
+            }
+        },
+        bf16 ? Saves::none() : Saves::only_inputs(3u));
+}
+
 }  // namespace
 
 Tensor head_attention_weights(const Tensor& queries, const Tensor& keys, std::size_t num_heads, double scale,
@@ -59,6 +190,10 @@ Tensor head_attention_weights(const Tensor& queries, const Tensor& keys, std::si
     const std::size_t B = queries.size(0), Lq = queries.size(1), Lk = keys.size(1), D = queries.size(2);
     const std::size_t H = num_heads, d = D / H;
     mask.check_fits(op, B, Lq, Lk);
+    if (queries.dtype() == kFloat32 && B * Lq * Lk * d != 0) {
+        if (autocast::use_bf16(Lq * Lk * d)) return attention_weights_dnnl(queries, keys, H, scale, mask, dnnl::Input::bf16);
+        if (gemm_uses_onednn(B * H, Lq, Lk, d)) return attention_weights_dnnl(queries, keys, H, scale, mask, dnnl::Input::f32);
+    }
     return dispatch_floating(op, queries.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         const T* Q = values<T>(queries).data();
@@ -128,6 +263,10 @@ Tensor head_attention_combine(const Tensor& weights, const Tensor& values, std::
                                 op, B * H, Lk, shape_str(values.shape()), H, shape_str(weights.shape())));
     check_same_dtype(op, weights, values);
     const std::size_t Lq = weights.size(1), dv = E / H;
+    if (values.dtype() == kFloat32 && B * Lq * Lk * dv != 0) {
+        if (autocast::use_bf16(Lq * Lk * dv)) return attention_combine_dnnl(weights, values, H, dnnl::Input::bf16);
+        if (gemm_uses_onednn(B * H, Lq, dv, Lk)) return attention_combine_dnnl(weights, values, H, dnnl::Input::f32);
+    }
     return dispatch_floating(op, values.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         const T* W = xgrad::values<T>(weights).data();

@@ -2,6 +2,7 @@
 // transposed copy is ever made, and accumulate with beta = 1 where a broadcast operand's
 // gradient sums over batches.
 #include "core/runtime/blas.hpp"
+#include "core/autocast_product.hpp"
 #include "core/broadcast.hpp"
 #include "core/ops.hpp"
 #include "core/runtime/parallel.hpp"
@@ -126,8 +127,85 @@ Plan plan_matmul(const char* op, const Shape& sa, const Shape& sb) {
     return p;
 }
 
+// On oneDNN, with float32 accumulation and a float32 result: float32 operands when the float32
+// engine is oneDNN (gemm_uses_onednn, blas.hpp), or under autocast (core/autocast.hpp) the
+// operands rounded to bfloat16. A bfloat16 backward reads the copies made here, never the inputs
+// again, and multiplies in bfloat16 as well (G rounded), whatever the autocast state when it
+// runs; a float32 backward reads the inputs, as the BLAS path's does.
+Tensor product_dnnl(const char* op, const Tensor& a, const Tensor& b, const Plan& p, dnnl::Input in) {
+    using autocast::Bf16;
+    const bool bf16 = in == dnnl::Input::bf16;
+    const Bf16 a16 = bf16 ? autocast::to_bf16(values<float>(a).data(), a.numel()) : nullptr;
+    const Bf16 b16 = bf16 ? autocast::to_bf16(values<float>(b).data(), b.numel()) : nullptr;
+    const AllocContext context(op, p.out_shape);
+    xt::xarray<float> c = xt::empty<float>(p.out_shape);
+    const std::size_t count = p.a_off.size(), mn = p.m * p.n;
+    std::vector<std::size_t> c_off(count);
+    for (std::size_t i = 0; i < count; ++i) c_off[i] = i * mn;
+    dnnl::Matmul shape;
+    shape.input = in;
+    shape.alpha = static_cast<float>(p.alpha);
+    // C[i] = α·op(A[i])·op(B[i]) : (M,K)·(K,N) → (M,N)
+    shape.trans_a = p.ta, shape.trans_b = p.tb, shape.m = p.m, shape.n = p.n, shape.k = p.k;
+    shape.lda = p.lda(), shape.ldb = p.ldb(), shape.ldc = p.n;
+    autocast::batched(shape, bf16 ? static_cast<const void*>(a16->data()) : values<float>(a).data(), p.a_off,
+                      bf16 ? static_cast<const void*>(b16->data()) : values<float>(b).data(), p.b_off, c.data(), c_off);
+    // Each copy is kept only for the other operand's gradient.
+    const Bf16 keep_a = bf16 && b.requires_grad() ? a16 : nullptr, keep_b = bf16 && a.requires_grad() ? b16 : nullptr;
+    return make_result<float>(std::move(c), {a, b}, op, [op, p, c_off, in, keep_a, keep_b](Node& self, const Storage& gs) {
+        const bool need_a = needs_grad(self, 0), need_b = needs_grad(self, 1);
+        if (!need_a && !need_b) return;
+        const bool bf16 = in == dnnl::Input::bf16;
+        const xt::xarray<float>& g = grad_as<float>(gs);
+        const Bf16 g16 = bf16 ? autocast::to_bf16(g.data(), g.size()) : nullptr;
+        const void* G = bf16 ? static_cast<const void*>(g16->data()) : g.data();
+        // The operands as multiplied: the bfloat16 copies, or the float32 inputs themselves.
+        auto operand = [&](std::size_t i) -> const void* {
+            if (bf16) return (i == 0 ? keep_a : keep_b)->data();
+            return values<float>(self.parents[i]).data();
+        };
+        dnnl::Matmul shape;
+        shape.input = in;
+        shape.alpha = static_cast<float>(p.alpha);
+        // A matrix shared by several batches sums their gradients, one product at a time into zeros.
+        auto buffer = [](const Shape& s, bool repeats) { return repeats ? xt::xarray<float>(xt::zeros<float>(s)) : xt::xarray<float>(xt::empty<float>(s)); };
+        if (need_a) {
+            xt::xarray<float> da = buffer(self.parents[0].shape(), p.a_repeats);
+            shape.accumulate = p.a_repeats;
+            if (!p.ta) {  // dA = α·G·op(B)ᵀ : (M,N)·(N,K) → (M,K)
+                shape.trans_a = false, shape.trans_b = !p.tb, shape.m = p.m, shape.n = p.k, shape.k = p.n;
+                shape.lda = p.n, shape.ldb = p.ldb(), shape.ldc = p.k;
+                autocast::batched(shape, G, c_off, operand(1), p.b_off, da.data(), p.a_off);
+            } else {  // A stored (K,M): dA = α·op(B)·Gᵀ : (K,N)·(N,M) → (K,M)
+                shape.trans_a = p.tb, shape.trans_b = true, shape.m = p.k, shape.n = p.m, shape.k = p.n;
+                shape.lda = p.ldb(), shape.ldb = p.n, shape.ldc = p.m;
+                autocast::batched(shape, operand(1), p.b_off, G, c_off, da.data(), p.a_off);
+            }
+            accumulate<float>(op, self.parents[0], std::move(da));
+        }
+        if (need_b) {
+            xt::xarray<float> db = buffer(self.parents[1].shape(), p.b_repeats);
+            shape.accumulate = p.b_repeats;
+            if (!p.tb) {  // dB = α·op(A)ᵀ·G : (K,M)·(M,N) → (K,N)
+                shape.trans_a = !p.ta, shape.trans_b = false, shape.m = p.k, shape.n = p.n, shape.k = p.m;
+                shape.lda = p.lda(), shape.ldb = p.n, shape.ldc = p.n;
+                autocast::batched(shape, operand(0), p.a_off, G, c_off, db.data(), p.b_off);
+            } else {  // B stored (N,K): dB = α·Gᵀ·op(A) : (N,M)·(M,K) → (N,K)
+                shape.trans_a = true, shape.trans_b = p.ta, shape.m = p.n, shape.n = p.k, shape.k = p.m;
+                shape.lda = p.n, shape.ldb = p.lda(), shape.ldc = p.k;
+                autocast::batched(shape, G, c_off, operand(0), p.a_off, db.data(), p.b_off);
+            }
+            accumulate<float>(op, self.parents[1], std::move(db));
+        }
+    }, bf16 ? Saves::none() : Saves::only_inputs(3u));
+}
+
 Tensor product(const char* op, const Tensor& a, const Tensor& b, const Plan& p) {
     check_same_dtype(op, a, b);
+    if (a.dtype() == kFloat32 && p.m != 0 && p.n != 0 && p.k != 0 && !p.a_off.empty()) {
+        if (autocast::use_bf16(p.m * p.n * p.k)) return product_dnnl(op, a, b, p, dnnl::Input::bf16);
+        if (gemm_uses_onednn(p.a_off.size(), p.m, p.n, p.k)) return product_dnnl(op, a, b, p, dnnl::Input::f32);
+    }
     return dispatch_floating(op, a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         const AllocContext context(op, p.out_shape);

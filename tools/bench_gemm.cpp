@@ -3,7 +3,7 @@
 // (float32 accumulation; inputs already bfloat16, and with the conversion of both inputs
 // counted). The shapes are 1024³ and the products of tools/bench_mha's configurations.
 //
-//   OMP_NUM_THREADS=1 bench_gemm [--seconds S]     one core: oneDNN's threads are OpenMP's
+//   XGRAD_NUM_THREADS=1 bench_gemm [--seconds S]   one core: both split over xgrad's pool
 //
 // Each figure is the best of five timed runs of at least S/5 seconds each.
 #include <algorithm>
@@ -21,6 +21,7 @@
 #include "core/runtime/bfloat16.hpp"
 #include "core/runtime/blas.hpp"
 #include "core/runtime/dnnl.hpp"
+#include "core/runtime/parallel.hpp"
 
 namespace {
 
@@ -76,10 +77,9 @@ int main(int argc, char** argv) {
         }
     }
     const auto& blas = xgrad::blas_info();
-    const char* omp = std::getenv("OMP_NUM_THREADS");
-    fmt::print("OpenBLAS: {} core {} ({} thread(s)); {}: isa {}, native bfloat16 {}, OMP_NUM_THREADS={}\n",
+    fmt::print("OpenBLAS: {} core {} ({} thread(s)); {}: isa {}, native bfloat16 {}; xgrad's pool: {} thread(s)\n",
                blas.vendor, blas.core, blas.num_threads, xgrad::dnnl::available() ? xgrad::dnnl::version() : "no oneDNN",
-               xgrad::dnnl::isa(), xgrad::dnnl::native_bf16() ? "yes" : "no", omp ? omp : "(unset)");
+               xgrad::dnnl::isa(), xgrad::dnnl::native_bf16() ? "yes" : "no", xgrad::num_threads());
     fmt::print("{:<20} {:>24} {:>10} {:>11} {:>11} {:>15}\n", "shape", "batch x m x n x k", "sgemm",
                "dnnl f32", "dnnl bf16", "bf16+convert");
     std::mt19937 rng(0);

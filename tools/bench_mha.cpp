@@ -2,7 +2,12 @@
 // self-attention block in float32, per configuration, timed as the median over ~2 s.
 //
 //   bench_mha [--config tiny|small|medium|large|all] [--seconds S] [--reps N] [--json PATH]
-//             [--blas-info]
+//             [--autocast none|bf16] [--blas-info]
+//
+// --autocast bf16 runs everything under xgrad::AutocastGuard (core/autocast.hpp): the products in
+// bfloat16 on oneDNN. On a CPU without bfloat16 instructions it exits with status 1 and the
+// reason on stderr, unless XGRAD_AUTOCAST_ALLOW_EMULATION=1. The counted products ("in-gemm",
+// "raw") are then only those left to BLAS.
 //
 // --reps N times exactly N steps of each kind instead of ~S seconds (for perf stat and
 // callgrind, whose counts compare across builds where wall time on a busy machine does not).
@@ -26,7 +31,10 @@
 
 #include <xgrad/xgrad.hpp>
 
+#include <optional>
+
 #include "core/runtime/blas.hpp"
+#include "core/runtime/dnnl.hpp"
 #include "nn/loss.hpp"
 #include "optim/adam.hpp"
 
@@ -188,6 +196,9 @@ void print_blas() {
     std::printf("BLAS: %s [%s, %s], core %s (the library chose %s; CPU level %s%s), %d thread(s)\n",
                 b.library.c_str(), b.backend.c_str(), b.vendor.c_str(), b.core.c_str(), b.detected.c_str(),
                 b.cpu_level.c_str(), b.core_fixed ? ", fixed by xgrad" : "", b.num_threads);
+    // Which float32 products leave BLAS (blas.hpp, GemmEngine): those are not in "in-gemm".
+    std::printf("float32 engine: %s (XGRAD_GEMM), on this machine: %s for calls of 2^20 multiply-adds or more\n",
+                gemm_engine_name(gemm_engine()), gemm_uses_onednn(1, 1024, 1024, 1) ? "oneDNN" : "BLAS");
 }
 
 void write_json(const std::vector<Result>& results, const char* path) {
@@ -199,8 +210,8 @@ void write_json(const std::vector<Result>& results, const char* path) {
     const BlasInfo& b = blas_info();
     std::fprintf(f,
                  "{\"framework\": \"xgrad\", \"blas_library\": \"%s\", \"blas_core\": \"%s\", \"blas_threads\": %d, "
-                 "\"threads\": %zu, \"results\": [\n",
-                 b.library.c_str(), b.core.c_str(), b.num_threads, num_threads());
+                 "\"threads\": %zu, \"autocast\": \"%s\", \"results\": [\n",
+                 b.library.c_str(), b.core.c_str(), b.num_threads, num_threads(), is_autocast_enabled() ? "bf16" : "none");
     for (std::size_t i = 0; i < results.size(); ++i) {
         const Result& r = results[i];
         std::fprintf(f,
@@ -220,7 +231,7 @@ void write_json(const std::vector<Result>& results, const char* path) {
 [[noreturn]] void usage() {
     std::fprintf(stderr,
                  "usage: bench_mha [--config tiny|small|medium|large|all] [--seconds S] [--reps N] [--json PATH] "
-                 "[--blas-info]\n");
+                 "[--autocast none|bf16] [--blas-info]\n");
     std::exit(2);
 }
 
@@ -230,12 +241,14 @@ int main(int argc, char** argv) {
     std::string which = "all";
     double seconds = 2.0;
     const char* json = nullptr;
+    std::string autocast = "none";
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--config" && i + 1 < argc) which = argv[++i];
         else if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
         else if (a == "--reps" && i + 1 < argc) fixed_reps = std::strtoul(argv[++i], nullptr, 10);
         else if (a == "--json" && i + 1 < argc) json = argv[++i];
+        else if (a == "--autocast" && i + 1 < argc) autocast = argv[++i];
         else if (a == "--blas-info") {
             print_blas();
             return 0;
@@ -244,9 +257,25 @@ int main(int argc, char** argv) {
     std::vector<const Config*> chosen;
     for (const Config& c : configs)
         if (which == "all" || which == c.name) chosen.push_back(&c);
-    if (chosen.empty()) usage();
+    if (chosen.empty() || (autocast != "none" && autocast != "bf16")) usage();
+    std::optional<AutocastGuard> guard;
+    if (autocast == "bf16") {
+        try {
+            guard.emplace(kBFloat16);
+        } catch (const Error& e) {
+            std::fprintf(stderr, "bench_mha: error: %s\n", e.what());
+            return 1;
+        }
+    }
 
-    print_blas();
+    try {
+        print_blas();
+    } catch (const Error& e) {  // a bad XGRAD_GEMM
+        std::fprintf(stderr, "bench_mha: error: %s\n", e.what());
+        return 1;
+    }
+    if (guard) std::printf("autocast: bfloat16 products on %s (isa %s%s)\n", dnnl::version().c_str(), dnnl::isa().c_str(),
+                           dnnl::native_bf16() ? "" : ", emulated");
     std::printf("%-7s %10s %10s %9s %9s %9s %9s %9s %9s %9s\n", "config", "train ms", "infer ms", "train cpu",
                 "infer cpu", "peak MB", "GFLOP", "in-gemm", "step", "raw");
     std::vector<Result> results;

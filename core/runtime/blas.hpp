@@ -77,6 +77,50 @@ void blas_count(bool on);
 /// The products counted since blas_count(true), by shape.
 std::vector<BlasProduct> blas_counted();
 
+/// Which library multiplies float32 products (matmul, bmm, matmul_t, nn::Linear, the attention
+/// products); float64 always runs on the BLAS, and autocast's bfloat16 always on oneDNN.
+///   Auto:    the rule below (gemm_rule_picks_onednn), from the shape and what the BLAS and
+///            oneDNN run on this CPU, never from timing, so replicas with the same libraries,
+///            CPU level and settings pick alike.
+///   OpenBlas: always the BLAS (whatever blas_info() names: OpenBLAS, or the cblas build's).
+///   OneDnn:  always oneDNN (an Error where the build has none).
+/// The two engines round float32 sums differently: a result may differ in the last bits.
+enum class GemmEngine { Auto, OpenBlas, OneDnn };
+
+/// "auto", "openblas" or "onednn"; anything else is an Error naming `what` and the choices.
+GemmEngine parse_gemm_engine(const std::string& value, const char* what = "XGRAD_GEMM");
+const char* gemm_engine_name(GemmEngine engine);
+
+/// The engine setting: the last set_gemm_engine(), else XGRAD_GEMM from the environment (read
+/// once; a bad value is an Error on every call), else Auto.
+GemmEngine gemm_engine();
+/// Sets the engine for the whole process, from then on (products already recorded keep the
+/// engine their forward used for their backward too). OneDnn without oneDNN in the build
+/// throws xgrad::Error and changes nothing.
+void set_gemm_engine(GemmEngine engine);
+
+/// Auto's rule, apart so that it can be tested for any CPU. oneDNN is chosen when
+///   - oneDNN runs AVX-512 here (`dnnl_isa` starts with "avx512_core"), and
+///   - the BLAS is OpenBLAS (`blas_backend` "openblas-runtime") running a kernel family without
+///     AVX-512 (`blas_core` not SkylakeX, CooperLake or SapphireRapids): e.g.
+///     OPENBLAS_CORETYPE=Haswell on an AVX-512 CPU, where oneDNN's float32 measured 1.2-2.5x
+///     OpenBLAS's on bench_mha's products, and
+///   - the call multiplies at least kGemmOneDnnMinMultiplyAdds (batch·m·n·k, the product's
+///     `batch` matrices of m×k by k×n together): below that oneDNN's cost per call (about
+///     10 µs) outweighs its faster kernels (bench_mha tiny ran slower on it).
+/// OpenBLAS's own AVX-512 kernels measured as fast as oneDNN's or faster on the large single
+/// products (bench_gemm, one thread), so they stay; other BLAS libraries (the cblas build) are
+/// the user's choice and stay too. An unknown core or ISA keeps the BLAS.
+bool gemm_rule_picks_onednn(const std::string& blas_backend, const std::string& blas_core,
+                            const std::string& dnnl_isa, std::size_t batch, std::size_t m, std::size_t n,
+                            std::size_t k);
+constexpr std::size_t kGemmOneDnnMinMultiplyAdds = std::size_t(1) << 20;
+
+/// Whether a float32 product of `batch` matrices m×k by k×n runs on oneDNN now (the setting,
+/// then the rule with this machine's BLAS and oneDNN). The ops decide once per call, forward
+/// and backward alike.
+bool gemm_uses_onednn(std::size_t batch, std::size_t m, std::size_t n, std::size_t k);
+
 }  // namespace xgrad
 
 namespace xgrad::blas {

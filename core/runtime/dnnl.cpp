@@ -5,9 +5,16 @@
 #include "core/error.hpp"
 
 #ifdef XGRAD_WITH_DNNL
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <vector>
+
+#include "core/runtime/parallel.hpp"
 
 #include <oneapi/dnnl/dnnl.hpp>
 #endif
@@ -36,46 +43,81 @@ using ::dnnl::memory;
     return e;
 }
 
-// The shape and layout a primitive was made for.
-using Key = std::tuple<int, bool, bool, std::size_t, std::size_t, std::size_t, std::size_t,
-                       std::size_t, std::size_t, bool>;
+// The shape, layout and scale a primitive was made for (always for one thread).
+using Key = std::tuple<int, bool, bool, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t,
+                       std::size_t, bool, std::uint32_t, std::size_t, std::size_t, std::size_t, std::size_t,
+                       std::size_t, std::size_t, std::size_t, std::size_t>;
 
 struct Cached {
     ::dnnl::matmul primitive;
-    memory::desc a, b, c;
+    memory::desc a, b, c, scratchpad;
 };
 
-memory::desc matrix_desc(memory::data_type type, std::size_t batch, std::size_t stride,
-                         std::size_t rows, std::size_t cols, bool trans) {
-    // The logical matrix is rows×cols; stored transposed it is cols×rows, row-major.
+// A stored operand as oneDNN's 4-D (batch, heads, rows, cols) tensor: the logical matrix is
+// rows×cols; stored transposed it is cols×rows, row-major, `ld` apart. A batch or head stride
+// of 0 is a broadcast axis of length 1.
+memory::desc operand_desc(memory::data_type type, const Matmul& p, std::size_t stride, std::size_t head,
+                          std::size_t rows, std::size_t cols, bool trans, std::size_t ld) {
     const auto r = static_cast<memory::dim>(rows), c = static_cast<memory::dim>(cols);
-    const memory::dim b = stride == 0 ? 1 : static_cast<memory::dim>(batch);
-    const memory::dim s = stride == 0 ? r * c : static_cast<memory::dim>(stride);
-    return memory::desc({b, r, c}, type, trans ? memory::dims{s, 1, r} : memory::dims{s, c, 1});
+    const memory::dim row = static_cast<memory::dim>(ld != 0 ? ld : trans ? rows : cols);
+    const memory::dim matrix = trans ? c * row : r * row;
+    const memory::dim h = head == 0 ? 1 : static_cast<memory::dim>(p.heads);
+    const memory::dim hs = head == 0 ? matrix : static_cast<memory::dim>(head);
+    const memory::dim b = stride == 0 ? 1 : static_cast<memory::dim>(p.batch);
+    const memory::dim bs = stride == 0 ? matrix * h : static_cast<memory::dim>(stride);
+    return memory::desc({b, h, r, c}, type, trans ? memory::dims{bs, hs, 1, row} : memory::dims{bs, hs, row, 1});
+}
+
+// oneDNN runs on OpenMP's threads; libgomp comes with libdnnl, so its setter is found at run time
+// (xgrad itself is not built with -fopenmp). xgrad never lets it start a team: two thread pools
+// on the same cores, each spinning while the other works, made every product 5-15x slower than
+// on one thread (bench_mha small under DNNL_VERBOSE: 7.6 ms vs 1.2 ms per 1024x128x128 product on
+// 2 cores). Each call runs on the calling thread, and matmul() splits the work over xgrad's pool
+// instead, as blas::gemm does. The count is per calling thread, so it is set on each one once.
+void use_one_openmp_thread() {
+    using setter = void (*)(int);
+    static const setter set = reinterpret_cast<setter>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+    thread_local bool done = false;
+    if (set && !done) set(1);
+    done = true;
 }
 
 const Cached& primitive_for(const Matmul& p) {
     static std::mutex mutex;
     static std::map<Key, Cached> cache;
-    const Key key{static_cast<int>(p.input), p.trans_a, p.trans_b, p.batch, p.m, p.n, p.k,
-                  p.stride_a, p.stride_b, p.accumulate};
+    std::uint32_t alpha_bits;
+    std::memcpy(&alpha_bits, &p.alpha, sizeof alpha_bits);
+    const Key key{static_cast<int>(p.input), p.trans_a, p.trans_b, p.batch, p.m, p.n, p.k, p.stride_a, p.stride_b,
+                  p.accumulate, alpha_bits, p.heads, p.head_a, p.head_b, p.head_c, p.lda, p.ldb, p.ldc, p.stride_c};
     std::lock_guard<std::mutex> lock(mutex);
     if (auto it = cache.find(key); it != cache.end()) return it->second;
+    // Sequences of every length make new shapes; a bounded cache keeps a long run's memory flat.
+    if (cache.size() >= 4096) cache.clear();
     const auto type = p.input == Input::bf16 ? memory::data_type::bf16 : memory::data_type::f32;
     Cached entry;
-    entry.a = matrix_desc(type, p.batch, p.stride_a, p.m, p.k, p.trans_a);
-    entry.b = matrix_desc(type, p.batch, p.stride_b, p.k, p.n, p.trans_b);
-    const auto b = static_cast<memory::dim>(p.batch), m = static_cast<memory::dim>(p.m),
-               n = static_cast<memory::dim>(p.n);
-    entry.c = memory::desc({b, m, n}, memory::data_type::f32, memory::dims{m * n, n, 1});
+    entry.a = operand_desc(type, p, p.stride_a, p.head_a, p.m, p.k, p.trans_a, p.lda);
+    entry.b = operand_desc(type, p, p.stride_b, p.head_b, p.k, p.n, p.trans_b, p.ldb);
+    const auto b = static_cast<memory::dim>(p.batch), h = static_cast<memory::dim>(p.heads),
+               m = static_cast<memory::dim>(p.m), n = static_cast<memory::dim>(p.n);
+    const memory::dim ldc = p.ldc != 0 ? static_cast<memory::dim>(p.ldc) : n;
+    const memory::dim hc = p.head_c != 0 ? static_cast<memory::dim>(p.head_c) : m * ldc;
+    const memory::dim sc = p.stride_c != 0 ? static_cast<memory::dim>(p.stride_c) : h * hc;
+    entry.c = memory::desc({b, h, m, n}, memory::data_type::f32, memory::dims{sc, hc, ldc, 1});
     ::dnnl::primitive_attr attr;
+    // The pool's threads run one primitive at once: each brings its own scratch space (with the
+    // library's, shared by every execution, concurrent parts of one product overwrote each
+    // other's partial sums).
+    attr.set_scratchpad_mode(::dnnl::scratchpad_mode::user);
+    if (p.alpha != 1.0f) attr.set_output_scales(0, {p.alpha});
     if (p.accumulate) {
         ::dnnl::post_ops ops;
         ops.append_sum(1.0f);
         attr.set_post_ops(ops);
     }
     ::dnnl::matmul::desc desc(entry.a, entry.b, entry.c);
-    entry.primitive = ::dnnl::matmul(::dnnl::matmul::primitive_desc(desc, attr, engine()));
+    const ::dnnl::matmul::primitive_desc pd(desc, attr, engine());
+    entry.primitive = ::dnnl::matmul(pd);
+    entry.scratchpad = pd.scratchpad_desc();
     return cache.emplace(key, std::move(entry)).first->second;
 }
 
@@ -106,17 +148,60 @@ std::string version() {
     return fmt::format("oneDNN {}.{}.{}", v->major, v->minor, v->patch);
 }
 
-void matmul(const Matmul& p, const void* a, const void* b, float* c) {
-    if (p.batch == 0 || p.m == 0 || p.n == 0 || p.k == 0)
-        throw Error(fmt::format("dnnl matmul: expected non-zero sizes, got batch {} m {} n {} k {}",
-                                p.batch, p.m, p.n, p.k));
+namespace {
+
+void run(const Matmul& p, const void* a, const void* b, float* c) {
+    use_one_openmp_thread();
     const Cached& prim = primitive_for(p);
     ::dnnl::stream stream(engine());
     memory ma(prim.a, engine(), const_cast<void*>(a));
     memory mb(prim.b, engine(), const_cast<void*>(b));
     memory mc(prim.c, engine(), c);
-    prim.primitive.execute(stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
+    thread_local std::vector<char> scratch;
+    const std::size_t need = prim.scratchpad.get_size();
+    if (scratch.size() < need) scratch.resize(need);
+    memory ms(prim.scratchpad, engine(), scratch.data());
+    prim.primitive.execute(stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc},
+                                    {DNNL_ARG_SCRATCHPAD, ms}});
     stream.wait();
+}
+
+// Products below this many multiply-adds run as one call, as blas::gemm's split threshold.
+constexpr std::size_t kSplitWork = std::size_t(1) << 21;
+
+}  // namespace
+
+void matmul(const Matmul& p, const void* a, const void* b, float* c) {
+    if (p.batch == 0 || p.heads == 0 || p.m == 0 || p.n == 0 || p.k == 0)
+        throw Error(fmt::format("dnnl matmul: expected non-zero sizes, got batch {} heads {} m {} n {} k {}",
+                                p.batch, p.heads, p.m, p.n, p.k));
+    const std::size_t per_matrix = p.m * p.n * p.k, work = per_matrix * p.batch * p.heads;
+    if (num_threads() == 1 || in_parallel_chunk() || work < kSplitWork) return run(p, a, b, c);
+    // Every layout made explicit, so a part addresses its block of the whole.
+    Matmul part = p;
+    part.lda = p.lda != 0 ? p.lda : p.trans_a ? p.m : p.k;
+    part.ldb = p.ldb != 0 ? p.ldb : p.trans_b ? p.k : p.n;
+    part.ldc = p.ldc != 0 ? p.ldc : p.n;
+    part.head_c = p.head_c != 0 ? p.head_c : p.m * part.ldc;
+    part.stride_c = p.stride_c != 0 ? p.stride_c : p.heads * part.head_c;
+    const std::size_t width = p.input == Input::bf16 ? 2 : 4;
+    const auto* A = static_cast<const char*>(a);
+    const auto* B = static_cast<const char*>(b);
+    if (p.batch > 1) {  // whole batches per part, about 2^20 multiply-adds each
+        const std::size_t grain = std::max<std::size_t>(1, (kSplitWork / 2) / (per_matrix * p.heads));
+        parallel_for(p.batch, grain, [&](std::size_t i0, std::size_t i1) {
+            Matmul q = part;
+            q.batch = i1 - i0;
+            run(q, A + i0 * p.stride_a * width, B + i0 * p.stride_b * width, c + i0 * part.stride_c);
+        });
+        return;
+    }
+    // One batch: blocks of C's rows, each from A's rows and the whole of B.
+    parallel_for(p.m, 32, [&](std::size_t r0, std::size_t r1) {
+        Matmul q = part;
+        q.m = r1 - r0;
+        run(q, A + (p.trans_a ? r0 : r0 * part.lda) * width, b, c + r0 * part.ldc);
+    });
 }
 
 #endif

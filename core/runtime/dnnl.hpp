@@ -33,10 +33,23 @@ struct Matmul {
     std::size_t batch = 1, m = 0, n = 0, k = 0;
     std::size_t stride_a = 0, stride_b = 0;  ///< elements between batches; 0: one shared matrix
     bool accumulate = false;
+    /// C = alpha·op(A)·op(B) (+ C).
+    float alpha = 1;
+    /// A second batch axis inside the first (attention's heads): product (i, h) reads
+    /// A + i·stride_a + h·head_a and writes C + i·stride_c + h·head_c. head_a or head_b 0
+    /// shares one matrix across the heads.
+    std::size_t heads = 1, head_a = 0, head_b = 0, head_c = 0;
+    /// Row lengths as stored (0: packed, the stored matrix's column count) and C's batch
+    /// stride (0: packed, heads·m·n). Strided rows let a head's column block of a packed
+    /// projection (rows of H·d) be read and written in place.
+    std::size_t lda = 0, ldb = 0, ldc = 0, stride_c = 0;
 };
 
-/// Runs the product on the calling thread's oneDNN stream (oneDNN's own threads: the build's
-/// OpenMP). Primitives are cached per shape. Throws xgrad::Error naming "dnnl matmul" on a bad
+/// Runs the product with oneDNN on xgrad's pool (parallel.hpp), never on OpenMP threads of its
+/// own: each call into oneDNN is single-threaded, and a product of 2^21 multiply-adds or more
+/// is split into whole batches or, with one batch, blocks of C's rows, as blas::gemm splits its
+/// products. A product's result may depend on that split, i.e. on num_threads(), as sgemm's
+/// does. Primitives are cached per shape. Throws xgrad::Error naming "dnnl matmul" on a bad
 /// shape, and when oneDNN is not built in.
 void matmul(const Matmul& p, const void* a, const void* b, float* c);
 

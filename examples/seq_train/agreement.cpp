@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "core/runtime/blas.hpp"
+#include "core/runtime/dnnl.hpp"
 #include "core/runtime/parallel.hpp"
 
 // Set by examples/CMakeLists.txt at configure time; a build without them says so.
@@ -112,6 +113,12 @@ Settings numerics_settings() {
             {"BLAS threads", std::to_string(blas.num_threads)},
             {"XGRAD_NUM_THREADS", env("XGRAD_NUM_THREADS")},
             {"thread pool size", std::to_string(num_threads())},
+            // oneDNN runs the autocast products and, by the float32 engine's rule (blas.hpp,
+            // gemm_rule_picks_onednn: the BLAS core above, oneDNN's instruction set and the
+            // shape), float32 ones: its version and instruction set decide how they round.
+            {"oneDNN", dnnl::available() ? fmt::format("{}, isa {}", dnnl::version(), dnnl::isa()) : "none"},
+            {"XGRAD_GEMM", env("XGRAD_GEMM")},
+            {"float32 engine", gemm_engine_name(gemm_engine())},
 #if defined(__VERSION__)
             {"build compiler", __VERSION__},
 #endif

@@ -17,6 +17,8 @@
 
 #include "common/flags.hpp"
 #include "common/out_folder.hpp"
+#include <optional>
+
 #include "common/progress.hpp"
 #include "core/io/atomic_file.hpp"
 #include "core/runtime/alloc.hpp"
@@ -41,7 +43,7 @@ extern "C" void on_sigint(int) {
 struct Options {
     TrainConfig config;
     LoopOptions loop;
-    std::string task = "reverse", pos = "learned", out = "seq_train_out";
+    std::string task = "reverse", pos = "learned", out = "seq_train_out", autocast = "none";
     std::size_t held_out = 1000;
     std::int64_t log_every = 50;
     bool resume = false, overwrite = false, distributed = false;
@@ -93,6 +95,10 @@ void add_flags(CLI::App& app, Options& o) {
     app.add_option("--target-accuracy", o.loop.target_accuracy,
                    "stop at the first held-out evaluation with this token accuracy or more, and report the "
                    "seconds of training steps and the step it took (0: run to --steps)")->check(real(0, 1));
+    app.add_option("--autocast", o.autocast,
+                   "none, or bf16: the products in bfloat16 on oneDNN (as torch.autocast); refused on a CPU "
+                   "without bfloat16 instructions unless XGRAD_AUTOCAST_ALLOW_EMULATION=1")
+        ->check(CLI::IsMember({"none", "bf16"}));
     app.add_option("--out", o.out, "output folder");
     app.add_flag("--resume", o.resume, "continue from --out/checkpoint.npz (same flags)");
     app.add_flag("--overwrite", o.overwrite,
@@ -308,6 +314,10 @@ int run(int argc, const char* const* argv) {
                                               c.model.heads));
     c.task.task = parse_task(o.task);
     c.model.pos = parse_pos(o.pos);
+    // Training and evaluation run on this thread, inside the guard; it refuses (an Error, exit
+    // status 1) before anything is written when the CPU or the build cannot run it.
+    std::optional<AutocastGuard> autocast;
+    if (o.autocast == "bf16") autocast.emplace(kBFloat16);
     // The last checks before anything runs: whether the run fits in memory, and whether --out
     // can take it. Every rank makes them (before MPI starts), so all refuse alike.
     try {

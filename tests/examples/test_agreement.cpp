@@ -114,7 +114,7 @@ TEST_CASE("agreement: this process's numerics settings name the BLAS, the thread
         CHECK_FALSE(v.empty());
     }
     for (const char* expected : {"OPENBLAS_CORETYPE", "BLAS core", "BLAS threads", "XGRAD_NUM_THREADS",
-                                 "thread pool size", "build type", "build flags", "build commit"})
+                                 "thread pool size", "oneDNN", "XGRAD_GEMM", "float32 engine", "build type", "build flags", "build commit"})
         CHECK(std::find(names.begin(), names.end(), expected) != names.end());
     CHECK(numerics_settings() == s);  // the same process twice: the same answer
 }

@@ -1,0 +1,110 @@
+#include "core/autocast.hpp"
+
+#include <cstdlib>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "core/autocast_product.hpp"
+#include "core/runtime/bfloat16.hpp"
+#include "core/runtime/dnnl.hpp"
+#include "core/runtime/parallel.hpp"
+
+namespace xgrad {
+
+namespace {
+
+thread_local bool t_autocast = false;
+
+
+bool emulation_allowed_by_environment() {
+    const char* v = std::getenv("XGRAD_AUTOCAST_ALLOW_EMULATION");
+    if (v == nullptr || *v == '\0' || std::strcmp(v, "0") == 0) return false;
+    if (std::strcmp(v, "1") == 0) return true;
+    throw Error(fmt::format("autocast: XGRAD_AUTOCAST_ALLOW_EMULATION must be 0 or 1, got '{}'", v));
+}
+
+}  // namespace
+
+AutocastCapabilities AutocastCapabilities::current() {
+    return {dnnl::available(), dnnl::native_bf16(), dnnl::isa(), dnnl::version()};
+}
+
+std::string autocast_refusal(const AutocastCapabilities& caps, bool allow_emulation) {
+    if (!caps.dnnl_available)
+        return "autocast: bfloat16 products need oneDNN, and this build of xgrad has none (install "
+               "libdnnl-dev, which tools/deps.sh does, and rebuild with XGRAD_WITH_DNNL=ON)";
+    if (!caps.native_bf16 && !allow_emulation)
+        return fmt::format(
+            "autocast: this CPU has no bfloat16 instructions ({} finds instruction set {}, without "
+            "AVX512-BF16 or AMX), so bfloat16 products would be emulated through float32 and run about 3x "
+            "slower than float32 itself; run in float32, or allow emulation (AutocastOptions::allow_emulation, "
+            "XGRAD_AUTOCAST_ALLOW_EMULATION=1) to check results",
+            caps.version, caps.isa.empty() ? "unknown" : caps.isa);
+    return {};
+}
+
+bool is_autocast_enabled() { return t_autocast; }
+
+AutocastGuard::AutocastGuard(Dtype dtype, AutocastOptions options) : m_previous(t_autocast) {
+    if (dtype != kBFloat16)
+        throw Error(fmt::format("autocast: dtype must be bfloat16 (the one lower precision CPU autocast offers), got {}",
+                                dtype_name(dtype)));
+    if (options.enabled) {
+        const bool allow = options.allow_emulation || emulation_allowed_by_environment();
+        const std::string why = autocast_refusal(AutocastCapabilities::current(), allow);
+        if (!why.empty()) throw Error(why);
+    }
+    t_autocast = options.enabled;
+}
+
+AutocastGuard::~AutocastGuard() { t_autocast = m_previous; }
+
+}  // namespace xgrad
+
+// --- the products' pieces (core/autocast_product.hpp) --------------------------------------
+
+namespace xgrad::autocast {
+
+bool use_bf16(std::size_t multiply_adds) { return is_autocast_enabled() && multiply_adds >= kMinMultiplyAdds; }
+
+Bf16 to_bf16(const float* data, std::size_t n) {
+    auto out = std::make_shared<std::vector<std::uint16_t>>(n);
+    std::uint16_t* o = out->data();
+    parallel_for(n, std::size_t(1) << 15, [&](std::size_t i0, std::size_t i1) { bf16_from_float(data + i0, o + i0, i1 - i0); });
+    return out;
+}
+
+namespace {
+
+// The fixed stride of an offset list (0 for one entry or a shared matrix), or false.
+bool fixed_stride(const std::vector<std::size_t>& off, std::size_t& stride) {
+    stride = off.size() > 1 ? off[1] - off[0] : 0;
+    for (std::size_t i = 0; i < off.size(); ++i)
+        if (off[i] != i * stride) return false;
+    return true;
+}
+
+}  // namespace
+
+void batched(dnnl::Matmul shape, const void* a, const std::vector<std::size_t>& a_off, const void* b,
+             const std::vector<std::size_t>& b_off, float* c, const std::vector<std::size_t>& c_off) {
+    const std::size_t count = c_off.size();
+    if (count == 0) return;
+    const std::size_t width = shape.input == dnnl::Input::bf16 ? 2 : 4;
+    auto at = [width](const void* base, std::size_t off) { return static_cast<const char*>(base) + off * width; };
+    std::size_t sa, sb, sc;
+    if (fixed_stride(a_off, sa) && fixed_stride(b_off, sb) && fixed_stride(c_off, sc) && (count == 1 || sc != 0)) {
+        shape.batch = count;
+        shape.stride_a = count > 1 ? sa : 0;
+        shape.stride_b = count > 1 ? sb : 0;
+        shape.stride_c = count > 1 ? sc : 0;
+        dnnl::matmul(shape, a, b, c);
+        return;
+    }
+    shape.batch = 1;
+    for (std::size_t i = 0; i < count; ++i) dnnl::matmul(shape, at(a, a_off[i]), at(b, b_off[i]), c + c_off[i]);
+}
+
+}  // namespace xgrad::autocast

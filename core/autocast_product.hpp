@@ -1,0 +1,39 @@
+#pragma once
+/// The pieces the product ops share under autocast (core/autocast.hpp): whether a float32
+/// product runs in bfloat16, and the bfloat16 copies of its operands that forward and backward
+/// both read.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/runtime/dnnl.hpp"
+
+namespace xgrad::autocast {
+
+using Bf16 = std::shared_ptr<const std::vector<std::uint16_t>>;
+
+/// Matrix products (one of a batch: m·n·k) smaller than this stay float32 under autocast.
+/// oneDNN 2.6's batched matmul costs tens of microseconds per matrix whatever its size: measured
+/// with DNNL_VERBOSE on seq_train's attention heads, 64×4 products of 8×16×8 took 8–18 ms
+/// (under 0.1 GFLOP/s, sgemm does them in well under 1 ms), while bench_mha's 32×32×32 heads
+/// (2^15) and tiny's 8×100×100 projections ran at the product's full (emulated) rate.
+constexpr std::size_t kMinMultiplyAdds = std::size_t(1) << 15;
+
+/// Whether a float32 product whose matrices take `multiply_adds` (m·n·k) each runs in bfloat16
+/// here: a guard is alive on this thread and the matrices are not tiny. Shape only, never timing,
+/// so every replica decides alike.
+bool use_bf16(std::size_t multiply_adds);
+
+/// n values rounded to bfloat16 (to nearest, ties to even), converted over the pool.
+Bf16 to_bf16(const float* data, std::size_t n);
+
+/// C + c_off[i] (+)= alpha·op(A + a_off[i])·op(B + b_off[i]) for every i, each operand with the
+/// flags, sizes and row lengths in `shape` (its batch fields are filled here). One oneDNN call
+/// when every list steps by a fixed stride (a stride of 0 sharing one A or B); otherwise one
+/// call per batch, in order, and then a C offset that repeats sums its batches (`accumulate`
+/// must then be set, into zeros).
+void batched(dnnl::Matmul shape, const void* a, const std::vector<std::size_t>& a_off, const void* b,
+             const std::vector<std::size_t>& b_off, float* c, const std::vector<std::size_t>& c_off);
+
+}  // namespace xgrad::autocast

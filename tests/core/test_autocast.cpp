@@ -1,0 +1,237 @@
+// Autocast (core/autocast.hpp): the guard's state, its refusal, and every product under it
+// against the product of the bfloat16-rounded inputs computed in float64.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <functional>
+#include <optional>
+#include <thread>
+
+#include "../autocast_helpers.hpp"
+#include "core/error.hpp"
+#include "core/random.hpp"
+#include "core/runtime/dnnl.hpp"
+#include "core/tensor.hpp"
+
+using namespace xgrad;
+using autocast_test::allow;
+using autocast_test::rounded64;
+using autocast_test::worst_ratio;
+
+namespace {
+
+bool same(const Tensor& a, const Tensor& b) { return a.shape() == b.shape() && a.to_vector<double>() == b.to_vector<double>(); }
+
+// A product f(a, b) under autocast against f on the rounded inputs in float64, forward and both
+// gradients (upstream gradient R, itself rounded to bfloat16 by the backward).
+void check_product(const std::function<Tensor(const Tensor&, const Tensor&)>& f, const Shape& sa, const Shape& sb,
+                   std::size_t terms) {
+    Generator gen(7);
+    const Tensor a = randn(sa, {}, gen).requires_grad_(), b = randn(sb, {}, gen).requires_grad_();
+    Tensor y;
+    {
+        AutocastGuard guard(kBFloat16, allow());
+        y = f(a, b);
+    }
+    REQUIRE(y.dtype() == kFloat32);
+    const Tensor R = randn(y.shape(), {}, gen);
+    (y * R).sum().backward();
+    // The reference: float64 on the rounded values, and the bound's scale on their magnitudes.
+    const Tensor a64 = rounded64(a).requires_grad_(), b64 = rounded64(b).requires_grad_();
+    const Tensor y64 = f(a64, b64);
+    (y64 * rounded64(R)).sum().backward();
+    const Tensor aa = abs(rounded64(a)).requires_grad_(), ab = abs(rounded64(b)).requires_grad_();
+    const Tensor scale = f(aa, ab);
+    (scale * abs(rounded64(R))).sum().backward();
+    CHECK(worst_ratio(y, y64, scale, terms) <= 1.0);
+    REQUIRE(a.grad().dtype() == kFloat32);
+    CHECK(worst_ratio(a.grad(), a64.grad(), aa.grad(), terms) <= 1.0);
+    CHECK(worst_ratio(b.grad(), b64.grad(), ab.grad(), terms) <= 1.0);
+    // Float32 without the guard rounds nothing: far outside the bound, so the check can fail.
+    CHECK(worst_ratio(f(a, b), y64, scale, terms) > 4.0);
+}
+
+}  // namespace
+
+TEST_CASE("autocast: the guard nests and composes with NoGradGuard and is per thread", "[autocast]") {
+    if (!dnnl::available()) return;
+    CHECK_FALSE(is_autocast_enabled());
+    {
+        AutocastGuard on(kBFloat16, allow());
+        CHECK(is_autocast_enabled());
+        {
+            AutocastOptions off = allow();
+            off.enabled = false;
+            AutocastGuard inner(kBFloat16, off);
+            CHECK_FALSE(is_autocast_enabled());
+            {
+                NoGradGuard no_grad;
+                AutocastGuard again(kBFloat16, allow());
+                CHECK(is_autocast_enabled());
+                CHECK_FALSE(grad_enabled());
+            }
+            CHECK_FALSE(is_autocast_enabled());
+            CHECK(grad_enabled());
+        }
+        CHECK(is_autocast_enabled());
+        bool other = true;
+        std::thread([&] { other = is_autocast_enabled(); }).join();
+        CHECK_FALSE(other);
+    }
+    CHECK_FALSE(is_autocast_enabled());
+}
+
+TEST_CASE("autocast: refused without oneDNN or without bfloat16 instructions and says why", "[autocast]") {
+    AutocastCapabilities emulating{true, false, "avx512_core_vnni", "oneDNN 2.6.3"};
+    const std::string why = autocast_refusal(emulating, false);
+    CHECK_THAT(why, Catch::Contains("avx512_core_vnni") && Catch::Contains("emulated") &&
+                        Catch::Contains("slower than float32") && Catch::Contains("XGRAD_AUTOCAST_ALLOW_EMULATION"));
+    CHECK(autocast_refusal(emulating, true).empty());
+    CHECK(autocast_refusal({true, true, "avx512_core_bf16", "oneDNN 2.6.3"}, false).empty());
+    CHECK(autocast_refusal({true, true, "avx512_core_amx", "oneDNN 2.6.3"}, false).empty());
+    for (bool allowed : {false, true})
+        CHECK_THAT(autocast_refusal({false, false, "", ""}, allowed), Catch::Contains("no oneDNN") || Catch::Contains("has none"));
+    // Only bfloat16 is a lower precision here, as in torch's CPU autocast; the state is left alone.
+    for (Dtype d : {kFloat32, kFloat64, kInt64, kBool})
+        CHECK_THROWS_WITH(AutocastGuard(d, allow()), Catch::Contains("autocast: dtype must be bfloat16") &&
+                                                          Catch::Contains(std::string("got ") + std::string(dtype_name(d))));
+    CHECK_FALSE(is_autocast_enabled());
+    // This machine: the guard refuses exactly when the decision says so, and leaves the state.
+    const std::string here = autocast_refusal(AutocastCapabilities::current(), false);
+    ::unsetenv("XGRAD_AUTOCAST_ALLOW_EMULATION");
+    if (here.empty()) {
+        AutocastGuard g(kBFloat16);
+        CHECK(is_autocast_enabled());
+    } else {
+        CHECK_THROWS_WITH(AutocastGuard(kBFloat16), here);
+        CHECK_FALSE(is_autocast_enabled());
+    }
+    if (!dnnl::available()) {
+        CHECK_THROWS_WITH(AutocastGuard(kBFloat16, allow()), Catch::Contains("oneDNN"));
+        return;
+    }
+    // The environment's knob: 1 allows, anything but 0 or 1 is an error naming it.
+    ::setenv("XGRAD_AUTOCAST_ALLOW_EMULATION", "1", 1);
+    { AutocastGuard g(kBFloat16); CHECK(is_autocast_enabled()); }
+    if (!dnnl::native_bf16()) {
+        ::setenv("XGRAD_AUTOCAST_ALLOW_EMULATION", "yes", 1);
+        CHECK_THROWS_WITH(AutocastGuard(kBFloat16), Catch::Contains("XGRAD_AUTOCAST_ALLOW_EMULATION") && Catch::Contains("'yes'"));
+        ::setenv("XGRAD_AUTOCAST_ALLOW_EMULATION", "0", 1);
+        CHECK_THROWS_WITH(AutocastGuard(kBFloat16), here);
+    }
+    ::unsetenv("XGRAD_AUTOCAST_ALLOW_EMULATION");
+}
+
+TEST_CASE("autocast: matmul bmm and matmul_t multiply bfloat16-rounded inputs in float32", "[autocast]") {
+    if (!dnnl::available()) return;
+    SECTION("matmul 2-D") { check_product([](const Tensor& a, const Tensor& b) { return matmul(a, b); }, {64, 48}, {48, 40}, 48); }
+    SECTION("bmm") { check_product([](const Tensor& a, const Tensor& b) { return bmm(a, b); }, {3, 32, 40}, {3, 40, 36}, 40); }
+    SECTION("matmul with a shared right operand (one stacked product)") {
+        check_product([](const Tensor& a, const Tensor& b) { return matmul(a, b); }, {2, 3, 32, 40}, {40, 36}, 2 * 3 * 32);
+    }
+    SECTION("matmul broadcasting both batch shapes (one product per batch, summed gradients)") {
+        check_product([](const Tensor& a, const Tensor& b) { return matmul(a, b); }, {2, 1, 32, 40}, {3, 40, 32}, 3 * 40);
+    }
+    for (bool ta : {false, true})
+        for (bool tb : {false, true})
+            SECTION("matmul_t " + std::to_string(ta) + std::to_string(tb)) {
+                const Shape sa = ta ? Shape{2, 40, 32} : Shape{2, 32, 40};
+                const Shape sb = tb ? Shape{2, 36, 40} : Shape{2, 40, 36};
+                check_product([ta, tb](const Tensor& a, const Tensor& b) { return matmul_t(a, b, ta, tb, 0.375); }, sa, sb, 40);
+            }
+}
+
+TEST_CASE("autocast: the attention products multiply bfloat16-rounded inputs", "[autocast]") {
+    if (!dnnl::available()) return;
+    // combine: out_bh = W_bh·V_bh over 2 heads of 32 values, 40 keys: 32·32·40 multiply-adds each
+    SECTION("head_attention_combine") {
+        check_product([](const Tensor& w, const Tensor& v) { return head_attention_combine(w, v, 2); }, {2 * 2, 32, 40},
+                      {2, 40, 64}, 40);
+    }
+    SECTION("head_attention_weights") {
+        // The scores are rounded products; the softmax of them is float32. Weights within 1e-5 of
+        // the float64 weights of the rounded inputs (score errors are about 1e-6 here); the
+        // gradients pass through the softmax's gradient rounded to bfloat16: within 2^-7 of the
+        // largest.
+        Generator gen(3);
+        const Tensor q = randn({2, 40, 64}, {}, gen).requires_grad_(), k = randn({2, 48, 64}, {}, gen).requires_grad_();
+        const Tensor lens = from_vector(std::vector<std::int64_t>{48, 20}, {2});
+        const auto mask = AttentionMask::valid_lens(lens);
+        Tensor w;
+        {
+            AutocastGuard guard(kBFloat16, allow());
+            w = head_attention_weights(q, k, 2, 0.125, mask);
+        }
+        const Tensor R = randn(w.shape(), {}, gen);
+        (w * R).sum().backward();
+        const Tensor q64 = rounded64(q).requires_grad_(), k64 = rounded64(k).requires_grad_();
+        const Tensor w64 = head_attention_weights(q64, k64, 2, 0.125, mask);
+        (w64 * R.to(kFloat64)).sum().backward();
+        CHECK(max(abs(w.to(kFloat64) - w64)).item<double>() < 1e-5);
+        CHECK(max(abs(head_attention_weights(q, k, 2, 0.125, mask).to(kFloat64) - w64)).item<double>() > 1e-4);
+        for (const auto& [got, want] : {std::pair{q.grad(), q64.grad()}, std::pair{k.grad(), k64.grad()}}) {
+            REQUIRE(got.dtype() == kFloat32);
+            CHECK(max(abs(got.to(kFloat64) - want)).item<double>() <= std::ldexp(1.0, -7) * max(abs(want)).item<double>());
+        }
+    }
+}
+
+TEST_CASE("autocast: the backward keeps its forward's precision and reads no input again", "[autocast]") {
+    if (!dnnl::available()) return;
+    Generator gen(5);
+    Tensor a = randn({64, 48}, {}, gen).requires_grad_(), b = randn({48, 40}, {}, gen).requires_grad_();
+    const Tensor R = randn({64, 40}, {}, gen);
+    auto grads = [&](bool backward_inside) {
+        a.zero_grad();
+        b.zero_grad();
+        std::optional<AutocastGuard> guard(std::in_place, kBFloat16, allow());
+        const Tensor loss = (matmul(a, b) * R).sum();
+        if (!backward_inside) guard.reset();
+        loss.backward();
+        return std::pair{a.grad().clone(), b.grad().clone()};
+    };
+    const auto inside = grads(true), after = grads(false);
+    CHECK(same(inside.first, after.first));
+    CHECK(same(inside.second, after.second));
+    // Float32 throughout differs: the ended guard did not make the backward float32.
+    a.zero_grad();
+    (matmul(a, b) * R).sum().backward();
+    CHECK_FALSE(same(a.grad(), after.first));
+    // An in-place write to an input after the forward: the backward reads its bfloat16 copy,
+    // so it runs and gives the gradient of the values the forward saw.
+    a.zero_grad();
+    b.zero_grad();
+    Tensor loss;
+    {
+        AutocastGuard guard(kBFloat16, allow());
+        loss = (matmul(a, b) * R).sum();
+    }
+    const Tensor a_before = a.detach().clone();
+    {
+        NoGradGuard no_grad;
+        a += 1.0;
+    }
+    loss.backward();
+    CHECK(same(b.grad(), after.second));
+    {
+        NoGradGuard no_grad;
+        a -= 1.0;
+    }
+}
+
+TEST_CASE("autocast: float64 and tiny products and other threads stay exact", "[autocast]") {
+    if (!dnnl::available()) return;
+    Generator gen(9);
+    const Tensor a64 = randn({64, 48}, kFloat64, gen), b64 = randn({48, 40}, kFloat64, gen);
+    const Tensor tiny_a = randn({4, 5}, {}, gen), tiny_b = randn({5, 6}, {}, gen);
+    const Tensor a = randn({64, 48}, {}, gen), b = randn({48, 40}, {}, gen);
+    const Tensor plain64 = matmul(a64, b64), plain_tiny = matmul(tiny_a, tiny_b), plain = matmul(a, b);
+    AutocastGuard guard(kBFloat16, allow());
+    CHECK(same(matmul(a64, b64), plain64));
+    CHECK(same(matmul_t(a64, b64.transpose(0, 1), false, true), plain64));
+    CHECK(same(matmul(tiny_a, tiny_b), plain_tiny));  // below the size autocast leaves in float32
+    CHECK_FALSE(same(matmul(a, b), plain));
+    Tensor from_thread;
+    std::thread([&] { from_thread = matmul(a, b); }).join();  // no guard on that thread
+    CHECK(same(from_thread, plain));
+}
