@@ -515,6 +515,8 @@ std::vector<OpCase> all_op_cases() {
         {"head_attention_combine", [=](Dtype d) {
              return one(head_attention_combine(input({4, 2, 2}, d, false, 4), x3(d), 2));
          }},
+        {"layer_norm", [=](Dtype d) { return one(layer_norm(y(d), {3})); }},
+        {"layer_norm", [=](Dtype d) { return one(layer_norm(y(d), {3}, input({3}, d), input({3}, d))); }},
         {"cross_entropy", [=](Dtype d) { return one(cross_entropy(y(d), targets)); }},
         {"mse_loss", [=](Dtype d) { return one(mse_loss(x(d), y(d))); }},
         {"repeat_interleave", [=](Dtype d) { return one(repeat_interleave(x(d), 2, 0)); }},
