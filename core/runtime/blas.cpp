@@ -293,14 +293,7 @@ void timed(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, bool i
     const auto t0 = std::chrono::steady_clock::now();
     run();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::lock_guard<std::mutex> lock(counted_mutex);
-    for (BlasProduct& p : counted)
-        if (std::tie(p.trans_a, p.trans_b, p.m, p.n, p.k, p.is_double) == std::tie(ta, tb, m, n, k, is_double)) {
-            ++p.calls;
-            p.seconds += s;
-            return;
-        }
-    counted.push_back({ta, tb, m, n, k, is_double, 1, s});
+    blas_record({ta, tb, m, n, k, is_double, 1, s});
 }
 
 // Products below this many multiply-adds run on one thread: a hand-off to the pool costs a
@@ -350,6 +343,20 @@ void blas_count(bool on) {
     std::lock_guard<std::mutex> lock(counted_mutex);
     counting.store(on);
     if (on) counted.clear();
+}
+
+bool blas_counting() { return counting.load(std::memory_order_relaxed); }
+
+void blas_record(const BlasProduct& product) {
+    std::lock_guard<std::mutex> lock(counted_mutex);
+    for (BlasProduct& p : counted)
+        if (std::tie(p.trans_a, p.trans_b, p.m, p.n, p.k, p.is_double) ==
+            std::tie(product.trans_a, product.trans_b, product.m, product.n, product.k, product.is_double)) {
+            p.calls += product.calls;
+            p.seconds += product.seconds;
+            return;
+        }
+    counted.push_back(product);
 }
 
 std::vector<BlasProduct> blas_counted() {

@@ -76,6 +76,10 @@ struct BlasProduct {
 void blas_count(bool on);
 /// The products counted since blas_count(true), by shape.
 std::vector<BlasProduct> blas_counted();
+/// For the other engine (oneDNN): whether counting is on, and adds `calls` products of one
+/// shape that took `seconds` in all, so the benchmarks' rates cover every float32 product.
+bool blas_counting();
+void blas_record(const BlasProduct& product);
 
 /// Which library multiplies float32 products (matmul, bmm, matmul_t, nn::Linear, the attention
 /// products); float64 always runs on the BLAS, and autocast's bfloat16 always on oneDNN.

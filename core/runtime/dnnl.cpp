@@ -8,12 +8,14 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>
 #include <vector>
 
+#include "core/runtime/blas.hpp"
 #include "core/runtime/parallel.hpp"
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -169,12 +171,28 @@ void run(const Matmul& p, const void* a, const void* b, float* c) {
 // Products below this many multiply-adds run as one call, as blas::gemm's split threshold.
 constexpr std::size_t kSplitWork = std::size_t(1) << 21;
 
+// One product: as one call, or in parts over the pool.
+void split(const Matmul& p, const void* a, const void* b, float* c);
+
 }  // namespace
 
 void matmul(const Matmul& p, const void* a, const void* b, float* c) {
     if (p.batch == 0 || p.heads == 0 || p.m == 0 || p.n == 0 || p.k == 0)
         throw Error(fmt::format("dnnl matmul: expected non-zero sizes, got batch {} heads {} m {} n {} k {}",
                                 p.batch, p.heads, p.m, p.n, p.k));
+    if (blas_counting()) {  // counted as blas::gemm counts: per matrix, from any thread
+        const auto t0 = std::chrono::steady_clock::now();
+        split(p, a, b, c);
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        blas_record({p.trans_a, p.trans_b, p.m, p.n, p.k, false, p.batch * p.heads, s});
+        return;
+    }
+    split(p, a, b, c);
+}
+
+namespace {
+
+void split(const Matmul& p, const void* a, const void* b, float* c) {
     const std::size_t per_matrix = p.m * p.n * p.k, work = per_matrix * p.batch * p.heads;
     if (num_threads() == 1 || in_parallel_chunk() || work < kSplitWork) return run(p, a, b, c);
     // Every layout made explicit, so a part addresses its block of the whole.
@@ -203,6 +221,8 @@ void matmul(const Matmul& p, const void* a, const void* b, float* c) {
         run(q, A + (p.trans_a ? r0 : r0 * part.lda) * width, b, c + r0 * part.ldc);
     });
 }
+
+}  // namespace
 
 #endif
 

@@ -2,6 +2,7 @@
 // products large enough to take blocked kernels match a naive triple loop, and blas_info()
 // reports what runs.
 #include "core/runtime/blas.hpp"
+#include "core/runtime/dnnl.hpp"
 #include "core/runtime/parallel.hpp"
 #include "helpers.hpp"
 
@@ -120,6 +121,26 @@ TEST_CASE("blas_count records each product shape while on", "[blas]") {
     CHECK(counted[0].calls == 2);
     CHECK_FALSE(counted[0].is_double);
     CHECK(counted[0].seconds >= 0);
+}
+
+TEST_CASE("blas_count records the products of either engine", "[blas][gemm_engine]") {
+    // A bench's rate inside the products must see the oneDNN ones too: 2 batches of 64x48x32.
+    for (GemmEngine e : {GemmEngine::OpenBlas, GemmEngine::OneDnn}) {
+        if (e == GemmEngine::OneDnn && !dnnl::available()) continue;
+        const GemmEngine before = gemm_engine();
+        set_gemm_engine(e);
+        blas_count(true);
+        matmul(ones({2, 64, 32}), ones({2, 32, 48}));
+        blas_count(false);
+        set_gemm_engine(before);
+        const auto counted = blas_counted();
+        INFO(gemm_engine_name(e));
+        REQUIRE(counted.size() == 1);
+        CHECK(counted[0].m == 64);
+        CHECK(counted[0].n == 48);
+        CHECK(counted[0].k == 32);
+        CHECK(counted[0].calls == 2);
+    }
 }
 
 TEST_CASE("products split over the thread pool match a naive product", "[blas]") {
