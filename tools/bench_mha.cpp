@@ -6,8 +6,9 @@
 //
 // --autocast bf16 runs everything under xgrad::AutocastGuard (core/autocast.hpp): the products in
 // bfloat16 on oneDNN. On a CPU without bfloat16 instructions it exits with status 1 and the
-// reason on stderr, unless XGRAD_AUTOCAST_ALLOW_EMULATION=1. The counted products ("in-gemm",
-// "raw") are then only those left to BLAS.
+// reason on stderr, unless XGRAD_AUTOCAST_ALLOW_EMULATION=1. "in-gemm" counts the products on
+// either engine (BLAS or oneDNN, in float32 or bfloat16); "raw" replays their shapes on BLAS's
+// float32 gemm, so under autocast or on oneDNN it is the float32 BLAS rate to compare with.
 //
 // --reps N times exactly N steps of each kind instead of ~S seconds (for perf stat and
 // callgrind, whose counts compare across builds where wall time on a busy machine does not).
@@ -196,9 +197,15 @@ void print_blas() {
     std::printf("BLAS: %s [%s, %s], core %s (the library chose %s; CPU level %s%s), %d thread(s)\n",
                 b.library.c_str(), b.backend.c_str(), b.vendor.c_str(), b.core.c_str(), b.detected.c_str(),
                 b.cpu_level.c_str(), b.core_fixed ? ", fixed by xgrad" : "", b.num_threads);
-    // Which float32 products leave BLAS (blas.hpp, GemmEngine): those are not in "in-gemm".
+    // Which library runs the float32 products (blas.hpp, GemmEngine); "in-gemm" counts both.
     std::printf("float32 engine: %s (XGRAD_GEMM), on this machine: %s for calls of 2^20 multiply-adds or more\n",
                 gemm_engine_name(gemm_engine()), gemm_uses_onednn(1, 1024, 1024, 1) ? "oneDNN" : "BLAS");
+    // tools/bench quotes this line for the bfloat16 side of its four-way table.
+    if (dnnl::available())
+        std::printf("oneDNN: %s, ISA %s, bfloat16 %s\n", dnnl::version().c_str(), dnnl::isa().c_str(),
+                    dnnl::native_bf16() ? "native" : "emulated (no AVX512-BF16 or AMX on this CPU)");
+    else
+        std::printf("oneDNN: not in this build (autocast refuses)\n");
 }
 
 void write_json(const std::vector<Result>& results, const char* path) {
@@ -287,7 +294,7 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
     }
     std::printf("(ms: median per step, wall and process CPU time; GFLOP: products per training step; "
-                "in-gemm, step, raw: GFLOP/s inside BLAS during the step, over the whole step, and for the same "
-                "shapes replayed bare)\n");
+                "in-gemm, step, raw: GFLOP/s inside the products (BLAS or oneDNN) during the step, over the whole "
+                "step, and for the same shapes replayed bare on BLAS)\n");
     if (json) write_json(results, json);
 }
