@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "examples/small_config.hpp"
 #include "helpers.hpp"
 #include "core/autocast.hpp"
 #include "core/runtime/dnnl.hpp"
@@ -18,16 +19,7 @@ TEST_CASE("train: under bfloat16 autocast a short run learns the reverse task to
     if (!dnnl::available()) return;
     // test_training.cpp's float32 configuration and threshold, seed 0 (seeds 1 and 2 pass too,
     // measured outside CI: emulated bfloat16 is slow).
-    TrainConfig c;
-    c.task = TaskSpec{Task::reverse, 5, 6};
-    c.model.hidden = 32;
-    c.model.heads = 2;
-    c.model.layers = 2;
-    c.model.ffn_hidden = 64;
-    c.steps = 300;
-    c.batch = 32;
-    c.warmup = 10;
-    c.seed = 0;
+    const TrainConfig c = small_config(300, 0);
     AutocastOptions emulation_allowed;
     emulation_allowed.allow_emulation = true;
     AutocastGuard guard(kBFloat16, emulation_allowed);

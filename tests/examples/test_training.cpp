@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "core/io/atomic_file.hpp"
+#include "examples/small_config.hpp"
 #include "helpers.hpp"
 #include "seq_train/model.hpp"
 #include "seq_train/train.hpp"
@@ -18,20 +19,6 @@ using namespace xgrad;
 using namespace xgrad::examples;
 
 namespace {
-
-TrainConfig small_config(std::int64_t steps) {
-    TrainConfig c;
-    c.task = TaskSpec{Task::reverse, 5, 6};
-    c.model.hidden = 32;
-    c.model.heads = 2;
-    c.model.layers = 2;
-    c.model.ffn_hidden = 64;
-    c.steps = steps;
-    c.batch = 32;
-    c.warmup = 10;
-    c.seed = 11;
-    return c;
-}
 
 std::string temp_dir(const std::string& name) {
     const auto dir = std::filesystem::temp_directory_path() / (fmt::format("xgrad_test_examples_{}_{}", name, ::getpid()));
