@@ -2,11 +2,34 @@
 // Shared test helpers: gradient checks that report why they failed, and value comparisons.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
 #include "core/creation.hpp"
 #include "core/gradcheck.hpp"
 #include "core/ops.hpp"
 
 namespace xgrad::test {
+
+/// Runs this test binary again in a fresh process, only the tests tagged `tag` (a hidden tag such
+/// as "[.child]"), with `env` ("NAME=value", shell-quoted by the caller) set: for what is read
+/// once per process, as the pool's thread count. Returns what it wrote, stdout and stderr.
+inline std::string run_this_binary(const std::string& env, const std::string& tag) {
+    char self[4096];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    REQUIRE(n > 0);
+    self[n] = '\0';
+    const std::string cmd = env + " '" + self + "' '" + tag + "' 2>&1";
+    FILE* pipe = popen(cmd.c_str(), "r");
+    REQUIRE(pipe);
+    std::string out;
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, pipe)) out += buf;
+    pclose(pipe);
+    return out;
+}
 
 /// Runs gradcheck with the project's tolerances under a name for the report.
 inline GradcheckResult run_gradcheck(const GradcheckFn& f, const std::vector<Tensor>& inputs,

@@ -427,19 +427,8 @@ TEST_CASE("child: report num_threads", "[.threads-env-child]") {
 }
 
 TEST_CASE("XGRAD_NUM_THREADS is checked when the pool starts, in a fresh process", "[threads]") {
-    char self[4096];
-    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    REQUIRE(n > 0);
-    self[n] = '\0';
     auto run = [&](const std::string& value) {
-        const std::string cmd = "XGRAD_NUM_THREADS='" + value + "' '" + self + "' '[.threads-env-child]' 2>&1";
-        FILE* pipe = popen(cmd.c_str(), "r");
-        REQUIRE(pipe);
-        std::string out;
-        char buf[512];
-        while (std::fgets(buf, sizeof buf, pipe)) out += buf;
-        pclose(pipe);
-        return out;
+        return test::run_this_binary("XGRAD_NUM_THREADS='" + value + "'", "[.threads-env-child]");
     };
     CHECK_THAT(run("3"), Catch::Contains("threads=3") && Catch::Contains("loop=ok"));
     for (const std::string v : {"", "0", "-1", "abc", "3abc", " 3", "1e3"}) {

@@ -325,18 +325,8 @@ TEST_CASE("child: digest of the fast paths", "[.fastpath-child]") {
 }
 
 TEST_CASE("the fast paths give the same bits on 1 2 and 5 threads", "[fastpath]") {
-    char self[4096];
-    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    REQUIRE(n > 0);
-    self[n] = '\0';
     auto digest = [&](int threads) {
-        const std::string cmd = "XGRAD_NUM_THREADS=" + std::to_string(threads) + " '" + self + "' '[.fastpath-child]' 2>&1";
-        FILE* pipe = popen(cmd.c_str(), "r");
-        REQUIRE(pipe);
-        std::string out;
-        char buf[512];
-        while (std::fgets(buf, sizeof buf, pipe)) out += buf;
-        pclose(pipe);
+        const std::string out = test::run_this_binary("XGRAD_NUM_THREADS=" + std::to_string(threads), "[.fastpath-child]");
         const auto at = out.find("digest=");
         REQUIRE(at != std::string::npos);
         CHECK_THAT(out, Catch::Contains("threads=" + std::to_string(threads)));
