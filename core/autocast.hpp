@@ -3,7 +3,10 @@
 /// on a thread, the float32 products that thread runs (matmul, bmm, matmul_t, nn::Linear, the
 /// attention products) round their inputs to bfloat16 (to nearest, ties to even) and multiply
 /// on oneDNN with float32 accumulation. Everything else stays float32: softmax, layer norm,
-/// losses, reductions, the optimizer; float64 products are left alone.
+/// losses, reductions, the optimizer; float64 products are left alone. So do small products:
+/// a matrix under 2^15 multiply-adds (m·n·k of one product of a batch) stays float32, forward
+/// and backward, because oneDNN's per-call cost outweighs it; such a product reads its inputs
+/// at backward as any float32 product does, so an in-place write to one is refused.
 ///
 /// Which ops go which way follows torch's CPU lists (aten/src/ATen/autocast_mode.cpp,
 /// TORCH_LIBRARY_IMPL(aten, AutocastCPU, m)): lower_precision_fp has the products mm, bmm,
