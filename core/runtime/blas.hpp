@@ -105,19 +105,18 @@ void set_gemm_engine(GemmEngine engine);
 
 /// Auto's rule, apart so that it can be tested for any CPU. oneDNN is chosen when
 ///   - oneDNN runs AVX-512 here (`dnnl_isa` starts with "avx512_core"), and
-///   - the BLAS is OpenBLAS (`blas_backend` "openblas-runtime") running a kernel family without
-///     AVX-512 (`blas_core` not SkylakeX, CooperLake or SapphireRapids): e.g.
-///     OPENBLAS_CORETYPE=Haswell on an AVX-512 CPU, where oneDNN's float32 measured 1.2-2.5x
-///     OpenBLAS's on bench_mha's products, and
+///   - the BLAS is OpenBLAS (`blas_backend` "openblas-runtime"), whichever kernel family it
+///     runs: in bench_mha's training and inference steps oneDNN's float32 was faster than
+///     OpenBLAS's SkylakeX kernels at small, medium and large on one thread (1.2-1.5x) and
+///     more so on two (1.4-2.5x: OpenBLAS's packing and clearing of C do not split well), and
+///     1.2-2.5x faster than its Haswell kernels, the fleet's OPENBLAS_CORETYPE; and
 ///   - the call multiplies at least kGemmOneDnnMinMultiplyAdds (batch·m·n·k, the product's
 ///     `batch` matrices of m×k by k×n together): below that oneDNN's cost per call (about
 ///     10 µs) outweighs its faster kernels (bench_mha tiny ran slower on it).
-/// OpenBLAS's own AVX-512 kernels measured as fast as oneDNN's or faster on the large single
-/// products (bench_gemm, one thread), so they stay; other BLAS libraries (the cblas build) are
-/// the user's choice and stay too. An unknown core or ISA keeps the BLAS.
-bool gemm_rule_picks_onednn(const std::string& blas_backend, const std::string& blas_core,
-                            const std::string& dnnl_isa, std::size_t batch, std::size_t m, std::size_t n,
-                            std::size_t k);
+/// Other BLAS libraries (the cblas build) are the user's choice and stay; so does oneDNN
+/// without AVX-512. tools/bench_results.md has the measurements.
+bool gemm_rule_picks_onednn(const std::string& blas_backend, const std::string& dnnl_isa, std::size_t batch,
+                            std::size_t m, std::size_t n, std::size_t k);
 constexpr std::size_t kGemmOneDnnMinMultiplyAdds = std::size_t(1) << 20;
 
 /// Whether a float32 product of `batch` matrices m×k by k×n runs on oneDNN now (the setting,

@@ -1,7 +1,5 @@
 // Which library multiplies float32 products (blas.hpp, GemmEngine).
-#include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <cstdlib>
 
 #include <fmt/format.h>
@@ -41,11 +39,6 @@ const FromEnvironment& from_environment() {
     return e;
 }
 
-std::string lower(std::string s) {
-    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    return s;
-}
-
 }  // namespace
 
 GemmEngine parse_gemm_engine(const std::string& value, const char* what) {
@@ -80,14 +73,10 @@ void set_gemm_engine(GemmEngine engine) {
     g_forced.store(static_cast<int>(engine), std::memory_order_relaxed);
 }
 
-bool gemm_rule_picks_onednn(const std::string& blas_backend, const std::string& blas_core,
-                            const std::string& dnnl_isa, std::size_t batch, std::size_t m, std::size_t n,
-                            std::size_t k) {
+bool gemm_rule_picks_onednn(const std::string& blas_backend, const std::string& dnnl_isa, std::size_t batch,
+                            std::size_t m, std::size_t n, std::size_t k) {
     if (dnnl_isa.rfind("avx512_core", 0) != 0) return false;
     if (blas_backend != "openblas-runtime") return false;
-    const std::string core = lower(blas_core);
-    if (core == "skylakex" || core == "cooperlake" || core == "sapphirerapids") return false;
-    if (core.empty() || core == "unknown") return false;
     // In doubles: a batch of huge matrices must not wrap around to a small count.
     return static_cast<double>(batch) * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) >=
            static_cast<double>(kGemmOneDnnMinMultiplyAdds);
@@ -101,13 +90,10 @@ bool gemm_uses_onednn(std::size_t batch, std::size_t m, std::size_t n, std::size
     }
     if (!dnnl::available()) return false;
     struct Machine {
-        std::string backend, core, isa;
+        std::string backend, isa;
     };
-    static const Machine machine = [] {
-        const BlasInfo& b = blas_info();
-        return Machine{b.backend, b.core, dnnl::isa()};
-    }();
-    return gemm_rule_picks_onednn(machine.backend, machine.core, machine.isa, batch, m, n, k);
+    static const Machine machine = [] { return Machine{blas_info().backend, dnnl::isa()}; }();
+    return gemm_rule_picks_onednn(machine.backend, machine.isa, batch, m, n, k);
 }
 
 }  // namespace xgrad

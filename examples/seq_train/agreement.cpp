@@ -114,7 +114,7 @@ Settings numerics_settings() {
             {"XGRAD_NUM_THREADS", env("XGRAD_NUM_THREADS")},
             {"thread pool size", std::to_string(num_threads())},
             // oneDNN runs the autocast products and, by the float32 engine's rule (blas.hpp,
-            // gemm_rule_picks_onednn: the BLAS core above, oneDNN's instruction set and the
+            // gemm_rule_picks_onednn: the BLAS library above, oneDNN's instruction set and the
             // shape), float32 ones: its version and instruction set decide how they round.
             {"oneDNN", dnnl::available() ? fmt::format("{}, isa {}", dnnl::version(), dnnl::isa()) : "none"},
             {"XGRAD_GEMM", env("XGRAD_GEMM")},
