@@ -5,9 +5,40 @@
 
 #include "core/creation.hpp"
 #include "core/dispatch.hpp"
+#include "core/runtime/kernel_loops.hpp"
 #include "core/runtime/parallel.hpp"
 
 namespace xgrad::optim {
+
+namespace {
+
+// One step's constants, in the parameter's type (see Adam::step).
+template <class T> struct AdamScalars {
+    T neg_step_size, bc2_sqrt, beta1, keep1, beta2, keep2, eps, wd, decay;
+};
+
+// The update of elements [j0, j1) of a parameter p, its gradient g and its state m, v, vmax,
+// specialised on the flags so that the loop has no test per element and vectorises (sqrt
+// needs -fno-math-errno, set for this file in CMakeLists.txt). The buffers never overlap (the
+// gradient and every state tensor own their storage). Every operation is the formula's, in its
+// order and in T: the result is the same, bit for bit, as element by element.
+template <class T, bool kL2, bool kDecoupled, bool kAmsgrad>
+void adam_update(T* __restrict pd, const T* __restrict gd, T* __restrict m, T* __restrict v, T* __restrict vmax,
+                 const AdamScalars<T> c, std::size_t j0, std::size_t j1) {
+    for (std::size_t j = j0; j < j1; ++j) {
+        T gj = gd[j];
+        if constexpr (kL2) gj = gj + c.wd * pd[j];
+        if constexpr (kDecoupled) pd[j] *= c.decay;
+        m[j] = m[j] * c.beta1 + c.keep1 * gj;
+        v[j] = v[j] * c.beta2 + c.keep2 * gj * gj;
+        T second = v[j];
+        if constexpr (kAmsgrad) second = vmax[j] = std::max(vmax[j], v[j]);
+        const T denom = std::sqrt(second) / c.bc2_sqrt + c.eps;
+        pd[j] += c.neg_step_size * m[j] / denom;
+    }
+}
+
+}  // namespace
 
 Adam::Adam(std::vector<Tensor> params, const AdamOptions& options) : Adam(std::move(params), options, false, "Adam") {}
 
@@ -67,31 +98,29 @@ void Adam::step() {
             const double bias_correction2 = 1 - std::pow(m_beta2, t);
             const T neg_step_size = static_cast<T>(-(m_lr / bias_correction1));
             const T bc2_sqrt = static_cast<T>(std::sqrt(bias_correction2));
-            const T beta1 = static_cast<T>(m_beta1), keep1 = static_cast<T>(1 - m_beta1);
-            const T beta2 = static_cast<T>(m_beta2), keep2 = static_cast<T>(1 - m_beta2);
-            const T eps = static_cast<T>(m_eps);
-            const T wd = static_cast<T>(m_weight_decay);
-            const T decay = static_cast<T>(1 - m_lr * m_weight_decay);
-            const bool l2 = !m_decoupled && m_weight_decay != 0;
-            const bool decoupled = m_decoupled && m_weight_decay != 0;
-
+            const AdamScalars<T> c{neg_step_size,
+                                   bc2_sqrt,
+                                   static_cast<T>(m_beta1),
+                                   static_cast<T>(1 - m_beta1),
+                                   static_cast<T>(m_beta2),
+                                   static_cast<T>(1 - m_beta2),
+                                   static_cast<T>(m_eps),
+                                   static_cast<T>(m_weight_decay),
+                                   static_cast<T>(1 - m_lr * m_weight_decay)};
             T* pd = p.mutable_data_ptr<T>();
             const T* gd = p.grad_ptr<T>();
             T* m = m_exp_avg[i].mutable_data_ptr<T>();
             T* v = m_exp_avg_sq[i].mutable_data_ptr<T>();
             T* vmax = m_amsgrad ? m_max_exp_avg_sq[i].mutable_data_ptr<T>() : nullptr;
-            // Elements are independent: large parameters are split over the pool.
-            parallel_for(p.numel(), 1 << 15, [&](std::size_t j0, std::size_t j1) {
-                for (std::size_t j = j0; j < j1; ++j) {
-                    const T gj = l2 ? gd[j] + wd * pd[j] : gd[j];
-                    if (decoupled) pd[j] *= decay;
-                    m[j] = m[j] * beta1 + keep1 * gj;
-                    v[j] = v[j] * beta2 + keep2 * gj * gj;
-                    T second = v[j];
-                    if (vmax) second = vmax[j] = std::max(vmax[j], v[j]);
-                    const T denom = std::sqrt(second) / bc2_sqrt + eps;
-                    pd[j] += neg_step_size * m[j] / denom;
-                }
+            with_flag(!m_decoupled && m_weight_decay != 0, [&](auto l2) {
+                with_flag(m_decoupled && m_weight_decay != 0, [&](auto decoupled) {
+                    with_flag(m_amsgrad, [&](auto amsgrad) {
+                        // Elements are independent: large parameters are split over the pool.
+                        parallel_for(p.numel(), 1 << 15, [&](std::size_t j0, std::size_t j1) {
+                            adam_update<T, l2, decoupled, amsgrad>(pd, gd, m, v, vmax, c, j0, j1);
+                        });
+                    });
+                });
             });
         });
     }

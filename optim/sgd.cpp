@@ -4,8 +4,39 @@
 
 #include "core/creation.hpp"
 #include "core/dispatch.hpp"
+#include "core/runtime/kernel_loops.hpp"
 
 namespace xgrad::optim {
+
+namespace {
+
+// The updates, specialised on the flags so that the loops have no test per element and
+// vectorise; the parameter, its gradient and its momentum buffer own separate storage. Each
+// operation is the formula's, in its order and in T (see sgd.hpp).
+template <class T, bool kDecay>
+void sgd_plain(T* __restrict pd, const T* __restrict gd, std::size_t n, const T lr, const T wd) {
+    for (std::size_t j = 0; j < n; ++j) {
+        T d = gd[j];
+        if constexpr (kDecay) d = d + wd * pd[j];
+        pd[j] += -lr * d;
+    }
+}
+
+template <class T, bool kDecay, bool kFirst, bool kNesterov>
+void sgd_momentum(T* __restrict pd, const T* __restrict gd, T* __restrict bd, std::size_t n, const T lr, const T wd,
+                  const T momentum, const T keep) {
+    for (std::size_t j = 0; j < n; ++j) {
+        T d = gd[j];
+        if constexpr (kDecay) d = d + wd * pd[j];
+        if constexpr (kFirst) bd[j] = d;
+        else bd[j] = bd[j] * momentum + keep * d;
+        T update = bd[j];
+        if constexpr (kNesterov) update = d + momentum * bd[j];
+        pd[j] += -lr * update;
+    }
+}
+
+}  // namespace
 
 SGD::SGD(std::vector<Tensor> params, const SGDOptions& options)
     : Optimizer(std::move(params), options.lr(), "SGD"),
@@ -49,12 +80,8 @@ void SGD::step() {
             const std::size_t n = p.numel();
             const T lr = static_cast<T>(m_lr);
             const T wd = static_cast<T>(m_weight_decay);
-            const bool decay = m_weight_decay != 0;
             if (m_momentum == 0) {
-                for (std::size_t j = 0; j < n; ++j) {
-                    const T d = decay ? gd[j] + wd * pd[j] : gd[j];
-                    pd[j] += -lr * d;
-                }
+                with_flag(m_weight_decay != 0, [&](auto decay) { sgd_plain<T, decay>(pd, gd, n, lr, wd); });
                 return;
             }
             // torch starts the buffer as a plain copy of the (decayed) gradient: no dampening on step 1.
@@ -63,12 +90,13 @@ void SGD::step() {
             T* bd = m_momentum_buffer[i].mutable_data_ptr<T>();
             const T momentum = static_cast<T>(m_momentum);
             const T keep = static_cast<T>(1 - m_dampening);
-            for (std::size_t j = 0; j < n; ++j) {
-                const T d = decay ? gd[j] + wd * pd[j] : gd[j];
-                bd[j] = first ? d : bd[j] * momentum + keep * d;
-                const T update = m_nesterov ? d + momentum * bd[j] : bd[j];
-                pd[j] += -lr * update;
-            }
+            with_flag(m_weight_decay != 0, [&](auto decay) {
+                with_flag(first, [&](auto first_step) {
+                    with_flag(m_nesterov, [&](auto nesterov) {
+                        sgd_momentum<T, decay, first_step, nesterov>(pd, gd, bd, n, lr, wd, momentum, keep);
+                    });
+                });
+            });
         });
     }
 }
