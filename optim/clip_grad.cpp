@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/dispatch.hpp"
+#include "core/runtime/kernel_loops.hpp"
 
 namespace xgrad::optim {
 
@@ -28,17 +29,20 @@ double clip_grad_norm(const std::vector<Tensor>& parameters, double max_norm, do
         const double norm = dispatch_floating("clip_grad_norm", p.dtype(), [&](auto tag) {
             using T = typename decltype(tag)::type;
             const T* g = p.grad_ptr<T>();
+            const std::size_t n = p.numel();
             double acc = 0;
-            for (std::size_t j = 0, n = p.numel(); j < n; ++j) {
-                const T x = g[j];
-                const double a = std::abs(static_cast<double>(x));
-                if (inf)
-                    acc = nan_max(acc, a);
-                else if (norm_type == 2)
-                    acc += a * a;
-                else
-                    acc += std::pow(a, norm_type);
-            }
+            // The sums in interleaved partial sums (lane_sum), so that they vectorise; the order
+            // depends only on n. A NaN or an inf |g| reaches the sum whatever the order.
+            if (inf)
+                for (std::size_t j = 0; j < n; ++j) acc = nan_max(acc, std::abs(static_cast<double>(g[j])));
+            else if (norm_type == 2)
+                acc = lane_sum<double>(n, [g](std::size_t j) {
+                    const double a = static_cast<double>(g[j]);
+                    return a * a;
+                });
+            else
+                acc = lane_sum<double>(
+                    n, [g, norm_type](std::size_t j) { return std::pow(std::abs(static_cast<double>(g[j])), norm_type); });
             if (inf) return acc;
             return norm_type == 2 ? std::sqrt(acc) : std::pow(acc, 1 / norm_type);
         });
@@ -57,7 +61,8 @@ double clip_grad_norm(const std::vector<Tensor>& parameters, double max_norm, do
             dispatch_floating("clip_grad_norm", p.dtype(), [&](auto tag) {
                 using T = typename decltype(tag)::type;
                 T* g = p.grad_ptr<T>();
-                for (std::size_t j = 0, n = p.numel(); j < n; ++j) g[j] *= static_cast<T>(coef);
+                const T c = static_cast<T>(coef);
+                for (std::size_t j = 0, n = p.numel(); j < n; ++j) g[j] *= c;
             });
         }
     }

@@ -1,5 +1,6 @@
 // clip_grad_norm against hand-computed norms.
 #include <cmath>
+#include <cstdio>
 
 #include "helpers.hpp"
 #include "optim/clip_grad.hpp"
@@ -74,4 +75,107 @@ TEST_CASE("clip_grad_norm with the infinity norm keeps a NaN, as the 2-norm does
         b.set_grad(tensor({std::nan("")}, kFloat64));
         CHECK(std::isnan(clip_grad_norm({a, b}, 1.0, norm_type)));
     }
+}
+
+namespace {
+
+// Gradients of sizes around the lane count (8) and a large one, in float32 or float64, with
+// values of mixed scales; their norms in long double, per tensor then over the tensors.
+struct RandomGradients {
+    std::vector<Tensor> params;
+    std::vector<std::vector<double>> grads;
+
+    RandomGradients(Dtype dtype, std::uint64_t seed) {
+        Generator gen(seed);
+        for (std::size_t n : {1, 3, 7, 8, 9, 17, 1001, 70001}) {
+            Tensor p = zeros({n}, TensorOptions(dtype).requires_grad(true));
+            Tensor g = mul(randn({n}, dtype, gen), uniform({n}, 0.01, 100.0, dtype, gen));
+            p.set_grad(g);
+            params.push_back(p);
+            grads.push_back(vals(g));
+        }
+    }
+
+    double reference_norm(double p) const {
+        long double total = 0;
+        for (const auto& g : grads) {
+            long double acc = 0;
+            for (double x : g) {
+                const long double a = std::fabs(static_cast<long double>(x));
+                acc = std::isinf(p) ? std::max(acc, a) : acc + std::pow(a, static_cast<long double>(p));
+            }
+            total = std::isinf(p) ? std::max(total, acc) : total + acc;
+        }
+        return double(std::isinf(p) ? total : std::pow(total, 1 / static_cast<long double>(p)));
+    }
+};
+
+}  // namespace
+
+// The sums run in interleaved partial sums: a lost lane or tail element would show here (one
+// element of the largest tensor is about 1e-5 of its sum).
+TEST_CASE("clip_grad_norm of many random gradients matches a long double sum", "[optim][clip]") {
+    const Dtype dtype = GENERATE(kFloat32, kFloat64);
+    const double norm_type = GENERATE(2.0, 1.0, 3.0, 0.5, double(INFINITY));
+    CAPTURE(dtype_name(dtype), norm_type);
+    RandomGradients r(dtype, 5);
+    const double want = r.reference_norm(norm_type);
+    const double max_norm = want / 4;
+    const double total = clip_grad_norm(r.params, max_norm, norm_type);
+    CHECK(total == Approx(want).epsilon(1e-12));
+    // Every gradient scaled by the clip coefficient, in the gradient's type.
+    const double coef = max_norm / (total + 1e-6);
+    for (std::size_t i = 0; i < r.params.size(); ++i) {
+        const std::vector<double> got = vals(r.params[i].grad());
+        for (std::size_t j = 0; j < got.size(); ++j) {
+            const double expected =
+                dtype == kFloat32 ? double(float(r.grads[i][j]) * float(coef)) : r.grads[i][j] * coef;
+            if (got[j] != expected) FAIL("gradient " << i << " element " << j << ": " << got[j] << " != " << expected);
+        }
+    }
+}
+
+// Each position of a lane block and of the tail, in a small and a large tensor.
+TEST_CASE("clip_grad_norm keeps a NaN or an infinite gradient wherever it sits", "[optim][clip]") {
+    const Dtype dtype = GENERATE(kFloat32, kFloat64);
+    const double norm_type = GENERATE(2.0, 1.0, 3.0, double(INFINITY));
+    const std::size_t n = GENERATE(9, 70001);
+    for (std::size_t at : {std::size_t(0), std::size_t(5), n / 2, n - 1}) {
+        for (double bad : {double(NAN), double(INFINITY), -double(INFINITY)}) {
+            CAPTURE(dtype_name(dtype), norm_type, n, at, bad);
+            Tensor a = zeros({n}, TensorOptions(dtype).requires_grad(true));
+            Tensor b = zeros({2}, TensorOptions(dtype).requires_grad(true));
+            std::vector<double> g(n, 0.5);
+            g[at] = bad;
+            a.set_grad(from_vector(g, {n}, dtype));
+            b.set_grad(tensor({3.0, -4.0}, dtype));
+            const double total = clip_grad_norm({a, b}, 1.0, norm_type);
+            if (std::isnan(bad)) {
+                CHECK(std::isnan(total));
+                CHECK(std::isnan(vals(b.grad())[0]));  // a NaN norm spreads, as in torch
+            } else {
+                CHECK(total == INFINITY);
+                CHECK(vals(b.grad()) == std::vector<double>{0.0, -0.0});  // scaled by 1 / inf
+            }
+        }
+    }
+}
+
+// Run by the test below in processes with different pool sizes: the norms in hexadecimal.
+TEST_CASE("clip_grad_norm child: prints the norms of random gradients", "[.clip-threads-child]") {
+    for (Dtype dtype : {kFloat32, kFloat64}) {
+        for (double norm_type : {2.0, 1.0, 3.0, double(INFINITY)}) {
+            RandomGradients r(dtype, 9);
+            std::printf("norm %a\n", clip_grad_norm(r.params, 1.0, norm_type));
+            std::printf("first clipped %a\n", vals(r.params.back().grad())[0]);
+        }
+    }
+}
+
+TEST_CASE("clip_grad_norm gives the same bits whatever the number of threads", "[optim][clip]") {
+    const std::string one = run_this_binary("XGRAD_NUM_THREADS=1", "[.clip-threads-child]");
+    const std::string three = run_this_binary("XGRAD_NUM_THREADS=3", "[.clip-threads-child]");
+    INFO(one);
+    REQUIRE(one.find("norm 0x") != std::string::npos);
+    CHECK(one == three);
 }
