@@ -178,8 +178,9 @@ Tensor matmul_t(const Tensor& a, const Tensor& b, bool transpose_a, bool transpo
 /// torch.nn.functional.layer_norm: each row of x's trailing normalized_shape axes becomes
 /// (x − mean)/√(var + eps)·weight + bias, the variance biased; weight and bias are optional
 /// (undefined), of shape normalized_shape and x's dtype. One op: the row statistics (in double
-/// for float32, the elementwise passes in x's type as torch's) are computed once and saved
-/// for the backward, which reads x and weight.
+/// for float32) are computed once and saved for the backward, which reads x and weight. The
+/// elementwise passes run in x's type, as torch's, with the mean carried to float's precision
+/// twice over (rows far from zero keep float64's answer) and rows near float's limits in double.
 /// Refused: an empty normalized_shape, x not ending with it, a mis-shaped or other-dtype weight
 /// or bias, a negative or non-finite eps.
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),

@@ -6,6 +6,7 @@
 // input's type with those statistics rounded to it once per row, as torch's CPU kernel does, so
 // they vectorise 4-wide on baseline SSE2 rather than 2-wide through double.
 #include <cmath>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -36,6 +37,33 @@ template <class A, class F> A lane_sum(std::size_t n, F f) {
 template <class F> void with_flag(bool on, F&& f) {
     if (on) f(std::true_type{});
     else f(std::false_type{});
+}
+
+// x − mean computed in C, the row's double mean held as its rounding to C plus the remainder:
+// (x − hi) − lo keeps the double mean's accuracy, where x − C(mean) alone is off by up to half
+// an ulp of the mean, a shift of the whole row that is large against its spread when the row
+// sits far from zero (mean 1e4, spread 1: 5e-4 in every float32 output).
+template <class C, class A> struct Centred {
+    C hi, lo;
+    explicit Centred(A mu) : hi(static_cast<C>(mu)), lo(static_cast<C>(mu - static_cast<A>(hi))) {}
+    C operator()(C x) const {
+        if constexpr (std::is_same_v<C, A>) return x - hi;
+        else return (x - hi) - lo;
+    }
+};
+
+// Whether a row's elementwise pass may run in T rather than in double: rstd, the largest
+// |x − mean| (at most √n/rstd) and the backward's row means a and b well inside T's range, so
+// that no difference or product overflows, nor rstd goes subnormal, where double's would not.
+// Rows of values near float's limits, or of a spread near its smallest numbers with eps 0,
+// take the double pass (and NaN rows, which are NaN either way).
+template <class T, class A> bool fits(std::size_t n, A rs, A a = 0, A b = 0) {
+    if constexpr (std::is_same_v<T, A>) {
+        return true;
+    } else {
+        const A lim = static_cast<A>(std::numeric_limits<T>::max()) * A(1e-6);
+        return rs <= lim && std::sqrt(static_cast<A>(n)) <= lim * rs && std::abs(a) <= lim && std::abs(b) <= lim;
+    }
 }
 
 // The names an op's messages use: layer_norm has one input, add_layer_norm two (x and y).
@@ -121,14 +149,20 @@ Tensor norm_rows(const Names& nm, const Tensor& x, const Tensor& y, const Shape&
                         const A rs = A(1) / std::sqrt(v / static_cast<A>(n) + static_cast<A>(eps));
                         mean[r] = mu;
                         rstd[r] = rs;
-                        const T m = static_cast<T>(mu), q = static_cast<T>(rs);
                         T* yr = po + r * n;
-                        for (std::size_t j = 0; j < n; ++j) {
-                            T h = (xr[j] - m) * q;
-                            if constexpr (has_w) h *= pw[j];
-                            if constexpr (has_b) h += pb[j];
-                            yr[j] = h;
-                        }
+                        auto normalise = [&](auto in) {
+                            using C = typename decltype(in)::type;
+                            const Centred<C, A> centred(mu);
+                            const C q = static_cast<C>(rs);
+                            for (std::size_t j = 0; j < n; ++j) {
+                                C h = centred(static_cast<C>(xr[j])) * q;
+                                if constexpr (has_w) h *= static_cast<C>(pw[j]);
+                                if constexpr (has_b) h += static_cast<C>(pb[j]);
+                                yr[j] = static_cast<T>(h);
+                            }
+                        };
+                        if (fits<T, A>(n, rs)) normalise(type_tag<T>{});
+                        else normalise(type_tag<A>{});
                     }
                 });
             });
@@ -159,14 +193,19 @@ Tensor norm_rows(const Names& nm, const Tensor& x, const Tensor& y, const Shape&
                                 const A s1 = lane_sum<A>(n, gw) / static_cast<A>(n);
                                 const A s2 = lane_sum<A>(n, [&](std::size_t j) { return gw(j) * ((xr[j] - mu) * rs); }) /
                                              static_cast<A>(n);
-                                const T m = static_cast<T>(mu), q = static_cast<T>(rs);
-                                const T t1 = static_cast<T>(s1), t2 = static_cast<T>(s2);
                                 T* dr = pd + r * n;
-                                for (std::size_t j = 0; j < n; ++j) {
-                                    T g = gr[j];
-                                    if constexpr (has_w) g *= pw[j];
-                                    dr[j] = q * (g - t1 - (xr[j] - m) * q * t2);
-                                }
+                                auto pass = [&](auto in) {
+                                    using C = typename decltype(in)::type;
+                                    const Centred<C, A> centred(mu);
+                                    const C q = static_cast<C>(rs), t1 = static_cast<C>(s1), t2 = static_cast<C>(s2);
+                                    for (std::size_t j = 0; j < n; ++j) {
+                                        C g = static_cast<C>(gr[j]);
+                                        if constexpr (has_w) g *= static_cast<C>(pw[j]);
+                                        dr[j] = static_cast<T>(q * (g - t1 - centred(static_cast<C>(xr[j])) * q * t2));
+                                    }
+                                };
+                                if (fits<T, A>(n, rs, s1, s2)) pass(type_tag<T>{});
+                                else pass(type_tag<A>{});
                             }
                         });
                     });
@@ -192,11 +231,17 @@ Tensor norm_rows(const Names& nm, const Tensor& x, const Tensor& y, const Shape&
                                  for (std::size_t r = 0; r < rows; ++r) {
                                      const T* __restrict xr = px + r * n + j0;
                                      const T* __restrict gr = pg + r * n + j0;
-                                     const T m = static_cast<T>(mean[r]), q = static_cast<T>(rstd[r]);
-                                     for (std::size_t j = 0; j < w; ++j) {
-                                         aw[j] += A(gr[j]) * A((xr[j] - m) * q);
-                                         ab[j] += A(gr[j]);
-                                     }
+                                     auto add_row = [&](auto in) {
+                                         using C = typename decltype(in)::type;
+                                         const Centred<C, A> centred(mean[r]);
+                                         const C q = static_cast<C>(rstd[r]);
+                                         for (std::size_t j = 0; j < w; ++j) {
+                                             aw[j] += A(gr[j]) * A(centred(static_cast<C>(xr[j])) * q);
+                                             ab[j] += A(gr[j]);
+                                         }
+                                     };
+                                     if (fits<T, A>(n, rstd[r])) add_row(type_tag<T>{});
+                                     else add_row(type_tag<A>{});
                                  }
                                  for (std::size_t j = 0; j < w; ++j) {
                                      pdw[j0 + j] = static_cast<T>(aw[j]);

@@ -108,6 +108,42 @@ TEST_CASE("layer_norm propagates NaN and inf rows as the composed ops and leaves
         }
 }
 
+TEST_CASE("float32 layer_norm keeps float64's answer on rows far from zero and near float's limits", "[layer_norm]") {
+    // float32 normalises in float: the row mean rounded to float alone would shift a row at 1e6
+    // with spread 0.1 by up to a quarter of its spread; rows near FLT_MAX would overflow in
+    // x − mean, and a subnormal spread with eps 0 has an rstd above FLT_MAX.
+    const float big = 3e38f;
+    const std::vector<std::pair<std::vector<double>, double>> rows = {
+        // Means between float's neighbours there (their ulps 2^-10, 2^-4 and 2).
+        {{1e4 + 0.5, 1e4 - 1.25, 1e4 + 0.75, 1e4 + 1.0009765625}, 1e-5},
+        {{1e6 + 0.0625, 1e6, 1e6 - 0.125, 1e6 + 0.1875}, 1e-5},
+        {{-3e7 + 2, -3e7 - 6, -3e7 + 4, -3e7 + 2}, 1e-5},
+        {{big, -big, big, -big / 3}, 1e-5},
+        {{-big, -big, big, 1.0}, 1e-5},
+        {{1e-40, -1e-40, 3e-40, 0.0}, 0.0},
+        {{1e-30, -1e-30, 3e-30, 0.0}, 0.0},
+    };
+    for (const auto& [row, eps] : rows) {
+        INFO(row[0] << " " << row[1] << " eps=" << eps);
+        // The float32 values, and float64's answer on exactly those values, rounded once.
+        Tensor x = from_vector(row, {1, 4}, kFloat32).requires_grad_();
+        Tensor x64 = x.detach().to(kFloat64).requires_grad_();
+        Tensor w = tensor({0.5, -1.0, 2.0, 1.5}), w64 = w.to(kFloat64);
+        Tensor up = tensor({{1.0, -2.0, 0.5, 3.0}});
+        Tensor y = layer_norm(x, {4}, w, Tensor(), eps), y64 = layer_norm(x64, {4}, w64, Tensor(), eps);
+        CHECK_CLOSE(y, y64.to(kFloat32), 1e-6);
+        for (double v : vals(y)) CHECK(std::isfinite(v));
+        (y * up).sum().backward();
+        (y64 * up.to(kFloat64)).sum().backward();
+        // (A subnormal spread's gradient, rstd ~ 1e40, is beyond float32 in float64's answer too.)
+        if (std::abs(row[0]) > 1e-35) CHECK_CLOSE(x.grad(), x64.grad().to(kFloat32), 1e-5);
+        // And the residual form, with the sum split between x and y.
+        Tensor half = from_vector(row, {1, 4}, kFloat32) * 0.5f;
+        Tensor z = add_layer_norm(half, from_vector(row, {1, 4}, kFloat32) - half, {4}, w, Tensor(), eps);
+        CHECK_CLOSE(z, layer_norm(half + (from_vector(row, {1, 4}, kFloat32) - half), {4}, w, Tensor(), eps), 0.0);
+    }
+}
+
 TEST_CASE("layer_norm on empty tensors and one-element rows", "[layer_norm]") {
     // No rows: an empty result, and weight and bias gradients of zero.
     Tensor x = zeros({0, 5}, TensorOptions(kFloat64).requires_grad(true));
