@@ -178,11 +178,20 @@ Tensor matmul_t(const Tensor& a, const Tensor& b, bool transpose_a, bool transpo
 /// torch.nn.functional.layer_norm: each row of x's trailing normalized_shape axes becomes
 /// (x − mean)/√(var + eps)·weight + bias, the variance biased; weight and bias are optional
 /// (undefined), of shape normalized_shape and x's dtype. One op: the row statistics (in double
-/// for float32) are computed once and saved for the backward, which reads x and weight.
+/// for float32) are computed once and saved for the backward, which reads x and weight. The
+/// elementwise passes run in x's type, as torch's, with the mean carried to float's precision
+/// twice over (rows far from zero keep float64's answer) and rows near float's limits in double.
 /// Refused: an empty normalized_shape, x not ending with it, a mis-shaped or other-dtype weight
 /// or bias, a negative or non-finite eps.
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
+/// layer_norm(x + y, normalized_shape, weight, bias, eps) as one op, for the residual AddNorm of
+/// a Transformer block: the sum is written once (rounded as x + y is) and kept for the
+/// backward, which gives x and y the same gradient and reads neither again (writing to them
+/// afterwards is allowed, as after an add). x and y must have the same shape and dtype (no
+/// broadcasting); the rest is refused as layer_norm refuses it.
+Tensor add_layer_norm(const Tensor& x, const Tensor& y, const Shape& normalized_shape,
+                      const Tensor& weight = Tensor(), const Tensor& bias = Tensor(), double eps = 1e-5);
 
 // --- softmax family (ops_softmax.cpp): fused, stable -------------------------------------
 /// exp(x - max) / sum along axis. Backward: gx = y ⊙ (g − Σ g⊙y).

@@ -23,14 +23,29 @@ LayerNorm::LayerNorm(Shape normalized_shape, double eps, BoolArg elementwise_aff
     }
 }
 
-Tensor LayerNorm::forward(const Tensor& x) {
-    // x: (..., *normalized_shape); statistics over the last k axes, kept for broadcasting
+void LayerNorm::check_input(const char* arg, const Tensor& x) const {
+    if (!x.defined()) throw Error(fmt::format("LayerNorm: {} is an undefined tensor", arg));
+    // x: (..., *normalized_shape); statistics over the last k axes
     const std::size_t k = m_shape.size();
     if (x.dim() < k || !std::equal(m_shape.begin(), m_shape.end(), x.shape().end() - static_cast<long>(k)))
-        throw Error(fmt::format("LayerNorm: input must end with the normalized shape {}, got shape {}",
+        throw Error(fmt::format("LayerNorm: {} must end with the normalized shape {}, got shape {}", arg,
                                 shape_str(m_shape), shape_str(x.shape())));
-    if (m_affine) check_input_dtype("LayerNorm", "input", x, weight().dtype());
+    if (m_affine) check_input_dtype("LayerNorm", arg, x, weight().dtype());
+}
+
+Tensor LayerNorm::forward(const Tensor& x) {
+    check_input("input", x);
     return layer_norm(x, m_shape, weight(), bias(), m_eps);
+}
+
+Tensor LayerNorm::forward_residual(const Tensor& x, const Tensor& residual) {
+    check_input("input", x);
+    check_input("residual", residual);
+    if (residual.shape() != x.shape() || residual.dtype() != x.dtype())
+        throw Error(fmt::format("LayerNorm: residual must have the input's shape and dtype, {} {}, got {} {}",
+                                shape_str(x.shape()), dtype_name(x.dtype()), shape_str(residual.shape()),
+                                dtype_name(residual.dtype())));
+    return add_layer_norm(x, residual, m_shape, weight(), bias(), m_eps);
 }
 
 std::string LayerNorm::extra_repr() const {

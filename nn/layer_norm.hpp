@@ -14,6 +14,9 @@ public:
     explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, BoolArg elementwise_affine = true);
 
     Tensor forward(const Tensor& x);
+    /// forward(x + residual) as one op (core add_layer_norm), for a residual block's AddNorm:
+    /// residual must have x's shape and dtype.
+    Tensor forward_residual(const Tensor& x, const Tensor& residual);
 
     const Shape& normalized_shape() const { return m_shape; }
     double eps() const { return m_eps; }
@@ -23,6 +26,8 @@ public:
     std::string extra_repr() const override;
 
 private:
+    void check_input(const char* arg, const Tensor& x) const;
+
     Shape m_shape;
     double m_eps;
     bool m_affine;

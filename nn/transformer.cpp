@@ -63,7 +63,8 @@ Tensor AddNorm::forward(const Tensor& X, const Tensor& Y) {
     if (X.shape() != Y.shape())
         throw Error(fmt::format("AddNorm: X and Y must have the same shape, got {} and {}",
                                 shape_str(X.shape()), shape_str(Y.shape())));
-    return m_ln->forward(m_dropout->forward(Y) + X);
+    // ln(dropout(Y) + X) with the sum fused into the norm (x + y is exact and commutative).
+    return m_ln->forward_residual(m_dropout->forward(Y), X);
 }
 
 TransformerEncoderBlock::TransformerEncoderBlock(SizeArg key_size, SizeArg query_size, SizeArg value_size,

@@ -31,7 +31,8 @@ private:
     std::shared_ptr<Linear> m_dense2;
 };
 
-/// d2l's AddNorm: ln(dropout(Y) + X), the residual connection followed by layer norm.
+/// d2l's AddNorm: ln(dropout(Y) + X), the residual connection followed by layer norm, the sum
+/// and the norm one op (ln.forward_residual, core add_layer_norm).
 /// Shapes: X and Y the same, ending with normalized_shape. Children dropout, ln.
 class AddNorm : public Module, public Callable<AddNorm> {
 public:

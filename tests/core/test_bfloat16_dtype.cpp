@@ -517,6 +517,8 @@ std::vector<OpCase> all_op_cases() {
          }},
         {"layer_norm", [=](Dtype d) { return one(layer_norm(y(d), {3})); }},
         {"layer_norm", [=](Dtype d) { return one(layer_norm(y(d), {3}, input({3}, d), input({3}, d))); }},
+        {"add_layer_norm", [=](Dtype d) { return one(add_layer_norm(y(d), y(d), {3})); }},
+        {"add_layer_norm", [=](Dtype d) { return one(add_layer_norm(x(d), y(d), {3}, input({3}, d), input({3}, d))); }},
         {"cross_entropy", [=](Dtype d) { return one(cross_entropy(y(d), targets)); }},
         {"mse_loss", [=](Dtype d) { return one(mse_loss(x(d), y(d))); }},
         {"repeat_interleave", [=](Dtype d) { return one(repeat_interleave(x(d), 2, 0)); }},

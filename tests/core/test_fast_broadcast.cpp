@@ -316,9 +316,11 @@ TEST_CASE("child: digest of the fast paths", "[.fastpath-child]") {
         Tensor ln_w = values_for({257}, kFloat32, 13, false).requires_grad_();
         Tensor ln_b = values_for({257}, kFloat32, 14, false).requires_grad_();
         Tensor y = layer_norm(relu(a * b + a / (b * b + 1.0f) - b), {257}, ln_w, ln_b);
-        Tensor loss = (y * values_for(y.shape(), kFloat32, 15, false)).sum() + mean(a, {0}).sum() + sum(a, {1}).sum();
+        Tensor z = add_layer_norm(y, a, {257}, ln_w, ln_b);
+        Tensor loss = (y * values_for(y.shape(), kFloat32, 15, false)).sum() + mean(a, {0}).sum() + sum(a, {1}).sum() +
+                      (z * values_for(z.shape(), kFloat32, 16, false)).sum();
         loss.backward();
-        for (const Tensor& t : {y, loss, a.grad(), b.grad(), ln_w.grad(), ln_b.grad()}) mix(t);
+        for (const Tensor& t : {y, z, loss, a.grad(), b.grad(), ln_w.grad(), ln_b.grad()}) mix(t);
     }
     std::printf("digest=%016llx threads=%zu\n", static_cast<unsigned long long>(h), num_threads());
     std::fflush(stdout);

@@ -243,3 +243,42 @@ TEST_CASE("layer_norm saves its input and weight and not its bias, relu its inpu
     r.mutable_data_ptr<double>()[0] = 3;
     CHECK_THROWS_WITH(rl.backward(), STALE("relu") && Catch::Contains("its input 0"));
 }
+
+TEST_CASE("add_layer_norm saves its own sum and the weight: x y and the bias may be written", "[autograd][version]") {
+    // which: 0 x, 1 y, 2 weight, 3 bias; writing x or y leaves the gradients of the sum taken.
+    auto run = [](int which, bool write) {
+        Tensor x = tensor({{1.0, 2.0, 4.0}, {3.0, 5.0, 6.0}}, kFloat64).requires_grad_();
+        Tensor y = tensor({{0.5, -1.0, 0.0}, {2.0, 0.0, 1.0}}, kFloat64).requires_grad_();
+        Tensor w = tensor({1.0, 2.0, 3.0}, kFloat64).requires_grad_();
+        Tensor b = tensor({0.5, 0.5, 0.5}, kFloat64).requires_grad_();
+        Tensor loss = (add_layer_norm(x, y, {3}, w, b) * tensor({1.0, -1.0, 2.0}, kFloat64)).sum();
+        Tensor target = which == 0 ? x : which == 1 ? y : which == 2 ? w : b;
+        if (write) target.mutable_data_ptr<double>()[0] = 100;
+        loss.backward();
+        return std::vector<std::vector<double>>{x.grad().to_vector<double>(), y.grad().to_vector<double>(),
+                                                w.grad().to_vector<double>(), b.grad().to_vector<double>()};
+    };
+    const auto clean = run(0, false);
+    for (int which = 0; which < 4; ++which) {
+        INFO("write to input " << which);
+        if (which == 2) {
+            CHECK_THROWS_WITH(run(which, true), STALE("add_layer_norm") && Catch::Contains("its input 2"));
+        } else {
+            CHECK(run(which, true) == clean);
+        }
+    }
+    // A new shape is refused for every input, saved or not.
+    Tensor x = tensor({{1.0, 2.0}}, kFloat64).requires_grad_();
+    Tensor y = tensor({{3.0, 0.0}}, kFloat64).requires_grad_();
+    Tensor loss = add_layer_norm(x, y, {2}).sum();
+    y.set_data(tensor({1.0, 1.0, 1.0}, kFloat64));
+    CHECK_THROWS_WITH(loss.backward(), Catch::Contains("add_layer_norm") && Catch::Contains("input 1"));
+    // Without a weight nothing of the caller's is read: the bias (input 2) may change too.
+    Tensor x2 = tensor({{1.0, 2.0}}, kFloat64).requires_grad_();
+    Tensor b2 = tensor({0.0, 0.0}, kFloat64).requires_grad_();
+    Tensor loss2 = add_layer_norm(x2, x2, {2}, Tensor(), b2).sum();
+    x2.mutable_data_ptr<double>()[0] = 7;
+    b2.set_data(tensor({1.0, 1.0}, kFloat64));
+    loss2.backward();
+    CHECK(b2.grad().to_vector<double>() == std::vector<double>{1, 1});
+}

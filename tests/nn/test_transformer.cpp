@@ -1,5 +1,6 @@
 // PositionWiseFFN, AddNorm, the Transformer encoder and decoder blocks, and d2l's
 // TransformerEncoder and TransformerDecoder.
+#include <algorithm>
 #include <type_traits>
 
 #include "nn/nn.hpp"
@@ -33,6 +34,46 @@ TEST_CASE("AddNorm is layer norm of the residual sum", "[transformer]") {
         approx({-1.341635419968927, -0.4472118066563091, 0.4472118066563089, 1.3416354199689269}, 1e-5));
     CHECK_THROWS_WITH(add_norm.forward(ones({2, 4}), ones({1, 4})),
                       Catch::Contains("AddNorm") && Catch::Contains("(2, 4)") && Catch::Contains("(1, 4)"));
+}
+
+TEST_CASE("AddNorm runs the fused add_layer_norm after dropout of Y only", "[transformer]") {
+    for (Dtype d : {kFloat32, kFloat64})
+        for (double p : {0.0, 0.5})
+            for (bool training : {true, false}) {
+                INFO(dtype_name(d) << " p=" << p << " training=" << training);
+                AddNorm add_norm({6}, p);
+                add_norm.to(d);
+                add_norm.train(training);
+                Generator gen(3);
+                Tensor X = randn({2, 3, 6}, TensorOptions(d).requires_grad(true), gen);
+                Tensor Y = randn({2, 3, 6}, TensorOptions(d).requires_grad(true), gen);
+                const Tensor up = randn({2, 3, 6}, TensorOptions(d), gen);
+                manual_seed(11);
+                const Tensor Z = add_norm(X, Y);
+                CHECK(Z.op_name() == "add_layer_norm");
+                (Z * up).sum().backward();
+                // The unfused reference: the same dropout mask (same seed), then + and the norm.
+                const auto params = add_norm.named_parameters();
+                REQUIRE(params.size() == 2);
+                CHECK(params[0].first == "ln.weight");
+                CHECK(params[1].first == "ln.bias");
+                Tensor X2 = X.detach().requires_grad_(), Y2 = Y.detach().requires_grad_();
+                Tensor w2 = params[0].second.detach().requires_grad_(), b2 = params[1].second.detach().requires_grad_();
+                Dropout drop(p);
+                drop.train(training);
+                manual_seed(11);
+                const Tensor Z2 = layer_norm(drop(Y2) + X2, {6}, w2, b2, 1e-5);
+                (Z2 * up).sum().backward();
+                CHECK(vals(Z) == vals(Z2));
+                CHECK(vals(X.grad()) == vals(X2.grad()));
+                CHECK(vals(Y.grad()) == vals(Y2.grad()));
+                CHECK(vals(params[0].second.grad()) == vals(w2.grad()));
+                CHECK(vals(params[1].second.grad()) == vals(b2.grad()));
+                // Dropout in training zeroes some of Y's gradient and none of X's.
+                const auto gy = vals(Y.grad());
+                const bool some_dropped = std::count(gy.begin(), gy.end(), 0.0) > 0;
+                CHECK(some_dropped == (training && p > 0));
+            }
 }
 
 
