@@ -13,31 +13,12 @@
 #include "core/broadcast.hpp"
 #include "core/ops.hpp"
 #include "core/runtime/alloc.hpp"
+#include "core/runtime/kernel_loops.hpp"
 #include "core/runtime/parallel.hpp"
 
 namespace xgrad {
 
 namespace {
-
-// Σ f(j) over [0, n) in kLanes interleaved partial sums combined in a fixed order: one running
-// sum is a single dependency chain the compiler may not split (no -ffast-math), these
-// vectorise. The order depends only on n, never on the threads.
-template <class A, class F> A lane_sum(std::size_t n, F f) {
-    constexpr std::size_t kLanes = 8;
-    A acc[kLanes] = {};
-    std::size_t j = 0;
-    for (; j + kLanes <= n; j += kLanes)
-        for (std::size_t l = 0; l < kLanes; ++l) acc[l] += f(j + l);
-    for (std::size_t l = 0; j < n; ++j, ++l) acc[l] += f(j);
-    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-
-// f(integral_constant<bool, p != nullptr>): loops specialised on whether a weight (or bias)
-// is there, rather than testing it per element.
-template <class F> void with_flag(bool on, F&& f) {
-    if (on) f(std::true_type{});
-    else f(std::false_type{});
-}
 
 // x − mean computed in C, the row's double mean held as its rounding to C plus the remainder:
 // (x − hi) − lo keeps the double mean's accuracy, where x − C(mean) alone is off by up to half
