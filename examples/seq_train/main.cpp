@@ -60,7 +60,7 @@ void add_flags(CLI::App& app, Options& o) {
     app.add_option("--optimizer", c.optimizer, "sgd (with momentum), adam or adamw")
         ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
     app.add_option("--steps", c.steps, "training steps")->check(whole(1, kMaxCount));
-    app.add_option("--lr", c.lr, "peak learning rate after warm-up; 0: 5e-3 for adam/adamw, 0.1 for sgd")
+    app.add_option("--lr", c.lr, "peak learning rate after warm-up; 0: 6e-3 for adam/adamw, 0.1 for sgd")
         ->check(real(0));
     app.add_option("--batch", c.batch, "sequences per step")->check(whole(1, kMaxSize));
     app.add_option("--hidden", c.model.hidden, "model width d")->check(whole(1, kMaxSize));
@@ -77,7 +77,7 @@ void add_flags(CLI::App& app, Options& o) {
     app.add_option("--dropout", c.model.dropout, "dropout probability")->check(flags::fraction());
     app.add_option("--warmup", c.warmup, "linear warm-up steps before the cosine decay (at most --steps)")
         ->check(whole(0, kMaxCount))
-        ->default_str("a tenth of --steps, at most 30");
+        ->default_str("0 for adam/adamw; sgd: a tenth of --steps, at most 30");
     app.add_option("--momentum", c.momentum, "momentum for sgd")->check(real(0, 1));
     app.add_option("--weight-decay", c.weight_decay, "decoupled weight decay for adamw")->check(real(0));
     app.add_option("--clip", c.clip, "clip the gradient norm to this (0: no clipping)")->check(real(0));
@@ -306,7 +306,7 @@ int run(int argc, const char* const* argv) {
     add_flags(app, o);
     if (const auto exit_code = flags::parse(app, argc, argv)) return *exit_code;
     TrainConfig& c = o.config;
-    if (app.count("--warmup") == 0) c.warmup = default_warmup(c.steps);
+    if (app.count("--warmup") == 0) c.warmup = default_warmup(c.optimizer, c.steps);
     if (c.warmup > c.steps)
         return flags::refuse(app, fmt::format("--warmup ({}) must be at most --steps ({})", c.warmup, c.steps));
     if (c.model.hidden % c.model.heads != 0)

@@ -153,7 +153,7 @@ TrainConfig tiny_config(std::int64_t steps) {
     c.model.ffn_hidden = 16;
     c.steps = steps;
     c.batch = 8;
-    c.warmup = default_warmup(steps);
+    c.warmup = default_warmup(c.optimizer, steps);  // as seq_train without --warmup
     c.seed = 3;
     return c;
 }
@@ -202,14 +202,18 @@ TEST_CASE("memory: a run too large for the machine is refused naming the flags o
 
 TEST_CASE("warm-up: the default fits any number of steps", "[runs]") {
     for (std::int64_t steps : {1, 2, 9, 10, 20, 299, 300, 301, 100000}) {
-        const std::int64_t w = default_warmup(steps);
-        CHECK(w >= 0);
-        CHECK(w <= steps);
-        CHECK(w <= 30);
+        for (const char* optimizer : {"sgd", "adam", "adamw"}) {
+            const std::int64_t w = default_warmup(optimizer, steps);
+            CHECK(w >= 0);
+            CHECK(w <= steps);
+            CHECK(w <= 30);
+        }
         CHECK_NOTHROW(TrainState(tiny_config(steps)));
     }
-    CHECK(default_warmup(300) == 30);  // the default run keeps its warm-up
-    CHECK(default_warmup(20) == 2);
+    CHECK(default_warmup("sgd", 300) == 30);
+    CHECK(default_warmup("sgd", 20) == 2);
+    CHECK(default_warmup("adam", 300) == 0);  // measured: warm-up only delayed Adam here
+    CHECK(default_warmup("adamw", 150) == 0);
 }
 
 TEST_CASE("TrainState: zero sizes and out-of-range numbers are refused naming the setting", "[runs]") {
