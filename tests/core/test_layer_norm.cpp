@@ -4,6 +4,7 @@
 // add_layer_norm, the same with a residual sum fused in, the same way and against
 // layer_norm(x + y).
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "../autocast_helpers.hpp"
@@ -316,6 +317,26 @@ TEST_CASE("add_layer_norm of a tensor with itself doubles its gradient", "[layer
         const std::vector<double> once = vals(x3.grad()), twice = vals(x1.grad());
         for (std::size_t i = 0; i < once.size(); ++i) CHECK(twice[i] == 2 * once[i]);
     }
+}
+
+TEST_CASE("add_layer_norm with an operand that is also the weight or the bias passes gradcheck", "[layer_norm][add_layer_norm]") {
+    // One row of the normalized shape, so that x or y may be the weight or the bias itself:
+    // every path's gradient lands on the one leaf.
+    using V = std::vector<Tensor>;
+    const std::vector<std::pair<const char*, std::function<Tensor(const V&)>>> cases = {
+        {"x is the weight", [](const V& v) { return add_layer_norm(v[0], v[1], {5}, v[0], Tensor()); }},
+        {"y is the weight, x the bias", [](const V& v) { return add_layer_norm(v[0], v[1], {5}, v[1], v[0]); }},
+        {"x y weight and bias one tensor", [](const V& v) { return add_layer_norm(v[0], v[0], {5}, v[0], v[0]); }},
+    };
+    for (const auto& [name, f] : cases) {
+        INFO(name);
+        REQUIRE_GRADCHECK(f, V{param({5}, 0.5, 1.5, 61), param({5}, -1, 1, 62)}, name);
+    }
+    // Written after the forward pass, the operand that is the weight is refused as the weight is.
+    Tensor w = param({5}, 0.5, 1.5, 63);
+    Tensor loss = add_layer_norm(w, w, {5}, w).sum();
+    w.mutable_data_ptr<double>()[0] = 3;
+    CHECK_THROWS_WITH(loss.backward(), Catch::Contains("add_layer_norm") && Catch::Contains("input 2"));
 }
 
 TEST_CASE("add_layer_norm gives a gradient only to the operands that ask", "[layer_norm][add_layer_norm]") {
