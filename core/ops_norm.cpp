@@ -35,9 +35,11 @@ template <class C, class A> struct Centred {
 
 // Whether a row's elementwise pass may run in T rather than in double: rstd, the largest
 // |x − mean| (at most √n/rstd) and the backward's row means a and b well inside T's range, so
-// that no difference or product overflows, nor rstd goes subnormal, where double's would not.
+// that the normalised row neither overflows nor rstd goes subnormal where double's would not.
 // Rows of values near float's limits, or of a spread near its smallest numbers with eps 0,
-// take the double pass (and NaN rows, which are NaN either way).
+// take the double pass (and NaN rows, which are NaN either way). The weight and the incoming
+// gradient are not bounded here: a row whose T pass came out non-finite is redone in double
+// (all_finite), so huge weights cost a second pass instead of an inf double would not give.
 template <class T, class A> bool fits(std::size_t n, A rs, A a = 0, A b = 0) {
     if constexpr (std::is_same_v<T, A>) {
         return true;
@@ -45,6 +47,14 @@ template <class T, class A> bool fits(std::size_t n, A rs, A a = 0, A b = 0) {
         const A lim = static_cast<A>(std::numeric_limits<T>::max()) * A(1e-6);
         return rs <= lim && std::sqrt(static_cast<A>(n)) <= lim * rs && std::abs(a) <= lim && std::abs(b) <= lim;
     }
+}
+
+// Whether every value of a row is finite. Folded into one flag so that the loop vectorises;
+// NaN fails it too (that row is then redone in double and comes out NaN again).
+template <class T> bool all_finite(const T* p, std::size_t n) {
+    bool ok = true;
+    for (std::size_t j = 0; j < n; ++j) ok &= std::abs(p[j]) <= std::numeric_limits<T>::max();
+    return ok;
 }
 
 // The names an op's messages use: layer_norm has one input, add_layer_norm two (x and y).
@@ -142,8 +152,9 @@ Tensor norm_rows(const Names& nm, const Tensor& x, const Tensor& y, const Shape&
                                 yr[j] = static_cast<T>(h);
                             }
                         };
-                        if (fits<T, A>(n, rs)) normalise(type_tag<T>{});
-                        else normalise(type_tag<A>{});
+                        const bool in_t = fits<T, A>(n, rs);
+                        if (in_t) normalise(type_tag<T>{});
+                        if (!in_t || !all_finite(yr, n)) normalise(type_tag<A>{});
                     }
                 });
             });
@@ -185,8 +196,9 @@ Tensor norm_rows(const Names& nm, const Tensor& x, const Tensor& y, const Shape&
                                         dr[j] = static_cast<T>(q * (g - t1 - centred(static_cast<C>(xr[j])) * q * t2));
                                     }
                                 };
-                                if (fits<T, A>(n, rs, s1, s2)) pass(type_tag<T>{});
-                                else pass(type_tag<A>{});
+                                const bool in_t = fits<T, A>(n, rs, s1, s2);
+                                if (in_t) pass(type_tag<T>{});
+                                if (!in_t || !all_finite(dr, n)) pass(type_tag<A>{});
                             }
                         });
                     });
