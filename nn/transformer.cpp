@@ -63,7 +63,8 @@ Tensor AddNorm::forward(const Tensor& X, const Tensor& Y) {
     if (X.shape() != Y.shape())
         throw Error(fmt::format("AddNorm: X and Y must have the same shape, got {} and {}",
                                 shape_str(X.shape()), shape_str(Y.shape())));
-    // ln(dropout(Y) + X) with the sum fused into the norm (x + y is exact and commutative).
+    // ln(dropout(Y) + X) with the sum fused into the norm; float addition commutes, so the
+    // operands' order does not change a bit.
     return m_ln->forward_residual(m_dropout->forward(Y), X);
 }
 

@@ -109,7 +109,9 @@ void set_gemm_engine(GemmEngine engine);
 ///     runs: in bench_mha's training and inference steps oneDNN's float32 was faster than
 ///     OpenBLAS's SkylakeX kernels at small, medium and large on one thread (1.2-1.5x) and
 ///     more so on two (1.4-2.5x: OpenBLAS's packing and clearing of C do not split well), and
-///     1.2-2.5x faster than its Haswell kernels, the fleet's OPENBLAS_CORETYPE; and
+///     1.2-2.5x faster than its Haswell kernels, the fleet's OPENBLAS_CORETYPE. A single large
+///     projection replayed bare on one thread still ran faster on OpenBLAS SkylakeX
+///     (bench_gemm); the rule follows the whole step, which is what programs run; and
 ///   - the call multiplies at least kGemmOneDnnMinMultiplyAdds (batch·m·n·k, the product's
 ///     `batch` matrices of m×k by k×n together): below that oneDNN's cost per call (about
 ///     10 µs) outweighs its faster kernels (bench_mha tiny ran slower on it).
