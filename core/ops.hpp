@@ -180,7 +180,8 @@ Tensor matmul_t(const Tensor& a, const Tensor& b, bool transpose_a, bool transpo
 /// (undefined), of shape normalized_shape and x's dtype. One op: the row statistics (in double
 /// for float32) are computed once and saved for the backward, which reads x and weight. The
 /// elementwise passes run in x's type, as torch's, with the mean carried to float's precision
-/// twice over (rows far from zero keep float64's answer) and rows near float's limits in double.
+/// twice over (rows far from zero keep float64's answer); rows near float's limits, and rows
+/// whose float pass overflowed (weights or gradients near them), are done in double.
 /// Refused: an empty normalized_shape, x not ending with it, a mis-shaped or other-dtype weight
 /// or bias, a negative or non-finite eps.
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
