@@ -24,7 +24,8 @@ inline float bf16_to_float(std::uint16_t b) {
     return f;
 }
 
-/// n values at a time (the loops vectorise); `out` may not overlap `in`.
+/// n values at a time (the loops vectorise, on AVX-512 where the CPU has it: runtime/simd.hpp;
+/// the same bits as the one-value forms on every level); `out` may not overlap `in`.
 void bf16_from_float(const float* in, std::uint16_t* out, std::size_t n);
 void bf16_to_float(const std::uint16_t* in, float* out, std::size_t n);
 

@@ -2,51 +2,60 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
+
+#include "core/runtime/simd_dispatch.hpp"
 
 namespace xgrad::vec {
 
 float exp_shifted_sum(const float* x, float m, float* y, std::size_t n) {
-    for (std::size_t j = 0; j < n; ++j) {
-        const float t0 = x[j] - m;
-        // t in [-87, 88] whatever x and m are: NaN (max(-87, NaN) is -87) or +inf (x above an m
-        // that a NaN kept from being the row's maximum) would make the exponent bits below
-        // undefined. The select at the end puts NaN back; a NaN in the row makes the sum NaN.
-        const float t = std::min(88.0f, std::max(-87.0f, t0));
-        // t = k·ln2 + r, |r| ≤ ln2/2; k rounded to nearest by the 1.5·2^23 trick
-        const float k = (t * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-        float r = t - k * 0.693359375f;
-        r = r - k * -2.12194440e-4f;
-        float p = 1.9875691500e-4f;
-        p = p * r + 1.3981999507e-3f;
-        p = p * r + 8.3334519073e-3f;
-        p = p * r + 4.1665795894e-2f;
-        p = p * r + 1.6666665459e-1f;
-        p = p * r + 5.0000001201e-1f;
-        p = p * r * r + r + 1.0f;
-        const float two_k = __builtin_bit_cast(float, (static_cast<std::int32_t>(k) + 127) << 23);
-        const float v = p * two_k;
-        y[j] = t0 >= -87.0f ? v : (t0 == t0 ? 0.0f : t0);
-    }
-    // eight partial sums: a vector of adds instead of one serial chain
-    float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    std::size_t j = 0;
-    for (; j + 8 <= n; j += 8)
-        for (std::size_t l = 0; l < 8; ++l) s[l] += y[j + l];
-    float total = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-    for (; j < n; ++j) total += y[j];
-    return total;
+    return simd_dispatch([&]() XGRAD_SIMD_BODY {
+        for (std::size_t j = 0; j < n; ++j) {
+            const float t0 = x[j] - m;
+            // t in [-87, 88] whatever x and m are: NaN (max(-87, NaN) is -87) or +inf (x above an m
+            // that a NaN kept from being the row's maximum) would make the exponent bits below
+            // undefined. The select at the end puts NaN back; a NaN in the row makes the sum NaN.
+            const float t = std::min(88.0f, std::max(-87.0f, t0));
+            // t = k·ln2 + r, |r| ≤ ln2/2; k rounded to nearest by the 1.5·2^23 trick
+            const float k = (t * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+            float r = t - k * 0.693359375f;
+            r = r - k * -2.12194440e-4f;
+            float p = 1.9875691500e-4f;
+            p = p * r + 1.3981999507e-3f;
+            p = p * r + 8.3334519073e-3f;
+            p = p * r + 4.1665795894e-2f;
+            p = p * r + 1.6666665459e-1f;
+            p = p * r + 5.0000001201e-1f;
+            p = p * r * r + r + 1.0f;
+            const float two_k = __builtin_bit_cast(float, (static_cast<std::int32_t>(k) + 127) << 23);
+            const float v = p * two_k;
+            y[j] = t0 >= -87.0f ? v : (t0 == t0 ? 0.0f : t0);
+        }
+        // eight partial sums: a vector of adds instead of one serial chain
+        float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        std::size_t j = 0;
+        for (; j + 8 <= n; j += 8)
+            for (std::size_t l = 0; l < 8; ++l) s[l] += y[j + l];
+        float total = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+        for (; j < n; ++j) total += y[j];
+        // One NaN for every NaN sum: which of two NaNs an addition keeps depends on the order the
+        // compiler gives its operands, which may differ between the levels' loops.
+        return total == total ? total : std::numeric_limits<float>::quiet_NaN();
+    });
 }
 
 float max_of(const float* x, std::size_t n) {
-    float s[8];
-    for (std::size_t l = 0; l < 8; ++l) s[l] = x[0];
-    std::size_t j = 0;
-    for (; j + 8 <= n; j += 8)
-        for (std::size_t l = 0; l < 8; ++l) s[l] = std::max(s[l], x[j + l]);
-    float m = std::max(std::max(std::max(s[0], s[1]), std::max(s[2], s[3])),
-                       std::max(std::max(s[4], s[5]), std::max(s[6], s[7])));
-    for (; j < n; ++j) m = std::max(m, x[j]);
-    return m;
+    return simd_dispatch([&]() XGRAD_SIMD_BODY {
+        float s[8];
+        for (std::size_t l = 0; l < 8; ++l) s[l] = x[0];
+        std::size_t j = 0;
+        for (; j + 8 <= n; j += 8)
+            for (std::size_t l = 0; l < 8; ++l) s[l] = std::max(s[l], x[j + l]);
+        float m = std::max(std::max(std::max(s[0], s[1]), std::max(s[2], s[3])),
+                           std::max(std::max(s[4], s[5]), std::max(s[6], s[7])));
+        for (; j < n; ++j) m = std::max(m, x[j]);
+        return m;
+    });
 }
 
 }  // namespace xgrad::vec

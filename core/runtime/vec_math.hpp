@@ -1,7 +1,7 @@
 #pragma once
-/// Float row kernels the compiler turns into SIMD loops (vec_math.cpp is compiled with
-/// -fno-trapping-math so that its selects vectorise; no -march flag: SSE2 on x86-64, more
-/// lanes when the library is built for a wider target). For softmax rows.
+/// Float row kernels the compiler turns into SIMD loops, for softmax rows: each compiled for
+/// baseline x86-64 (SSE2) and for AVX-512, with the same bits on both (runtime/simd.hpp).
+/// vec_math.cpp is compiled with -fno-trapping-math so that its selects vectorise.
 #include <cstddef>
 
 namespace xgrad::vec {
@@ -9,7 +9,8 @@ namespace xgrad::vec {
 /// y[j] = e^(x[j] − m) for x[j] ≤ m, within 2 ulp of std::exp (Cody–Waite reduction and
 /// Cephes' degree-6 polynomial); 0 where x[j] − m < −87 (e^−87 ≈ 1.6e−38, the float floor).
 /// NaN in x gives NaN in y (and in the sum); any x and m are safe (x[j] − m is clamped to
-/// [−87, 88] before the exponent is built). Returns Σ y[j].
+/// [−87, 88] before the exponent is built). Returns Σ y[j], in eight partial sums (lane l takes
+/// j ≡ l mod 8) combined pairwise, then the tail; a NaN sum is always the same quiet NaN.
 float exp_shifted_sum(const float* x, float m, float* y, std::size_t n);
 
 /// max x[j] for n ≥ 1. A NaN in x is skipped or returned depending on where it falls (no

@@ -1,0 +1,40 @@
+#pragma once
+/// simd_dispatch: the one place a loop is compiled for each SimdLevel (simd.hpp) and the level
+/// picked. Internal to core's kernels.
+///
+///     return simd_dispatch([&]() XGRAD_SIMD_BODY { for (...) ...; return total; });
+///
+/// The loop is written once, as a lambda that must be inlined (XGRAD_SIMD_BODY): GCC then
+/// compiles one copy into a function built for AVX-512 and one into the caller (baseline), and
+/// refuses to build rather than leave a call to the baseline copy. Same bits on both levels
+/// needs a source compiled with -ffp-contract=off (core/CMakeLists.txt lists them): a target
+/// with FMA would otherwise fuse a·b + c there and round once where the baseline rounds twice.
+/// Also no -ffast-math there, so that the vectoriser keeps the order of every float sum.
+#include "core/runtime/simd.hpp"
+
+#define XGRAD_SIMD_BODY __attribute__((always_inline))
+
+namespace xgrad {
+
+#if defined(__x86_64__) && defined(__GNUC__)
+namespace simd_detail {
+// prefer-vector-width=512: GCC's generic tuning may stop at 256-bit vectors.
+template <class Body>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,prefer-vector-width=512"), noinline)) auto
+on_avx512(const Body& body) {
+    return body();
+}
+}  // namespace simd_detail
+#endif
+
+/// body() compiled for simd_level(); throws simd_level()'s Error for a bad XGRAD_SIMD.
+template <class Body> auto simd_dispatch(const Body& body) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (simd_level() == SimdLevel::Avx512) return simd_detail::on_avx512(body);
+#else
+    (void)simd_level();
+#endif
+    return body();
+}
+
+}  // namespace xgrad

@@ -1,0 +1,260 @@
+// The SIMD levels (core/runtime/simd.hpp): each loop compiled for baseline x86-64 and for
+// AVX-512 gives the same bits on every input, and XGRAD_SIMD picks the level.
+#include "core/runtime/simd.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/runtime/bfloat16.hpp"
+#include "core/runtime/vec_math.hpp"
+#include "helpers.hpp"
+
+using namespace xgrad;
+
+namespace {
+
+std::uint32_t bits(float f) { return __builtin_bit_cast(std::uint32_t, f); }
+float from_bits(std::uint32_t u) { return __builtin_bit_cast(float, u); }
+
+/// run(level) on each level this CPU runs, baseline first, the level put back after. Where there
+/// is no AVX-512 it warns that the levels are not compared here, and runs the baseline alone.
+template <class Run> int on_each_level(Run run) {
+    std::vector<SimdLevel> levels = {SimdLevel::Baseline};
+    if (simd_level_supported() == SimdLevel::Avx512) levels.push_back(SimdLevel::Avx512);
+    else if (static bool warned = false; !std::exchange(warned, true))  // once per test case
+        WARN("this CPU has no AVX-512: the comparison with the baseline loops is skipped");
+    struct Restore {
+        SimdLevel level = simd_level();
+        ~Restore() { set_simd_level(level); }
+    } restore;
+    for (SimdLevel level : levels) {
+        set_simd_level(level);
+        run(level);
+    }
+    return static_cast<int>(levels.size());
+}
+
+/// The first index where a and b differ in their bits, or -1.
+template <class T> long first_difference(const std::vector<T>& a, const std::vector<T>& b) {
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i)
+        if (std::memcmp(&a[i], &b[i], sizeof(T)) != 0) return static_cast<long>(i);
+    return -1;
+}
+
+/// Float bit patterns that stress a row kernel: NaNs, ±inf, ±0, denormals, huge and tiny.
+float hostile(std::mt19937& gen) {
+    static const float kinds[] = {NAN, -NAN, std::numeric_limits<float>::infinity(),
+                                  -std::numeric_limits<float>::infinity(), 0.0f, -0.0f, 1e-45f, -1e-40f,
+                                  3e38f, -3e38f, 88.5f, -87.5f};
+    return kinds[gen() % (sizeof kinds / sizeof kinds[0])];
+}
+
+}  // namespace
+
+TEST_CASE("set_simd_level refuses what the CPU cannot run, and the level names", "[simd]") {
+    CHECK(std::string(simd_level_name(SimdLevel::Baseline)) == "baseline");
+    CHECK(std::string(simd_level_name(SimdLevel::Avx512)) == "avx512");
+    CHECK(parse_simd_setting("baseline") == SimdLevel::Baseline);
+    CHECK(parse_simd_setting("auto") == simd_level_supported());
+    for (const char* bad : {"", "AUTO", "avx512", "baseline "})
+        CHECK_THROWS_WITH(parse_simd_setting(bad), "XGRAD_SIMD: expected auto or baseline, got '" + std::string(bad) + "'");
+    CHECK_THROWS_AS(set_simd_level(static_cast<SimdLevel>(7)), Error);
+    if (simd_level_supported() == SimdLevel::Baseline) {
+        CHECK_THROWS_WITH(set_simd_level(SimdLevel::Avx512), Catch::Contains("no AVX512F"));
+        CHECK(simd_level() == SimdLevel::Baseline);
+    }
+}
+
+TEST_CASE("bf16_to_float: every bfloat16 pattern gives the same float on both levels", "[simd][bfloat16]") {
+    std::vector<std::uint16_t> in(65536);
+    for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<std::uint16_t>(i);
+    std::vector<float> scalar(in.size());
+    for (std::size_t i = 0; i < in.size(); ++i) scalar[i] = bf16_to_float(in[i]);
+    on_each_level([&](SimdLevel level) {
+        std::vector<float> out(in.size());
+        bf16_to_float(in.data(), out.data(), in.size());
+        INFO(simd_level_name(level));
+        CHECK(first_difference(scalar, out) == -1);
+    });
+}
+
+TEST_CASE("bf16_from_float: every sign, exponent and kept mantissa, the rounding cases, random bits", "[simd][bfloat16]") {
+    // Each of the 65536 upper halves with low halves that take every rounding path: exact, just
+    // below and above the tie, the tie itself (to even: down for an even kept part, up for an
+    // odd one), all ones. Upper halves 0x7f80 (inf) and above it are infinities and NaNs, so
+    // NaNs with payload only in the low bits (which must stay NaN) are here, and 0x7f7f with
+    // 0x8000 or more rounds up to infinity; 0x0000..0x007f are the denormals.
+    std::vector<float> in;
+    for (std::uint32_t hi = 0; hi < 65536; ++hi)
+        for (std::uint32_t lo : {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu})
+            in.push_back(from_bits(hi << 16 | lo));
+    std::mt19937 gen(7);
+    for (int i = 0; i < (1 << 20); ++i) in.push_back(from_bits(static_cast<std::uint32_t>(gen())));
+    // every level gives the scalar rounding (round to nearest even, NaN quietened, sign kept)
+    std::vector<std::uint16_t> scalar(in.size());
+    for (std::size_t i = 0; i < in.size(); ++i) scalar[i] = bf16_from_float(in[i]);
+    on_each_level([&](SimdLevel level) {
+        std::vector<std::uint16_t> out(in.size());
+        bf16_from_float(in.data(), out.data(), in.size());
+        INFO(simd_level_name(level));
+        CHECK(first_difference(scalar, out) == -1);
+    });
+    CHECK(bf16_from_float(from_bits(0x7f800001u)) == 0x7fc0);   // NaN with one low payload bit
+    CHECK(bf16_from_float(from_bits(0xff800001u)) == 0xffc0);
+    CHECK(bf16_from_float(from_bits(0x7f7fffffu)) == 0x7f80);   // FLT_MAX rounds to inf
+    CHECK(bf16_from_float(from_bits(0x00008000u)) == 0x0000);   // a tie at the smallest denormal: to even
+    CHECK(bf16_from_float(from_bits(0x00018000u)) == 0x0002);
+}
+
+TEST_CASE("bf16 conversions: every length up to 70 at every alignment, same bits on both levels", "[simd][bfloat16]") {
+    std::mt19937 gen(3);
+    std::vector<float> f(80);
+    std::vector<std::uint16_t> h(80);
+    for (std::size_t i = 0; i < f.size(); ++i) {
+        f[i] = i % 5 == 0 ? hostile(gen) : from_bits(static_cast<std::uint32_t>(gen()));
+        h[i] = static_cast<std::uint16_t>(gen());
+    }
+    for (std::size_t offset = 0; offset < 4; ++offset)
+        for (std::size_t n = 0; n <= 70; ++n) {
+            std::vector<std::uint16_t> to_half[2];
+            std::vector<float> to_float[2];
+            const int levels = on_each_level([&](SimdLevel level) {
+                const int l = static_cast<int>(level);
+                to_half[l].assign(n + 2, 0xabcd);  // the two past n must stay untouched
+                to_float[l].assign(n + 2, 1.5f);
+                bf16_from_float(f.data() + offset, to_half[l].data(), n);
+                bf16_to_float(h.data() + offset, to_float[l].data(), n);
+            });
+            INFO("offset " << offset << ", n " << n);
+            for (std::size_t i = 0; i < n; ++i) {
+                CHECK(to_half[0][i] == bf16_from_float(f[offset + i]));
+                CHECK(bits(to_float[0][i]) == bits(bf16_to_float(h[offset + i])));
+            }
+            CHECK((to_half[0][n] == 0xabcd && to_half[0][n + 1] == 0xabcd));
+            CHECK((to_float[0][n] == 1.5f && to_float[0][n + 1] == 1.5f));
+            if (levels == 2) {
+                CHECK(first_difference(to_half[0], to_half[1]) == -1);
+                CHECK(first_difference(to_float[0], to_float[1]) == -1);
+            }
+        }
+}
+
+TEST_CASE("exp_shifted_sum: same y and sum on both levels for every length up to 70 and hostile rows", "[simd][vec_math]") {
+    std::mt19937 gen(11);
+    std::uniform_real_distribution<float> score(-40.0f, 5.0f);
+    const float inf = std::numeric_limits<float>::infinity();
+    // kinds of row: plain scores; scores with a NaN or ±inf among them; any bit pattern
+    for (int kind = 0; kind < 3; ++kind)
+        for (std::size_t n : [] {
+                 std::vector<std::size_t> v;
+                 for (std::size_t k = 0; k <= 70; ++k) v.push_back(k);
+                 v.push_back(1000);
+                 v.push_back(1037);
+                 return v;
+             }()) {
+            std::vector<float> x(n);
+            for (float& v : x) v = score(gen);
+            if (kind == 1 && n > 0) x[gen() % n] = hostile(gen), x[gen() % n] = hostile(gen);
+            if (kind == 2)
+                for (float& v : x) v = from_bits(static_cast<std::uint32_t>(gen()));
+            const float row_max = n > 0 ? vec::max_of(x.data(), n) : 0.0f;
+            for (float m : {row_max, row_max + 3.0f, 0.0f, NAN, inf, -inf}) {
+                std::vector<float> y[2], in_place[2];
+                float sum[2], sum_in_place[2];
+                const int levels = on_each_level([&](SimdLevel level) {
+                    const int l = static_cast<int>(level);
+                    y[l].assign(n, -1.0f);
+                    sum[l] = vec::exp_shifted_sum(x.data(), m, y[l].data(), n);
+                    in_place[l] = x;  // softmax_prefix writes y over x
+                    sum_in_place[l] = vec::exp_shifted_sum(in_place[l].data(), m, in_place[l].data(), n);
+                });
+                INFO("kind " << kind << ", n " << n << ", m " << m);
+                CHECK(first_difference(y[0], in_place[0]) == -1);
+                CHECK(bits(sum[0]) == bits(sum_in_place[0]));
+                if (levels == 2) {
+                    CHECK(first_difference(y[0], y[1]) == -1);
+                    CHECK(bits(sum[0]) == bits(sum[1]));
+                    CHECK(first_difference(in_place[0], in_place[1]) == -1);
+                    CHECK(bits(sum_in_place[0]) == bits(sum_in_place[1]));
+                }
+            }
+        }
+}
+
+TEST_CASE("max_of: same bits on both levels, and std::max's in eight lanes, for NaN, ±inf and ±0 rows", "[simd][vec_math]") {
+    std::mt19937 gen(5);
+    std::uniform_real_distribution<float> score(-10.0f, 10.0f);
+    // max_of's order: lane l = std::max over j ≡ l (mod 8), lanes combined pairwise, then the tail.
+    auto eight_lanes = [](const std::vector<float>& x) {
+        float s[8];
+        for (float& v : s) v = x[0];
+        std::size_t j = 0;
+        for (; j + 8 <= x.size(); j += 8)
+            for (std::size_t l = 0; l < 8; ++l) s[l] = std::max(s[l], x[j + l]);
+        float m = std::max(std::max(std::max(s[0], s[1]), std::max(s[2], s[3])),
+                           std::max(std::max(s[4], s[5]), std::max(s[6], s[7])));
+        for (; j < x.size(); ++j) m = std::max(m, x[j]);
+        return m;
+    };
+    for (int kind = 0; kind < 4; ++kind)
+        for (std::size_t n = 1; n <= 70; ++n)
+            for (int rep = 0; rep < 4; ++rep) {
+                std::vector<float> x(n);
+                for (float& v : x) v = score(gen);
+                if (kind == 1) x[gen() % n] = hostile(gen), x[gen() % n] = hostile(gen);
+                if (kind == 2)  // signed zeros only: which zero comes out depends on the order
+                    for (float& v : x) v = gen() % 2 ? 0.0f : -0.0f;
+                if (kind == 3)
+                    for (float& v : x) v = from_bits(static_cast<std::uint32_t>(gen()));
+                float m[2];
+                const int levels = on_each_level([&](SimdLevel level) {
+                    m[static_cast<int>(level)] = vec::max_of(x.data(), n);
+                });
+                INFO("kind " << kind << ", n " << n);
+                CHECK(bits(m[0]) == bits(eight_lanes(x)));
+                if (levels == 2) {
+                    CHECK(bits(m[0]) == bits(m[1]));
+                }
+            }
+}
+
+// Run by the next test in a child process, with XGRAD_SIMD set: the level it made of it, and a
+// softmax row's exp and bfloat16 conversion computed there. Hidden: meaningless in-process.
+TEST_CASE("child: report the SIMD level and a row computed on it", "[.simd-env-child]") {
+    try {
+        std::printf("simd=%s\n", simd_level_name(simd_level()));
+        std::vector<float> x(67), y(67);
+        for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(static_cast<float>(i)) * 20.0f;
+        const float s = vec::exp_shifted_sum(x.data(), vec::max_of(x.data(), x.size()), y.data(), y.size());
+        std::vector<std::uint16_t> h(y.size());
+        bf16_from_float(y.data(), h.data(), y.size());
+        std::uint64_t digest = bits(s);
+        for (std::uint16_t v : h) digest = digest * 1000003u + v;
+        std::printf("row=%016llx\n", static_cast<unsigned long long>(digest));
+    } catch (const Error& e) {
+        std::printf("error=%s\n", e.what());
+    }
+    std::fflush(stdout);
+}
+
+TEST_CASE("XGRAD_SIMD picks the level in a fresh process, and a bad value is an error naming it", "[simd]") {
+    auto run = [](const std::string& value) { return test::run_this_binary("XGRAD_SIMD='" + value + "'", "[.simd-env-child]"); };
+    const std::string baseline = run("baseline"), automatic = run("auto"), unset = run("");
+    CHECK_THAT(baseline, Catch::Contains("simd=baseline\n"));
+    CHECK_THAT(automatic, Catch::Contains(std::string("simd=") + simd_level_name(simd_level_supported()) + "\n"));
+    CHECK_THAT(unset, Catch::Contains(std::string("simd=") + simd_level_name(simd_level_supported()) + "\n"));
+    // the same row on either level
+    const auto row = [](const std::string& out) { return out.substr(out.find("row=")); };
+    REQUIRE(baseline.find("row=") != std::string::npos);
+    REQUIRE(automatic.find("row=") != std::string::npos);
+    CHECK(row(baseline) == row(automatic));
+    CHECK_THAT(run("avx2"), Catch::Contains("error=XGRAD_SIMD: expected auto or baseline, got 'avx2'"));
+}
