@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "core/runtime/simd_dispatch.hpp"
@@ -46,11 +47,20 @@ float exp_shifted_sum(const float* x, float m, float* y, std::size_t n) {
 
 float max_of(const float* x, std::size_t n) {
     return simd_dispatch([&]() XGRAD_SIMD_BODY {
-        float s[8];
-        for (std::size_t l = 0; l < 8; ++l) s[l] = x[0];
+        // eight running maxima, lane l over j ≡ l (mod 8), as two GCC vectors of four: written
+        // as eight floats the compiler keeps them scalar (with NaN, max is no reduction it may
+        // reorder); a vector of eight it splits into scalars on SSE2
+        using f4 = float __attribute__((vector_size(16)));
+        f4 lo = {x[0], x[0], x[0], x[0]}, hi = lo;
         std::size_t j = 0;
-        for (; j + 8 <= n; j += 8)
-            for (std::size_t l = 0; l < 8; ++l) s[l] = std::max(s[l], x[j + l]);
+        for (; j + 8 <= n; j += 8) {
+            f4 a, b;
+            std::memcpy(&a, x + j, sizeof a);
+            std::memcpy(&b, x + j + 4, sizeof b);
+            lo = lo < a ? a : lo;  // std::max per lane
+            hi = hi < b ? b : hi;
+        }
+        const float s[8] = {lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]};
         float m = std::max(std::max(std::max(s[0], s[1]), std::max(s[2], s[3])),
                            std::max(std::max(s[4], s[5]), std::max(s[6], s[7])));
         for (; j < n; ++j) m = std::max(m, x[j]);

@@ -13,9 +13,10 @@ namespace xgrad::vec {
 /// j ≡ l mod 8) combined pairwise, then the tail; a NaN sum is always the same quiet NaN.
 float exp_shifted_sum(const float* x, float m, float* y, std::size_t n);
 
-/// max x[j] for n ≥ 1. A NaN in x is skipped or returned depending on where it falls (no
-/// defined order): callers that must propagate NaN rely on exp_shifted_sum, which turns any
-/// NaN x[j], and any NaN m, into a NaN sum.
+/// max x[j] for n ≥ 1, as std::max over eight lanes (lane l takes j ≡ l mod 8) combined
+/// pairwise, then the tail. A NaN in x is skipped or returned depending on where it falls (an
+/// order callers may not rely on): callers that must propagate NaN rely on exp_shifted_sum,
+/// which turns any NaN x[j], and any NaN m, into a NaN sum.
 float max_of(const float* x, std::size_t n);
 
 }  // namespace xgrad::vec
