@@ -36,6 +36,7 @@
 
 #include "core/runtime/blas.hpp"
 #include "core/runtime/dnnl.hpp"
+#include "core/runtime/simd.hpp"
 #include "nn/loss.hpp"
 #include "optim/adam.hpp"
 
@@ -200,6 +201,9 @@ void print_blas() {
     // Which library runs the float32 products (blas.hpp, GemmEngine); "in-gemm" counts both.
     std::printf("float32 engine: %s (XGRAD_GEMM), on this machine: %s for calls of 2^20 multiply-adds or more\n",
                 gemm_engine_name(gemm_engine()), gemm_uses_onednn(1, 1024, 1024, 1) ? "oneDNN" : "BLAS");
+    // The element loops: bfloat16 conversions under autocast, the softmax's exp and max (simd.hpp).
+    std::printf("SIMD: %s element loops (XGRAD_SIMD; this CPU runs up to %s)\n", simd_level_name(simd_level()),
+                simd_level_name(simd_level_supported()));
     // tools/bench quotes this line for the bfloat16 side of its four-way table.
     if (dnnl::available())
         std::printf("oneDNN: %s, ISA %s, bfloat16 %s\n", dnnl::version().c_str(), dnnl::isa().c_str(),
@@ -257,7 +261,12 @@ int main(int argc, char** argv) {
         else if (a == "--json" && i + 1 < argc) json = argv[++i];
         else if (a == "--autocast" && i + 1 < argc) autocast = argv[++i];
         else if (a == "--blas-info") {
-            print_blas();
+            try {
+                print_blas();
+            } catch (const Error& e) {  // a bad XGRAD_GEMM or XGRAD_SIMD
+                std::fprintf(stderr, "bench_mha: error: %s\n", e.what());
+                return 1;
+            }
             return 0;
         } else usage();
     }
@@ -277,7 +286,7 @@ int main(int argc, char** argv) {
 
     try {
         print_blas();
-    } catch (const Error& e) {  // a bad XGRAD_GEMM
+    } catch (const Error& e) {  // a bad XGRAD_GEMM or XGRAD_SIMD
         std::fprintf(stderr, "bench_mha: error: %s\n", e.what());
         return 1;
     }
