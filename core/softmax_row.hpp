@@ -63,12 +63,17 @@ template <class T> T logsumexp(const T* x, std::size_t n, T* scratch) {
 }
 
 /// Backward of a softmax row y given the upstream g: d = y ⊙ (g − Σ g⊙y), 0 where keep is
-/// false (keys j ≥ L for a prefix, or keep[j] false for a bool mask row).
+/// false (keys j ≥ L for a prefix, or keep[j] false for a bool mask row). float rows sum in
+/// eight partial sums (vec::softmax_grad), double rows in one.
 template <class T> void softmax_grad_prefix(const T* y, const T* g, T* d, std::size_t n, std::size_t L) {
-    T dot = 0;
-    for (std::size_t j = 0; j < n; ++j) dot += g[j] * y[j];
-    for (std::size_t j = 0; j < L; ++j) d[j] = y[j] * (g[j] - dot);
-    for (std::size_t j = L; j < n; ++j) d[j] = T(0);
+    if constexpr (std::is_same_v<T, float>) {
+        vec::softmax_grad(y, g, d, n, L);
+    } else {
+        T dot = 0;
+        for (std::size_t j = 0; j < n; ++j) dot += g[j] * y[j];
+        for (std::size_t j = 0; j < L; ++j) d[j] = y[j] * (g[j] - dot);
+        for (std::size_t j = L; j < n; ++j) d[j] = T(0);
+    }
 }
 
 /// Rows of scores (batch·queries, keys) under a resolved mask: forward and backward of row r.

@@ -6,7 +6,8 @@
 ///
 /// The loop is written once, as a lambda that must be inlined (XGRAD_SIMD_BODY): GCC then
 /// compiles one copy into a function built for AVX-512 and one into the caller (baseline), and
-/// refuses to build rather than leave a call to the baseline copy. Same bits on both levels
+/// refuses to build rather than leave a call to the baseline copy. Everything the body calls
+/// is inlined into the AVX-512 copy as well, so a body is a leaf loop: no pool, no allocation. Same bits on both levels
 /// needs a source compiled with -ffp-contract=off (core/CMakeLists.txt lists them): a target
 /// with FMA would otherwise fuse a·b + c there and round once where the baseline rounds twice.
 /// Also no -ffast-math there, so that the vectoriser keeps the order of every float sum.
@@ -18,9 +19,11 @@ namespace xgrad {
 
 #if defined(__x86_64__) && defined(__GNUC__)
 namespace simd_detail {
-// prefer-vector-width=512: GCC's generic tuning may stop at 256-bit vectors.
+// prefer-vector-width=512: GCC's generic tuning may stop at 256-bit vectors. flatten: what the
+// body calls (lane_sum, std::max) is compiled into this variant too, not called in its
+// baseline copy.
 template <class Body>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,prefer-vector-width=512"), noinline)) auto
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,prefer-vector-width=512"), noinline, flatten)) auto
 on_avx512(const Body& body) {
     return body();
 }

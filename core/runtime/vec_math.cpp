@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/runtime/kernel_loops.hpp"
 #include "core/runtime/simd_dispatch.hpp"
 
 namespace xgrad::vec {
@@ -65,6 +66,19 @@ float max_of(const float* x, std::size_t n) {
                            std::max(std::max(s[4], s[5]), std::max(s[6], s[7])));
         for (; j < n; ++j) m = std::max(m, x[j]);
         return m;
+    });
+}
+
+void softmax_grad(const float* y, const float* g, float* d, std::size_t n, std::size_t L) {
+    simd_dispatch([&]() XGRAD_SIMD_BODY {
+        const float dot = lane_sum<float>(n, [&](std::size_t j) { return g[j] * y[j]; });
+        for (std::size_t j = 0; j < L; ++j) {
+            // one NaN for every NaN d[j]: the product keeps y's or the difference's NaN
+            // depending on the operand order the compiler picks, which may differ by level
+            const float v = y[j] * (g[j] - dot);
+            d[j] = v == v ? v : std::numeric_limits<float>::quiet_NaN();
+        }
+        for (std::size_t j = L; j < n; ++j) d[j] = 0.0f;
     });
 }
 

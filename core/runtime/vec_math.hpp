@@ -19,4 +19,10 @@ float exp_shifted_sum(const float* x, float m, float* y, std::size_t n);
 /// which turns any NaN x[j], and any NaN m, into a NaN sum.
 float max_of(const float* x, std::size_t n);
 
+/// The softmax row's backward: d[j] = y[j]·(g[j] − Σ g⊙y) for j < L, 0 for L ≤ j < n, the sum
+/// over all n in lane_sum's eight partial sums (runtime/kernel_loops.hpp): one running sum is
+/// a chain of dependent adds that no compiler may split. A NaN d[j] is always the same quiet
+/// NaN. d may not overlap y or g.
+void softmax_grad(const float* y, const float* g, float* d, std::size_t n, std::size_t L);
+
 }  // namespace xgrad::vec

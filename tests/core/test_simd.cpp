@@ -13,6 +13,7 @@
 
 #include "core/error.hpp"
 #include "core/runtime/bfloat16.hpp"
+#include "core/runtime/kernel_loops.hpp"
 #include "core/runtime/vec_math.hpp"
 #include "helpers.hpp"
 
@@ -223,6 +224,33 @@ TEST_CASE("max_of: same bits on both levels, and std::max's in eight lanes, for 
                 if (levels == 2) {
                     CHECK(bits(m[0]) == bits(m[1]));
                 }
+            }
+}
+
+TEST_CASE("softmax_grad: same bits on both levels, lane_sum's order, every length up to 70 and prefix", "[simd][vec_math]") {
+    std::mt19937 gen(9);
+    std::uniform_real_distribution<float> value(-2.0f, 2.0f);
+    for (int kind = 0; kind < 2; ++kind)
+        for (std::size_t n = 0; n <= 70; ++n)
+            for (std::size_t L : {std::size_t(0), n / 3, n}) {
+                std::vector<float> y(n), g(n);
+                for (std::size_t j = 0; j < n; ++j) y[j] = value(gen), g[j] = value(gen);
+                if (kind == 1 && n > 0) y[gen() % n] = hostile(gen), g[gen() % n] = hostile(gen);
+                std::vector<float> d[2];
+                const int levels = on_each_level([&](SimdLevel level) {
+                    auto& out = d[static_cast<int>(level)];
+                    out.assign(n, 7.0f);
+                    vec::softmax_grad(y.data(), g.data(), out.data(), n, L);
+                });
+                const float dot = lane_sum<float>(n, [&](std::size_t j) { return g[j] * y[j]; });
+                std::vector<float> want(n, 0.0f);
+                for (std::size_t j = 0; j < L; ++j) {
+                    want[j] = y[j] * (g[j] - dot);
+                    if (std::isnan(want[j])) want[j] = std::numeric_limits<float>::quiet_NaN();
+                }
+                INFO("kind " << kind << ", n " << n << ", L " << L);
+                CHECK(first_difference(want, d[0]) == -1);
+                if (levels == 2) CHECK(first_difference(d[0], d[1]) == -1);
             }
 }
 
