@@ -14,12 +14,24 @@ namespace xgrad {
 /// The result depends only on n and the values, never on the threads or the machine.
 template <class A, class F> A lane_sum(std::size_t n, F f) {
     constexpr std::size_t kLanes = 8;
-    A acc[kLanes] = {};
+    // The lanes as 16-byte GCC vectors (two of four floats, four of two doubles): as an array
+    // of eight scalars GCC vectorised across iterations with shuffles, or not at all, 3-4x
+    // slower for a float dot product. The same lanes in the same order: the same bits.
+    constexpr std::size_t kWidth = 16 / sizeof(A), kVectors = kLanes / kWidth;
+    static_assert(kVectors * kWidth == kLanes, "lane_sum: float or double");
+    typedef A Vec __attribute__((vector_size(16)));
+    Vec acc[kVectors] = {};
     std::size_t j = 0;
     for (; j + kLanes <= n; j += kLanes)
-        for (std::size_t l = 0; l < kLanes; ++l) acc[l] += f(j + l);
-    for (std::size_t l = 0; j < n; ++j, ++l) acc[l] += f(j);
-    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+        for (std::size_t v = 0; v < kVectors; ++v) {
+            Vec x = {};
+            for (std::size_t l = 0; l < kWidth; ++l) x[l] = f(j + v * kWidth + l);
+            acc[v] += x;
+        }
+    A s[kLanes];
+    for (std::size_t l = 0; l < kLanes; ++l) s[l] = acc[l / kWidth][l % kWidth];
+    for (std::size_t l = 0; j < n; ++j, ++l) s[l] += f(j);
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
 /// f(std::true_type{}) or f(std::false_type{}): f's loops see the flag as a constant
