@@ -28,6 +28,12 @@ bool use_bf16(std::size_t multiply_adds);
 /// n values rounded to bfloat16 (to nearest, ties to even), converted over the pool.
 Bf16 to_bf16(const float* data, std::size_t n);
 
+/// A packed projection (batch, length, heads·d) rounded to bfloat16 as to_bf16, written
+/// head-packed, (batch·heads, length, d) with head (b, h) contiguous, in the same one pass. The
+/// attention products read their bfloat16 copies this way: oneDNN's bfloat16 kernels run a
+/// contiguous head markedly faster than the same head read in place with rows heads·d apart.
+Bf16 to_bf16_heads(const float* data, std::size_t batch, std::size_t length, std::size_t heads, std::size_t d);
+
 /// C + c_off[i] (+)= alpha·op(A + a_off[i])·op(B + b_off[i]) for every i, each operand with the
 /// flags, sizes and row lengths in `shape` (its batch fields are filled here). One oneDNN call
 /// when every list steps by a fixed stride (a stride of 0 sharing one A or B); otherwise one

@@ -43,22 +43,38 @@ dnnl::Matmul heads(std::size_t B, std::size_t H, dnnl::Input in) {
     return p;
 }
 
+// Where head (b, h) of an (B, L, H·d) operand sits for oneDNN: in place in the float32 tensor
+// (rows of H·d), or in its bfloat16 copy, head-packed (B·H, L, d) by autocast::to_bf16_heads.
+struct HeadLayout {
+    std::size_t stride, head, ld;  // elements between batches, between heads, between rows
+};
+HeadLayout head_layout(bool head_packed, std::size_t L, std::size_t H, std::size_t d) {
+    return head_packed ? HeadLayout{H * L * d, L * d, d} : HeadLayout{L * H * d, d, H * d};
+}
+void set_a(dnnl::Matmul& p, HeadLayout x) { p.stride_a = x.stride, p.head_a = x.head, p.lda = x.ld; }
+void set_b(dnnl::Matmul& p, HeadLayout x) { p.stride_b = x.stride, p.head_b = x.head, p.ldb = x.ld; }
+// C is always a float32 output written in place: a head's block of a packed (B, L, H·d).
+void set_c(dnnl::Matmul& p, std::size_t L, std::size_t H, std::size_t d) {
+    p.stride_c = L * H * d, p.head_c = d, p.ldc = H * d;
+}
+
 // The scores S = scale·Q_bh·K_bhᵀ on oneDNN (float32 accumulation): of Q and K themselves when
 // the float32 engine is oneDNN (gemm_uses_onednn), or under autocast (core/autocast.hpp) of
-// bfloat16 copies; the masked softmax stays float32. A bfloat16 backward reads the copies, not
-// the inputs, and runs its products in bfloat16 too; a float32 one reads the inputs.
+// bfloat16 copies, head-packed; the masked softmax stays float32. A bfloat16 backward reads the
+// copies, not the inputs, and runs its products in bfloat16 too; a float32 one reads the inputs.
 Tensor attention_weights_dnnl(const Tensor& queries, const Tensor& keys, std::size_t H, double scale,
                               const ResolvedMask& mask, dnnl::Input in) {
     constexpr const char* op = "head_attention_weights";
     const bool bf16 = in == dnnl::Input::bf16;
     const std::size_t B = queries.size(0), Lq = queries.size(1), Lk = keys.size(1), D = queries.size(2), d = D / H;
-    const autocast::Bf16 q16 = bf16 ? autocast::to_bf16(values<float>(queries).data(), queries.numel()) : nullptr;
-    const autocast::Bf16 k16 = bf16 ? autocast::to_bf16(values<float>(keys).data(), keys.numel()) : nullptr;
+    const autocast::Bf16 q16 = bf16 ? autocast::to_bf16_heads(values<float>(queries).data(), B, Lq, H, d) : nullptr;
+    const autocast::Bf16 k16 = bf16 ? autocast::to_bf16_heads(values<float>(keys).data(), B, Lk, H, d) : nullptr;
+    const HeadLayout lq = head_layout(bf16, Lq, H, d), lk = head_layout(bf16, Lk, H, d);
     xt::xarray<float> out = xt::empty<float>(Shape{B * H, Lq, Lk});
     // S_bh = scale·Q_bh·K_bhᵀ : (Lq, d)·(d, Lk) → (Lq, Lk), packed (B·H, Lq, Lk)
     dnnl::Matmul s = heads(B, H, in);
     s.trans_b = true, s.m = Lq, s.n = Lk, s.k = d, s.alpha = static_cast<float>(scale);
-    s.stride_a = Lq * D, s.head_a = d, s.lda = D, s.stride_b = Lk * D, s.head_b = d, s.ldb = D;
+    set_a(s, lq), set_b(s, lk);
     dnnl::matmul(s, bf16 ? static_cast<const void*>(q16->data()) : values<float>(queries).data(),
                  bf16 ? static_cast<const void*>(k16->data()) : values<float>(keys).data(), out.data());
     const kernel::MaskedRows kept(mask);
@@ -96,7 +112,7 @@ Tensor attention_weights_dnnl(const Tensor& queries, const Tensor& keys, std::si
             if (need_q) {  // dQ_bh = scale·dS·K_bh : (Lq, Lk)·(Lk, d), written into its head's block
                 xt::xarray<float> dq = xt::empty<float>(Shape{B, Lq, D});
                 p.m = Lq, p.n = d, p.k = Lk;
-                p.stride_b = Lk * D, p.head_b = d, p.ldb = D, p.stride_c = Lq * D, p.head_c = d, p.ldc = D;
+                set_b(p, head_layout(bf16, Lk, H, d)), set_c(p, Lq, H, d);
                 dnnl::matmul(p, DS, bf16 ? static_cast<const void*>(keep_k->data()) : values<float>(self.parents[1]).data(),
                              dq.data());
                 accumulate<float>("head_attention_weights", self.parents[0], std::move(dq));
@@ -104,7 +120,7 @@ Tensor attention_weights_dnnl(const Tensor& queries, const Tensor& keys, std::si
             if (need_k) {  // dK_bh = scale·dSᵀ·Q_bh : (Lk, Lq)·(Lq, d)
                 xt::xarray<float> dk = xt::empty<float>(Shape{B, Lk, D});
                 p.trans_a = true, p.m = Lk, p.n = d, p.k = Lq;
-                p.stride_b = Lq * D, p.head_b = d, p.ldb = D, p.stride_c = Lk * D, p.head_c = d, p.ldc = D;
+                set_b(p, head_layout(bf16, Lq, H, d)), set_c(p, Lk, H, d);
                 dnnl::matmul(p, DS, bf16 ? static_cast<const void*>(keep_q->data()) : values<float>(self.parents[0]).data(),
                              dk.data());
                 accumulate<float>("head_attention_weights", self.parents[1], std::move(dk));
@@ -115,19 +131,20 @@ Tensor attention_weights_dnnl(const Tensor& queries, const Tensor& keys, std::si
 }
 
 // out_bh = W_bh·V_bh on oneDNN: of W and V themselves (float32 engine oneDNN), or under
-// autocast of their bfloat16 roundings, as attention_weights_dnnl.
+// autocast of their bfloat16 roundings, V and the upstream gradient head-packed, as
+// attention_weights_dnnl.
 Tensor attention_combine_dnnl(const Tensor& weights, const Tensor& values, std::size_t H, dnnl::Input in) {
     constexpr const char* op = "head_attention_combine";
     const bool bf16 = in == dnnl::Input::bf16;
     const std::size_t B = values.size(0), Lk = values.size(1), E = values.size(2), Lq = weights.size(1), dv = E / H;
     const autocast::Bf16 w16 = bf16 ? autocast::to_bf16(xgrad::values<float>(weights).data(), weights.numel()) : nullptr;
-    const autocast::Bf16 v16 = bf16 ? autocast::to_bf16(xgrad::values<float>(values).data(), values.numel()) : nullptr;
+    const autocast::Bf16 v16 = bf16 ? autocast::to_bf16_heads(xgrad::values<float>(values).data(), B, Lk, H, dv) : nullptr;
     xt::xarray<float> out = xt::empty<float>(Shape{B, Lq, E});
     // out_bh = W_bh·V_bh : (Lq, Lk)·(Lk, dv), into its head's block (rows of E)
     dnnl::Matmul p = heads(B, H, in);
     p.m = Lq, p.n = dv, p.k = Lk;
     p.stride_a = H * Lq * Lk, p.head_a = Lq * Lk, p.lda = Lk;
-    p.stride_b = Lk * E, p.head_b = dv, p.ldb = E, p.stride_c = Lq * E, p.head_c = dv, p.ldc = E;
+    set_b(p, head_layout(bf16, Lk, H, dv)), set_c(p, Lq, H, dv);
     dnnl::matmul(p, bf16 ? static_cast<const void*>(w16->data()) : xgrad::values<float>(weights).data(),
                  bf16 ? static_cast<const void*>(v16->data()) : xgrad::values<float>(values).data(), out.data());
     const autocast::Bf16 keep_w = bf16 && values.requires_grad() ? w16 : nullptr;
@@ -138,13 +155,14 @@ Tensor attention_combine_dnnl(const Tensor& weights, const Tensor& values, std::
             if (!need_w && !need_v) return;
             const bool bf16 = in == dnnl::Input::bf16;
             const xt::xarray<float>& g = grad_as<float>(gs);
-            const autocast::Bf16 g16 = bf16 ? autocast::to_bf16(g.data(), g.size()) : nullptr;
+            const autocast::Bf16 g16 = bf16 ? autocast::to_bf16_heads(g.data(), B, Lq, H, dv) : nullptr;
             const void* G = bf16 ? static_cast<const void*>(g16->data()) : g.data();
+            const HeadLayout lg = head_layout(bf16, Lq, H, dv);
             if (need_w) {  // dW_bh = G_bh·V_bhᵀ : (Lq, dv)·(dv, Lk), packed (B·H, Lq, Lk)
                 xt::xarray<float> dw = xt::empty<float>(Shape{B * H, Lq, Lk});
                 dnnl::Matmul p = heads(B, H, in);
                 p.trans_b = true, p.m = Lq, p.n = Lk, p.k = dv;
-                p.stride_a = Lq * E, p.head_a = dv, p.lda = E, p.stride_b = Lk * E, p.head_b = dv, p.ldb = E;
+                set_a(p, lg), set_b(p, head_layout(bf16, Lk, H, dv));
                 dnnl::matmul(p, G, bf16 ? static_cast<const void*>(keep_v->data()) : xgrad::values<float>(self.parents[1]).data(),
                              dw.data());
                 accumulate<float>("head_attention_combine", self.parents[0], std::move(dw));
@@ -154,7 +172,7 @@ Tensor attention_combine_dnnl(const Tensor& weights, const Tensor& values, std::
                 dnnl::Matmul p = heads(B, H, in);
                 p.trans_a = true, p.m = Lk, p.n = dv, p.k = Lq;
                 p.stride_a = H * Lq * Lk, p.head_a = Lq * Lk, p.lda = Lk;
-                p.stride_b = Lq * E, p.head_b = dv, p.ldb = E, p.stride_c = Lk * E, p.head_c = dv, p.ldc = E;
+                set_b(p, lg), set_c(p, Lk, H, dv);
                 dnnl::matmul(p, bf16 ? static_cast<const void*>(keep_w->data()) : xgrad::values<float>(self.parents[0]).data(),
                              G, dval.data());
                 accumulate<float>("head_attention_combine", self.parents[1], std::move(dval));
