@@ -75,14 +75,25 @@ template <class Block> void pair_blocks(std::size_t B, std::size_t H, std::size_
         for (std::size_t p0 = c0; p0 < c1; p0 += block) f(p0, std::min(c1, p0 + block));
     });
 }
-// run(b, h0, h1) for each batch b that pairs [p0, p1) cover, with its heads [h0, h1): one
-// oneDNN call each, as a pair's heads are strided alike only within a batch in place.
-template <class Run> void head_runs(std::size_t p0, std::size_t p1, std::size_t H, Run&& run) {
-    for (std::size_t p = p0; p < p1;) {
-        const std::size_t b = p / H, h0 = p % H, h1 = std::min(H, h0 + (p1 - p));
-        run(b, h0, h1);
-        p += h1 - h0;
+// run(b, nb, h0, h1) for the pairs [p0, p1) as at most three oneDNN calls, each on heads
+// [h0, h1) of batches [b, b + nb): a head in place is strided differently across batches than
+// within one, so a call covers part of one batch, or whole batches. When every operand of `p`
+// holds its pairs evenly strided (head-packed bfloat16 copies, packed scores), one call covers
+// them all, heads counted on past H.
+template <class Run> void head_runs(const dnnl::Matmul& p, std::size_t p0, std::size_t p1, std::size_t H, Run&& run) {
+    if (p.stride_a == H * p.head_a && p.stride_b == H * p.head_b && p.stride_c == H * p.head_c)
+        return run(p0 / H, 1, p0 % H, p0 % H + (p1 - p0));
+    std::size_t q = p0;
+    if (q % H != 0) {  // the end of a batch
+        const std::size_t h0 = q % H, h1 = std::min(H, h0 + (p1 - q));
+        run(q / H, 1, h0, h1);
+        q += h1 - h0;
     }
+    if (const std::size_t nb = (p1 - q) / H; nb > 0) {
+        run(q / H, nb, 0, H);
+        q += nb * H;
+    }
+    if (q < p1) run(q / H, 1, 0, p1 - q);  // the start of a batch
 }
 
 // Operand x's head (b, h) in a layout of elements `stride` between batches, `head` between heads.
@@ -90,13 +101,13 @@ const void* head_at(const void* x, dnnl::Input in, std::size_t stride, std::size
     return static_cast<const char*>(x) + (b * stride + h * head) * (in == dnnl::Input::bf16 ? 2 : 4);
 }
 
-// `p`, its layouts set for the whole product, on batch b's heads [h0, h1) as one call: A given
-// at head (b, h0), B and C from their starts.
-void run_heads(dnnl::Matmul p, std::size_t b, std::size_t h0, std::size_t h1, const void* a, const void* b_start,
-               float* c_start) {
+// `p`, its layouts set for the whole product, on heads [h0, h1) of batches [b, b + nb) as one
+// call: A given at head (b, h0), B and C from their starts.
+void run_heads(dnnl::Matmul p, std::size_t b, std::size_t nb, std::size_t h0, std::size_t h1, const void* a,
+               const void* b_start, float* c_start) {
     const void* B = head_at(b_start, p.input, p.stride_b, p.head_b, b, h0);
     float* C = c_start + b * p.stride_c + h0 * p.head_c;
-    p.batch = 1, p.heads = h1 - h0;
+    p.batch = nb, p.heads = h1 - h0;
     dnnl::matmul(p, a, B, C);
 }
 
@@ -125,8 +136,8 @@ Tensor attention_weights_dnnl(const Tensor& queries, const Tensor& keys, std::si
     const kernel::MaskedRows kept(mask);
     float* W = out.data();
     pair_blocks(B, H, grain, block, [&](std::size_t p0, std::size_t p1) {
-        head_runs(p0, p1, H, [&](std::size_t b, std::size_t h0, std::size_t h1) {
-            run_heads(s, b, h0, h1, head_at(Q, in, s.stride_a, s.head_a, b, h0), K, W);
+        head_runs(s, p0, p1, H, [&](std::size_t b, std::size_t nb, std::size_t h0, std::size_t h1) {
+            run_heads(s, b, nb, h0, h1, head_at(Q, in, s.stride_a, s.head_a, b, h0), K, W);
         });
         for (std::size_t r = p0 * Lq; r < p1 * Lq; ++r) {  // row r = (b·H + h)·Lq + i
             const std::size_t b = r / (H * Lq), i = r % Lq;
@@ -150,10 +161,10 @@ Tensor attention_weights_dnnl(const Tensor& queries, const Tensor& keys, std::si
             xt::xarray<float> dq, dk;
             if (need_q) dq = xt::empty<float>(Shape{B, Lq, D});
             if (need_k) dk = xt::empty<float>(Shape{B, Lk, D});
-            // A of both products: a block's dS, (heads, Lq, Lk) from its first head
+            // A of both products: a block's dS, (pairs, Lq, Lk) from its first pair
             dnnl::Matmul p = heads(B, H, in);
             p.alpha = static_cast<float>(scale);
-            p.head_a = Lq * Lk, p.lda = Lk;
+            p.stride_a = H * Lq * Lk, p.head_a = Lq * Lk, p.lda = Lk;
             dnnl::Matmul pq = p, pk = p;
             // dQ_bh = scale·dS·K_bh : (Lq, Lk)·(Lk, d), written into its head's block
             pq.m = Lq, pq.n = d, pq.k = Lk;
@@ -174,10 +185,10 @@ Tensor attention_weights_dnnl(const Tensor& queries, const Tensor& keys, std::si
                 }
                 const char* DS = bf16 ? reinterpret_cast<const char*>(dS16.data()) : reinterpret_cast<const char*>(dS.data());
                 const std::size_t width = bf16 ? 2 : 4;
-                head_runs(p0, p1, H, [&](std::size_t b, std::size_t h0, std::size_t h1) {
+                head_runs(pq, p0, p1, H, [&](std::size_t b, std::size_t nb, std::size_t h0, std::size_t h1) {
                     const char* A = DS + (b * H + h0 - p0) * Lq * Lk * width;  // the block's dS starts at pair p0
-                    if (need_q) run_heads(pq, b, h0, h1, A, K, dq.data());
-                    if (need_k) run_heads(pk, b, h0, h1, A, Q, dk.data());
+                    if (need_q) run_heads(pq, b, nb, h0, h1, A, K, dq.data());
+                    if (need_k) run_heads(pk, b, nb, h0, h1, A, Q, dk.data());
                 });
             });
             if (need_q) accumulate<float>("head_attention_weights", self.parents[0], std::move(dq));
