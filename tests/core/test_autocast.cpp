@@ -163,15 +163,22 @@ TEST_CASE("autocast: the attention products multiply bfloat16-rounded inputs", "
         // The scores are rounded products; the softmax of them is float32. Weights within 1e-5 of
         // the float64 weights of the rounded inputs (score errors are about 1e-6 here); the
         // gradients pass through the softmax's gradient rounded to bfloat16: within 2^-7 of the
-        // largest. 40 queries, 48 keys, heads of 32: 40·48·32 multiply-adds each.
+        // largest. Heads of 32, 40 queries and 48 keys; or 200 and 256, whose scores run in
+        // blocks of 5 heads (ops_attention.cpp's pair_block), so that with 3 batches of 3 heads
+        // a block may end in a batch, cover whole ones or start one, on any number of threads.
+        const auto [batch, Lq, Lk] = GENERATE(std::tuple<std::size_t, std::size_t, std::size_t>{2, 40, 48},
+                                              std::tuple<std::size_t, std::size_t, std::size_t>{3, 200, 256});
+        CAPTURE(batch, Lq, Lk);
         Generator gen(3);
-        const Tensor q = randn({2, 40, 32 * H}, {}, gen).requires_grad_(grad_a);
-        const Tensor k = randn({2, 48, 32 * H}, {}, gen).requires_grad_(grad_b);
-        const Tensor per_query = randint(0, 49, {2, 40}, gen);
-        const Tensor attend = rand({2, 40, 48}, {}, gen) < 0.7;
+        const Tensor q = randn({batch, Lq, 32 * H}, {}, gen).requires_grad_(grad_a);
+        const Tensor k = randn({batch, Lk, 32 * H}, {}, gen).requires_grad_(grad_b);
+        const Tensor per_query = randint(0, static_cast<std::int64_t>(Lk) + 1, {batch, Lq}, gen);
+        const Tensor attend = rand({batch, Lq, Lk}, {}, gen) < 0.7;
+        std::vector<std::int64_t> lens(batch, static_cast<std::int64_t>(Lk));
+        lens[1] = 20;
         const auto [name, mask] = GENERATE_COPY(
             std::pair{"every key", AttentionMask()},
-            std::pair{"valid_lens (batch,)", AttentionMask::valid_lens(from_vector(std::vector<std::int64_t>{48, 20}, {2}))},
+            std::pair{"valid_lens (batch,)", AttentionMask::valid_lens(from_vector(lens, {batch}))},
             std::pair{"valid_lens (batch, queries)", AttentionMask::valid_lens(per_query)},
             std::pair{"bool mask", AttentionMask::attend_where(attend)},
             std::pair{"shared bool mask", AttentionMask::attend_where(attend[1])},
