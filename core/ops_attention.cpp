@@ -206,12 +206,13 @@ Tensor attention_weights_dnnl(const Tensor& queries, const Tensor& keys, std::si
 
 // out_bh = W_bh·V_bh on oneDNN: of W and V themselves (float32 engine oneDNN), or under
 // autocast of their bfloat16 roundings, V and the upstream gradient head-packed, as
-// attention_weights_dnnl.
+// attention_weights_dnnl; each block of W's heads is rounded right before its products read it.
 Tensor attention_combine_dnnl(const Tensor& weights, const Tensor& values, std::size_t H, dnnl::Input in) {
     constexpr const char* op = "head_attention_combine";
     const bool bf16 = in == dnnl::Input::bf16;
     const std::size_t B = values.size(0), Lk = values.size(1), E = values.size(2), Lq = weights.size(1), dv = E / H;
-    const autocast::Bf16 w16 = bf16 ? autocast::to_bf16(xgrad::values<float>(weights).data(), weights.numel()) : nullptr;
+    const float* W = xgrad::values<float>(weights).data();
+    auto w_copy = bf16 ? std::make_shared<std::vector<std::uint16_t>>(weights.numel()) : nullptr;
     const autocast::Bf16 v16 = bf16 ? autocast::to_bf16_heads(xgrad::values<float>(values).data(), B, Lk, H, dv) : nullptr;
     xt::xarray<float> out = xt::empty<float>(Shape{B, Lq, E});
     // out_bh = W_bh·V_bh : (Lq, Lk)·(Lk, dv), into its head's block (rows of E)
@@ -219,8 +220,15 @@ Tensor attention_combine_dnnl(const Tensor& weights, const Tensor& values, std::
     p.m = Lq, p.n = dv, p.k = Lk;
     p.stride_a = H * Lq * Lk, p.head_a = Lq * Lk, p.lda = Lk;
     set_b(p, head_layout(bf16, Lk, H, dv)), set_c(p, Lq, H, dv);
-    dnnl::matmul(p, bf16 ? static_cast<const void*>(w16->data()) : xgrad::values<float>(weights).data(),
-                 bf16 ? static_cast<const void*>(v16->data()) : xgrad::values<float>(values).data(), out.data());
+    const void* A = bf16 ? static_cast<const void*>(w_copy->data()) : W;
+    const void* V = bf16 ? static_cast<const void*>(v16->data()) : xgrad::values<float>(values).data();
+    pair_blocks(B, H, pair_grain(Lq, dv, Lk), pair_block(Lq, Lk), [&](std::size_t p0, std::size_t p1) {
+        if (bf16) bf16_from_float(W + p0 * Lq * Lk, w_copy->data() + p0 * Lq * Lk, (p1 - p0) * Lq * Lk);
+        head_runs(p, p0, p1, H, [&](std::size_t b, std::size_t nb, std::size_t h0, std::size_t h1) {
+            run_heads(p, b, nb, h0, h1, head_at(A, in, p.stride_a, p.head_a, b, h0), V, out.data());
+        });
+    });
+    const autocast::Bf16 w16 = std::move(w_copy);
     const autocast::Bf16 keep_w = bf16 && values.requires_grad() ? w16 : nullptr;
     const autocast::Bf16 keep_v = bf16 && weights.requires_grad() ? v16 : nullptr;
     return make_result<float>(std::move(out), {weights, values}, op,
