@@ -1,5 +1,6 @@
 #include "core/autocast.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -73,6 +74,19 @@ Bf16 to_bf16(const float* data, std::size_t n) {
     auto out = std::make_shared<std::vector<std::uint16_t>>(n);
     std::uint16_t* o = out->data();
     parallel_for(n, std::size_t(1) << 15, [&](std::size_t i0, std::size_t i1) { bf16_from_float(data + i0, o + i0, i1 - i0); });
+    return out;
+}
+
+Bf16 to_bf16_heads(const float* data, std::size_t batch, std::size_t length, std::size_t heads, std::size_t d) {
+    auto out = std::make_shared<std::vector<std::uint16_t>>(batch * length * heads * d);
+    std::uint16_t* o = out->data();
+    const std::size_t row = heads * d;  // input row r = b·length + l holds every head's d values
+    parallel_for(batch * length, std::max<std::size_t>(1, (std::size_t(1) << 15) / row), [&](std::size_t r0, std::size_t r1) {
+        for (std::size_t r = r0; r < r1; ++r) {
+            const std::size_t b = r / length, l = r % length;
+            for (std::size_t h = 0; h < heads; ++h) bf16_from_float(data + r * row + h * d, o + ((b * heads + h) * length + l) * d, d);
+        }
+    });
     return out;
 }
 

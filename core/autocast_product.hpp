@@ -14,10 +14,17 @@ namespace xgrad::autocast {
 using Bf16 = std::shared_ptr<const std::vector<std::uint16_t>>;
 
 /// Matrix products (one of a batch: m·n·k) smaller than this stay float32 under autocast.
-/// oneDNN 2.6's batched matmul costs tens of microseconds per matrix whatever its size: measured
-/// with DNNL_VERBOSE on seq_train's attention heads, 64×4 products of 8×16×8 took 8–18 ms
-/// (under 0.1 GFLOP/s, sgemm does them in well under 1 ms), while bench_mha's 32×32×32 heads
-/// (2^15) and tiny's 8×100×100 projections ran at the product's full (emulated) rate.
+/// oneDNN costs microseconds per call, and a bfloat16 product pays a conversion per operand
+/// element, so tiny products lose: with native bfloat16 (AVX512-BF16), fed 2 threads,
+/// head_attention_weights then head_attention_combine, forward and backward, with seq_train's
+/// heads (64 batches × 4 heads, d 16, lengths 1 to 8: m·n·k ≤ 2^10) took 0.4-0.7 ms in
+/// bfloat16 against 0.1-0.3 ms in float32 on OpenBLAS. At 2^15 the product itself is faster in
+/// bfloat16 (bench_gemm, one thread, 128 products of 32×32×32: 155 GFLOP/s against sgemm's
+/// 102), but with its inputs' conversion it is not (59). At the op level heads of 2^13 to 2^17
+/// took 0.6 to 1.7 times float32's time, mostly more, on a machine shared with builds, and
+/// from 2^19 (bench_mha medium and large) bfloat16 takes 0.75-0.8 of it. The floor sits where
+/// the product alone wins; heads from 2^15 to 2^17 are the range to measure again when the
+/// conversion (scalar today) or the per-call cost changes.
 constexpr std::size_t kMinMultiplyAdds = std::size_t(1) << 15;
 
 /// Whether a float32 product whose matrices take `multiply_adds` (m·n·k) each runs in bfloat16
@@ -27,6 +34,12 @@ bool use_bf16(std::size_t multiply_adds);
 
 /// n values rounded to bfloat16 (to nearest, ties to even), converted over the pool.
 Bf16 to_bf16(const float* data, std::size_t n);
+
+/// A packed projection (batch, length, heads·d) rounded to bfloat16 as to_bf16, written
+/// head-packed, (batch·heads, length, d) with head (b, h) contiguous, in the same one pass. The
+/// attention products read their bfloat16 copies this way: oneDNN's bfloat16 kernels run a
+/// contiguous head markedly faster than the same head read in place with rows heads·d apart.
+Bf16 to_bf16_heads(const float* data, std::size_t batch, std::size_t length, std::size_t heads, std::size_t d);
 
 /// C + c_off[i] (+)= alpha·op(A + a_off[i])·op(B + b_off[i]) for every i, each operand with the
 /// flags, sizes and row lengths in `shape` (its batch fields are filled here). One oneDNN call

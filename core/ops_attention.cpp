@@ -5,6 +5,7 @@
 #include "core/ops.hpp"
 #include "core/autocast_product.hpp"
 #include "core/node.hpp"
+#include "core/runtime/bfloat16.hpp"
 #include "core/runtime/blas.hpp"
 #include "core/runtime/parallel.hpp"
 #include "core/softmax_row.hpp"
@@ -43,28 +44,105 @@ dnnl::Matmul heads(std::size_t B, std::size_t H, dnnl::Input in) {
     return p;
 }
 
+// Where head (b, h) of an (B, L, H·d) operand sits for oneDNN: in place in the float32 tensor
+// (rows of H·d), or in its bfloat16 copy, head-packed (B·H, L, d) by autocast::to_bf16_heads.
+struct HeadLayout {
+    std::size_t stride, head, ld;  // elements between batches, between heads, between rows
+};
+HeadLayout head_layout(bool head_packed, std::size_t L, std::size_t H, std::size_t d) {
+    return head_packed ? HeadLayout{H * L * d, L * d, d} : HeadLayout{L * H * d, d, H * d};
+}
+void set_a(dnnl::Matmul& p, HeadLayout x) { p.stride_a = x.stride, p.head_a = x.head, p.lda = x.ld; }
+void set_b(dnnl::Matmul& p, HeadLayout x) { p.stride_b = x.stride, p.head_b = x.head, p.ldb = x.ld; }
+// C is always a float32 output written in place: a head's block of a packed (B, L, H·d).
+void set_c(dnnl::Matmul& p, std::size_t L, std::size_t H, std::size_t d) {
+    p.stride_c = L * H * d, p.head_c = d, p.ldc = H * d;
+}
+
+// Pairs (b, h) per block of the oneDNN paths: a block's products and the softmax pass over
+// their scores (or its backward and the products that read its dS) run back to back on one
+// thread, so the block's (Lq, Lk) matrices, about 1 MiB of float32, are read again from cache
+// rather than memory. Smaller blocks pay oneDNN's per-call cost more often: bench_mha medium
+// and large under autocast ran no faster with 2^16 or 2^17 floats per block, and no faster
+// again with 2^19 to 2^21.
+std::size_t pair_block(std::size_t Lq, std::size_t Lk) {
+    return std::max<std::size_t>(1, (std::size_t(1) << 18) / std::max<std::size_t>(1, Lq * Lk));
+}
+
+// f(p0, p1) for blocks of at most `block` pairs [p0, p1), the pool's chunks at least `grain`.
+template <class Block> void pair_blocks(std::size_t B, std::size_t H, std::size_t grain, std::size_t block, Block&& f) {
+    parallel_for(B * H, grain, [&](std::size_t c0, std::size_t c1) {
+        for (std::size_t p0 = c0; p0 < c1; p0 += block) f(p0, std::min(c1, p0 + block));
+    });
+}
+// run(b, nb, h0, h1) for the pairs [p0, p1) as at most three oneDNN calls, each on heads
+// [h0, h1) of batches [b, b + nb): a head in place is strided differently across batches than
+// within one, so a call covers part of one batch, or whole batches. When every operand of `p`
+// holds its pairs evenly strided (head-packed bfloat16 copies, packed scores), one call covers
+// them all, heads counted on past H.
+template <class Run> void head_runs(const dnnl::Matmul& p, std::size_t p0, std::size_t p1, std::size_t H, Run&& run) {
+    if (p.stride_a == H * p.head_a && p.stride_b == H * p.head_b && p.stride_c == H * p.head_c)
+        return run(p0 / H, 1, p0 % H, p0 % H + (p1 - p0));
+    std::size_t q = p0;
+    if (q % H != 0) {  // the end of a batch
+        const std::size_t h0 = q % H, h1 = std::min(H, h0 + (p1 - q));
+        run(q / H, 1, h0, h1);
+        q += h1 - h0;
+    }
+    if (const std::size_t nb = (p1 - q) / H; nb > 0) {
+        run(q / H, nb, 0, H);
+        q += nb * H;
+    }
+    if (q < p1) run(q / H, 1, 0, p1 - q);  // the start of a batch
+}
+
+// Operand x's head (b, h) in a layout of elements `stride` between batches, `head` between heads.
+const void* head_at(const void* x, dnnl::Input in, std::size_t stride, std::size_t head, std::size_t b, std::size_t h) {
+    return static_cast<const char*>(x) + (b * stride + h * head) * (in == dnnl::Input::bf16 ? 2 : 4);
+}
+
+// `p`, its layouts set for the whole product, on heads [h0, h1) of batches [b, b + nb) as one
+// call: A given at head (b, h0), B and C from their starts.
+void run_heads(dnnl::Matmul p, std::size_t b, std::size_t nb, std::size_t h0, std::size_t h1, const void* a,
+               const void* b_start, float* c_start) {
+    const void* B = head_at(b_start, p.input, p.stride_b, p.head_b, b, h0);
+    float* C = c_start + b * p.stride_c + h0 * p.head_c;
+    p.batch = nb, p.heads = h1 - h0;
+    // One batch: its stride is moot, but one smaller than its heads span (a run past H) sent
+    // oneDNN 2.6 to gemm:jit, at about 70% of brgemm's rate on the scores (DNNL_VERBOSE).
+    if (nb == 1) p.stride_a = p.heads * p.head_a, p.stride_b = p.heads * p.head_b, p.stride_c = p.heads * p.head_c;
+    dnnl::matmul(p, a, B, C);
+}
+
 // The scores S = scale·Q_bh·K_bhᵀ on oneDNN (float32 accumulation): of Q and K themselves when
 // the float32 engine is oneDNN (gemm_uses_onednn), or under autocast (core/autocast.hpp) of
-// bfloat16 copies; the masked softmax stays float32. A bfloat16 backward reads the copies, not
-// the inputs, and runs its products in bfloat16 too; a float32 one reads the inputs.
+// bfloat16 copies, head-packed; the masked softmax stays float32, each block of heads' softmax
+// right after their products. A bfloat16 backward reads the copies, not the inputs, and runs
+// its products in bfloat16 too, a block's dS rounded to bfloat16 as the softmax's backward
+// writes it and read by the block's products while in cache; a float32 one reads the inputs.
 Tensor attention_weights_dnnl(const Tensor& queries, const Tensor& keys, std::size_t H, double scale,
                               const ResolvedMask& mask, dnnl::Input in) {
     constexpr const char* op = "head_attention_weights";
     const bool bf16 = in == dnnl::Input::bf16;
     const std::size_t B = queries.size(0), Lq = queries.size(1), Lk = keys.size(1), D = queries.size(2), d = D / H;
-    const autocast::Bf16 q16 = bf16 ? autocast::to_bf16(values<float>(queries).data(), queries.numel()) : nullptr;
-    const autocast::Bf16 k16 = bf16 ? autocast::to_bf16(values<float>(keys).data(), keys.numel()) : nullptr;
+    const autocast::Bf16 q16 = bf16 ? autocast::to_bf16_heads(values<float>(queries).data(), B, Lq, H, d) : nullptr;
+    const autocast::Bf16 k16 = bf16 ? autocast::to_bf16_heads(values<float>(keys).data(), B, Lk, H, d) : nullptr;
+    const std::size_t grain = pair_grain(Lq, Lk, d), block = pair_block(Lq, Lk);
     xt::xarray<float> out = xt::empty<float>(Shape{B * H, Lq, Lk});
     // S_bh = scale·Q_bh·K_bhᵀ : (Lq, d)·(d, Lk) → (Lq, Lk), packed (B·H, Lq, Lk)
     dnnl::Matmul s = heads(B, H, in);
     s.trans_b = true, s.m = Lq, s.n = Lk, s.k = d, s.alpha = static_cast<float>(scale);
-    s.stride_a = Lq * D, s.head_a = d, s.lda = D, s.stride_b = Lk * D, s.head_b = d, s.ldb = D;
-    dnnl::matmul(s, bf16 ? static_cast<const void*>(q16->data()) : values<float>(queries).data(),
-                 bf16 ? static_cast<const void*>(k16->data()) : values<float>(keys).data(), out.data());
+    set_a(s, head_layout(bf16, Lq, H, d)), set_b(s, head_layout(bf16, Lk, H, d));
+    s.stride_c = H * Lq * Lk, s.head_c = Lq * Lk, s.ldc = Lk;
+    const void* Q = bf16 ? static_cast<const void*>(q16->data()) : values<float>(queries).data();
+    const void* K = bf16 ? static_cast<const void*>(k16->data()) : values<float>(keys).data();
     const kernel::MaskedRows kept(mask);
     float* W = out.data();
-    parallel_for(B * Lq * H, std::max<std::size_t>(1, 4096 / std::max<std::size_t>(1, Lk)), [&](std::size_t r0, std::size_t r1) {
-        for (std::size_t r = r0; r < r1; ++r) {  // row r = (b·H + h)·Lq + i
+    pair_blocks(B, H, grain, block, [&](std::size_t p0, std::size_t p1) {
+        head_runs(s, p0, p1, H, [&](std::size_t b, std::size_t nb, std::size_t h0, std::size_t h1) {
+            run_heads(s, b, nb, h0, h1, head_at(Q, in, s.stride_a, s.head_a, b, h0), K, W);
+        });
+        for (std::size_t r = p0 * Lq; r < p1 * Lq; ++r) {  // row r = (b·H + h)·Lq + i
             const std::size_t b = r / (H * Lq), i = r % Lq;
             kept.forward(b * Lq + i, W + r * Lk, W + r * Lk);
         }
@@ -74,62 +152,83 @@ Tensor attention_weights_dnnl(const Tensor& queries, const Tensor& keys, std::si
     const autocast::Bf16 keep_q = bf16 && keys.requires_grad() ? q16 : nullptr;
     const autocast::Bf16 keep_k = bf16 && queries.requires_grad() ? k16 : nullptr;
     return make_result<float>(std::move(out), std::move(inputs), op,
-        [mask, B, H, Lq, Lk, D, d, scale, in, keep_q, keep_k](Node& self, const Storage& gs) {
+        [mask, B, H, Lq, Lk, D, d, scale, in, keep_q, keep_k, grain, block](Node& self, const Storage& gs) {
             const bool need_q = needs_grad(self, 0), need_k = needs_grad(self, 1);
             if (!need_q && !need_k) return;
             const bool bf16 = in == dnnl::Input::bf16;
             const kernel::MaskedRows kept(mask);
             const float* W = values<float>(self).data();
             const float* G = grad_as<float>(gs).data();
-            std::vector<float> dS(B * H * Lq * Lk);  // the softmax's backward, in float32
-            parallel_for(B * H * Lq, std::max<std::size_t>(1, 4096 / std::max<std::size_t>(1, Lk)), [&](std::size_t r0, std::size_t r1) {
-                for (std::size_t r = r0; r < r1; ++r) {
-                    const std::size_t b = r / (H * Lq), i = r % Lq;
-                    kept.backward(b * Lq + i, W + r * Lk, G + r * Lk, dS.data() + r * Lk);
-                }
-            });
-            const autocast::Bf16 ds16 = bf16 ? autocast::to_bf16(dS.data(), dS.size()) : nullptr;
-            const void* DS = bf16 ? static_cast<const void*>(ds16->data()) : dS.data();
+            const void* Q = bf16 ? static_cast<const void*>(keep_q ? keep_q->data() : nullptr) : values<float>(self.parents[0]).data();
+            const void* K = bf16 ? static_cast<const void*>(keep_k ? keep_k->data() : nullptr) : values<float>(self.parents[1]).data();
+            xt::xarray<float> dq, dk;
+            if (need_q) dq = xt::empty<float>(Shape{B, Lq, D});
+            if (need_k) dk = xt::empty<float>(Shape{B, Lk, D});
+            // A of both products: a block's dS, (pairs, Lq, Lk) from its first pair
             dnnl::Matmul p = heads(B, H, in);
             p.alpha = static_cast<float>(scale);
             p.stride_a = H * Lq * Lk, p.head_a = Lq * Lk, p.lda = Lk;
-            if (need_q) {  // dQ_bh = scale·dS·K_bh : (Lq, Lk)·(Lk, d), written into its head's block
-                xt::xarray<float> dq = xt::empty<float>(Shape{B, Lq, D});
-                p.m = Lq, p.n = d, p.k = Lk;
-                p.stride_b = Lk * D, p.head_b = d, p.ldb = D, p.stride_c = Lq * D, p.head_c = d, p.ldc = D;
-                dnnl::matmul(p, DS, bf16 ? static_cast<const void*>(keep_k->data()) : values<float>(self.parents[1]).data(),
-                             dq.data());
-                accumulate<float>("head_attention_weights", self.parents[0], std::move(dq));
-            }
-            if (need_k) {  // dK_bh = scale·dSᵀ·Q_bh : (Lk, Lq)·(Lq, d)
-                xt::xarray<float> dk = xt::empty<float>(Shape{B, Lk, D});
-                p.trans_a = true, p.m = Lk, p.n = d, p.k = Lq;
-                p.stride_b = Lq * D, p.head_b = d, p.ldb = D, p.stride_c = Lk * D, p.head_c = d, p.ldc = D;
-                dnnl::matmul(p, DS, bf16 ? static_cast<const void*>(keep_q->data()) : values<float>(self.parents[0]).data(),
-                             dk.data());
-                accumulate<float>("head_attention_weights", self.parents[1], std::move(dk));
-            }
+            dnnl::Matmul pq = p, pk = p;
+            // dQ_bh = scale·dS·K_bh : (Lq, Lk)·(Lk, d), written into its head's block
+            pq.m = Lq, pq.n = d, pq.k = Lk;
+            set_b(pq, head_layout(bf16, Lk, H, d)), set_c(pq, Lq, H, d);
+            // dK_bh = scale·dSᵀ·Q_bh : (Lk, Lq)·(Lq, d)
+            pk.trans_a = true, pk.m = Lk, pk.n = d, pk.k = Lq;
+            set_b(pk, head_layout(bf16, Lq, H, d)), set_c(pk, Lk, H, d);
+            pair_blocks(B, H, grain, block, [&](std::size_t p0, std::size_t p1) {
+                // The softmax's backward for the block: float32, or rounded to bfloat16 row by
+                // row as it is written. Each thread keeps its buffers: a fresh block-sized one
+                // would come from mmap and fault its pages in on every block.
+                thread_local std::vector<float> dS;
+                thread_local std::vector<std::uint16_t> dS16;
+                dS.resize(bf16 ? Lk : (p1 - p0) * Lq * Lk);
+                if (bf16) dS16.resize((p1 - p0) * Lq * Lk);
+                for (std::size_t r = p0 * Lq; r < p1 * Lq; ++r) {
+                    const std::size_t b = r / (H * Lq), i = r % Lq, at = (r - p0 * Lq) * Lk;
+                    float* d_row = bf16 ? dS.data() : dS.data() + at;
+                    kept.backward(b * Lq + i, W + r * Lk, G + r * Lk, d_row);
+                    if (bf16) bf16_from_float(d_row, dS16.data() + at, Lk);
+                }
+                const char* DS = bf16 ? reinterpret_cast<const char*>(dS16.data()) : reinterpret_cast<const char*>(dS.data());
+                const std::size_t width = bf16 ? 2 : 4;
+                head_runs(pq, p0, p1, H, [&](std::size_t b, std::size_t nb, std::size_t h0, std::size_t h1) {
+                    const char* A = DS + (b * H + h0 - p0) * Lq * Lk * width;  // the block's dS starts at pair p0
+                    if (need_q) run_heads(pq, b, nb, h0, h1, A, K, dq.data());
+                    if (need_k) run_heads(pk, b, nb, h0, h1, A, Q, dk.data());
+                });
+            });
+            if (need_q) accumulate<float>("head_attention_weights", self.parents[0], std::move(dq));
+            if (need_k) accumulate<float>("head_attention_weights", self.parents[1], std::move(dk));
         },
         // the weights and a bool mask; bfloat16 copies Q and K, float32 reads them again
         Saves{(mask.by_mask() ? 4u : 0u) | (bf16 ? 0u : 3u), true});
 }
 
 // out_bh = W_bh·V_bh on oneDNN: of W and V themselves (float32 engine oneDNN), or under
-// autocast of their bfloat16 roundings, as attention_weights_dnnl.
+// autocast of their bfloat16 roundings, V and the upstream gradient head-packed, as
+// attention_weights_dnnl; each block of W's heads is rounded right before its products read it.
 Tensor attention_combine_dnnl(const Tensor& weights, const Tensor& values, std::size_t H, dnnl::Input in) {
     constexpr const char* op = "head_attention_combine";
     const bool bf16 = in == dnnl::Input::bf16;
     const std::size_t B = values.size(0), Lk = values.size(1), E = values.size(2), Lq = weights.size(1), dv = E / H;
-    const autocast::Bf16 w16 = bf16 ? autocast::to_bf16(xgrad::values<float>(weights).data(), weights.numel()) : nullptr;
-    const autocast::Bf16 v16 = bf16 ? autocast::to_bf16(xgrad::values<float>(values).data(), values.numel()) : nullptr;
+    const float* W = xgrad::values<float>(weights).data();
+    auto w_copy = bf16 ? std::make_shared<std::vector<std::uint16_t>>(weights.numel()) : nullptr;
+    const autocast::Bf16 v16 = bf16 ? autocast::to_bf16_heads(xgrad::values<float>(values).data(), B, Lk, H, dv) : nullptr;
     xt::xarray<float> out = xt::empty<float>(Shape{B, Lq, E});
     // out_bh = W_bh·V_bh : (Lq, Lk)·(Lk, dv), into its head's block (rows of E)
     dnnl::Matmul p = heads(B, H, in);
     p.m = Lq, p.n = dv, p.k = Lk;
     p.stride_a = H * Lq * Lk, p.head_a = Lq * Lk, p.lda = Lk;
-    p.stride_b = Lk * E, p.head_b = dv, p.ldb = E, p.stride_c = Lq * E, p.head_c = dv, p.ldc = E;
-    dnnl::matmul(p, bf16 ? static_cast<const void*>(w16->data()) : xgrad::values<float>(weights).data(),
-                 bf16 ? static_cast<const void*>(v16->data()) : xgrad::values<float>(values).data(), out.data());
+    set_b(p, head_layout(bf16, Lk, H, dv)), set_c(p, Lq, H, dv);
+    const void* A = bf16 ? static_cast<const void*>(w_copy->data()) : W;
+    const void* V = bf16 ? static_cast<const void*>(v16->data()) : xgrad::values<float>(values).data();
+    pair_blocks(B, H, pair_grain(Lq, dv, Lk), pair_block(Lq, Lk), [&](std::size_t p0, std::size_t p1) {
+        if (bf16) bf16_from_float(W + p0 * Lq * Lk, w_copy->data() + p0 * Lq * Lk, (p1 - p0) * Lq * Lk);
+        head_runs(p, p0, p1, H, [&](std::size_t b, std::size_t nb, std::size_t h0, std::size_t h1) {
+            run_heads(p, b, nb, h0, h1, head_at(A, in, p.stride_a, p.head_a, b, h0), V, out.data());
+        });
+    });
+    const autocast::Bf16 w16 = std::move(w_copy);
     const autocast::Bf16 keep_w = bf16 && values.requires_grad() ? w16 : nullptr;
     const autocast::Bf16 keep_v = bf16 && weights.requires_grad() ? v16 : nullptr;
     return make_result<float>(std::move(out), {weights, values}, op,
@@ -138,13 +237,14 @@ Tensor attention_combine_dnnl(const Tensor& weights, const Tensor& values, std::
             if (!need_w && !need_v) return;
             const bool bf16 = in == dnnl::Input::bf16;
             const xt::xarray<float>& g = grad_as<float>(gs);
-            const autocast::Bf16 g16 = bf16 ? autocast::to_bf16(g.data(), g.size()) : nullptr;
+            const autocast::Bf16 g16 = bf16 ? autocast::to_bf16_heads(g.data(), B, Lq, H, dv) : nullptr;
             const void* G = bf16 ? static_cast<const void*>(g16->data()) : g.data();
+            const HeadLayout lg = head_layout(bf16, Lq, H, dv);
             if (need_w) {  // dW_bh = G_bh·V_bhᵀ : (Lq, dv)·(dv, Lk), packed (B·H, Lq, Lk)
                 xt::xarray<float> dw = xt::empty<float>(Shape{B * H, Lq, Lk});
                 dnnl::Matmul p = heads(B, H, in);
                 p.trans_b = true, p.m = Lq, p.n = Lk, p.k = dv;
-                p.stride_a = Lq * E, p.head_a = dv, p.lda = E, p.stride_b = Lk * E, p.head_b = dv, p.ldb = E;
+                set_a(p, lg), set_b(p, head_layout(bf16, Lk, H, dv));
                 dnnl::matmul(p, G, bf16 ? static_cast<const void*>(keep_v->data()) : xgrad::values<float>(self.parents[1]).data(),
                              dw.data());
                 accumulate<float>("head_attention_combine", self.parents[0], std::move(dw));
@@ -154,7 +254,7 @@ Tensor attention_combine_dnnl(const Tensor& weights, const Tensor& values, std::
                 dnnl::Matmul p = heads(B, H, in);
                 p.trans_a = true, p.m = Lk, p.n = dv, p.k = Lq;
                 p.stride_a = H * Lq * Lk, p.head_a = Lq * Lk, p.lda = Lk;
-                p.stride_b = Lq * E, p.head_b = dv, p.ldb = E, p.stride_c = Lk * E, p.head_c = dv, p.ldc = E;
+                set_b(p, lg), set_c(p, Lk, H, dv);
                 dnnl::matmul(p, bf16 ? static_cast<const void*>(keep_w->data()) : xgrad::values<float>(self.parents[0]).data(),
                              G, dval.data());
                 accumulate<float>("head_attention_combine", self.parents[1], std::move(dval));

@@ -6,6 +6,7 @@
 #include <functional>
 #include <optional>
 #include <thread>
+#include <tuple>
 
 #include "../autocast_helpers.hpp"
 #include "core/error.hpp"
@@ -24,10 +25,11 @@ bool same(const Tensor& a, const Tensor& b) { return a.shape() == b.shape() && a
 
 // A product f(a, b) under autocast against f on the rounded inputs in float64, forward and both
 // gradients (upstream gradient R, itself rounded to bfloat16 by the backward).
+// grad_a or grad_b false: that input needs no gradient, and its backward product is not run.
 void check_product(const std::function<Tensor(const Tensor&, const Tensor&)>& f, const Shape& sa, const Shape& sb,
-                   std::size_t terms) {
+                   std::size_t terms, bool grad_a = true, bool grad_b = true) {
     Generator gen(7);
-    const Tensor a = randn(sa, {}, gen).requires_grad_(), b = randn(sb, {}, gen).requires_grad_();
+    const Tensor a = randn(sa, {}, gen).requires_grad_(grad_a), b = randn(sb, {}, gen).requires_grad_(grad_b);
     Tensor y;
     {
         AutocastGuard guard(kBFloat16, allow());
@@ -44,9 +46,12 @@ void check_product(const std::function<Tensor(const Tensor&, const Tensor&)>& f,
     const Tensor scale = f(aa, ab);
     (scale * abs(rounded64(R))).sum().backward();
     CHECK(worst_ratio(y, y64, scale, terms) <= 1.0);
-    REQUIRE(a.grad().dtype() == kFloat32);
-    CHECK(worst_ratio(a.grad(), a64.grad(), aa.grad(), terms) <= 1.0);
-    CHECK(worst_ratio(b.grad(), b64.grad(), ab.grad(), terms) <= 1.0);
+    for (const auto& [x, x64, scale_x] : {std::tuple{a, a64, aa}, std::tuple{b, b64, ab}}) {
+        REQUIRE(x.has_grad() == x.requires_grad());
+        if (!x.requires_grad()) continue;
+        REQUIRE(x.grad().dtype() == kFloat32);
+        CHECK(worst_ratio(x.grad(), x64.grad(), scale_x.grad(), terms) <= 1.0);
+    }
     // Float32 without the guard rounds nothing: far outside the bound, so the check can fail.
     CHECK(worst_ratio(f(a, b), y64, scale, terms) > 4.0);
 }
@@ -143,33 +148,58 @@ TEST_CASE("autocast: matmul bmm and matmul_t multiply bfloat16-rounded inputs in
 
 TEST_CASE("autocast: the attention products multiply bfloat16-rounded inputs", "[autocast]") {
     if (!dnnl::available()) return;
-    // combine: out_bh = W_bh·V_bh over 2 heads of 32 values, 40 keys: 32·32·40 multiply-adds each
+    // Their bfloat16 copies are head-packed (autocast::to_bf16_heads): one head, and several
+    // (where a copy that mixed up heads, rows or batches would give other products), queries
+    // and keys of different lengths, and each input alone needing a gradient.
+    const std::size_t H = GENERATE(1, 3);
+    const auto [grad_a, grad_b] = GENERATE(std::pair{true, true}, std::pair{true, false}, std::pair{false, true});
+    CAPTURE(H, grad_a, grad_b);
+    // combine: out_bh = W_bh·V_bh, 32 values of 40 keys, heads of 32: 32·32·40 multiply-adds each
     SECTION("head_attention_combine") {
-        check_product([](const Tensor& w, const Tensor& v) { return head_attention_combine(w, v, 2); }, {2 * 2, 32, 40},
-                      {2, 40, 64}, 40);
+        check_product([H](const Tensor& w, const Tensor& v) { return head_attention_combine(w, v, H); }, {2 * H, 32, 40},
+                      {2, 40, 32 * H}, 40, grad_a, grad_b);
     }
     SECTION("head_attention_weights") {
         // The scores are rounded products; the softmax of them is float32. Weights within 1e-5 of
         // the float64 weights of the rounded inputs (score errors are about 1e-6 here); the
         // gradients pass through the softmax's gradient rounded to bfloat16: within 2^-7 of the
-        // largest.
+        // largest. Heads of 32, 40 queries and 48 keys; or 200 and 256, whose scores run in
+        // blocks of 5 heads (ops_attention.cpp's pair_block), so that with 3 batches of 3 heads
+        // a block may end in a batch, cover whole ones or start one, on any number of threads.
+        const auto [batch, Lq, Lk] = GENERATE(std::tuple<std::size_t, std::size_t, std::size_t>{2, 40, 48},
+                                              std::tuple<std::size_t, std::size_t, std::size_t>{3, 200, 256});
+        CAPTURE(batch, Lq, Lk);
         Generator gen(3);
-        const Tensor q = randn({2, 40, 64}, {}, gen).requires_grad_(), k = randn({2, 48, 64}, {}, gen).requires_grad_();
-        const Tensor lens = from_vector(std::vector<std::int64_t>{48, 20}, {2});
-        const auto mask = AttentionMask::valid_lens(lens);
+        const Tensor q = randn({batch, Lq, 32 * H}, {}, gen).requires_grad_(grad_a);
+        const Tensor k = randn({batch, Lk, 32 * H}, {}, gen).requires_grad_(grad_b);
+        const Tensor per_query = randint(0, static_cast<std::int64_t>(Lk) + 1, {batch, Lq}, gen);
+        const Tensor attend = rand({batch, Lq, Lk}, {}, gen) < 0.7;
+        std::vector<std::int64_t> lens(batch, static_cast<std::int64_t>(Lk));
+        lens[1] = 20;
+        const auto [name, mask] = GENERATE_COPY(
+            std::pair{"every key", AttentionMask()},
+            std::pair{"valid_lens (batch,)", AttentionMask::valid_lens(from_vector(lens, {batch}))},
+            std::pair{"valid_lens (batch, queries)", AttentionMask::valid_lens(per_query)},
+            std::pair{"bool mask", AttentionMask::attend_where(attend)},
+            std::pair{"shared bool mask", AttentionMask::attend_where(attend[1])},
+            std::pair{"causal", AttentionMask::causal()});
+        CAPTURE(name);
         Tensor w;
         {
             AutocastGuard guard(kBFloat16, allow());
-            w = head_attention_weights(q, k, 2, 0.125, mask);
+            w = head_attention_weights(q, k, H, 0.125, mask);
         }
         const Tensor R = randn(w.shape(), {}, gen);
         (w * R).sum().backward();
-        const Tensor q64 = rounded64(q).requires_grad_(), k64 = rounded64(k).requires_grad_();
-        const Tensor w64 = head_attention_weights(q64, k64, 2, 0.125, mask);
+        const Tensor q64 = rounded64(q).requires_grad_(grad_a), k64 = rounded64(k).requires_grad_(grad_b);
+        const Tensor w64 = head_attention_weights(q64, k64, H, 0.125, mask);
         (w64 * R.to(kFloat64)).sum().backward();
         CHECK(max(abs(w.to(kFloat64) - w64)).item<double>() < 1e-5);
-        CHECK(max(abs(head_attention_weights(q, k, 2, 0.125, mask).to(kFloat64) - w64)).item<double>() > 1e-4);
-        for (const auto& [got, want] : {std::pair{q.grad(), q64.grad()}, std::pair{k.grad(), k64.grad()}}) {
+        CHECK(max(abs(head_attention_weights(q, k, H, 0.125, mask).to(kFloat64) - w64)).item<double>() > 1e-4);
+        for (const auto& [x, x64] : {std::pair{q, q64}, std::pair{k, k64}}) {
+            REQUIRE(x.has_grad() == x.requires_grad());
+            if (!x.requires_grad()) continue;
+            const Tensor got = x.grad(), want = x64.grad();
             REQUIRE(got.dtype() == kFloat32);
             CHECK(max(abs(got.to(kFloat64) - want)).item<double>() <= std::ldexp(1.0, -7) * max(abs(want)).item<double>());
         }
