@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "core/autocast_product.hpp"
+#include "core/runtime/alloc.hpp"
 #include "core/runtime/bfloat16.hpp"
 #include "core/runtime/dnnl.hpp"
 #include "core/runtime/parallel.hpp"
@@ -70,15 +71,22 @@ namespace xgrad::autocast {
 
 bool use_bf16(std::size_t multiply_adds) { return is_autocast_enabled() && multiply_adds >= kMinMultiplyAdds; }
 
+Bf16Buffer::Bf16Buffer(std::size_t n)
+    : m_size(n), m_data(static_cast<std::uint16_t*>(cached_alloc(std::max<std::size_t>(n, 1) * sizeof(std::uint16_t)))) {}
+
+Bf16Buffer::~Bf16Buffer() { cached_free(m_data, std::max<std::size_t>(m_size, 1) * sizeof(std::uint16_t)); }
+
+std::shared_ptr<Bf16Buffer> new_bf16(std::size_t n) { return std::make_shared<Bf16Buffer>(n); }
+
 Bf16 to_bf16(const float* data, std::size_t n) {
-    auto out = std::make_shared<std::vector<std::uint16_t>>(n);
+    auto out = new_bf16(n);
     std::uint16_t* o = out->data();
     parallel_for(n, std::size_t(1) << 15, [&](std::size_t i0, std::size_t i1) { bf16_from_float(data + i0, o + i0, i1 - i0); });
     return out;
 }
 
 Bf16 to_bf16_heads(const float* data, std::size_t batch, std::size_t length, std::size_t heads, std::size_t d) {
-    auto out = std::make_shared<std::vector<std::uint16_t>>(batch * length * heads * d);
+    auto out = new_bf16(batch * length * heads * d);
     std::uint16_t* o = out->data();
     const std::size_t row = heads * d;  // input row r = b·length + l holds every head's d values
     parallel_for(batch * length, std::max<std::size_t>(1, (std::size_t(1) << 15) / row), [&](std::size_t r0, std::size_t r1) {

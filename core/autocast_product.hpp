@@ -11,7 +11,30 @@
 
 namespace xgrad::autocast {
 
-using Bf16 = std::shared_ptr<const std::vector<std::uint16_t>>;
+/// A bfloat16 copy of n values, in a block from the caching allocator (runtime/alloc.hpp) and
+/// not cleared: the conversion that makes the copy writes every element. A step's copies are
+/// megabytes each; from a std::vector each was zero-filled on the calling thread alone before
+/// the pool converted into it, and, once past malloc's mapping threshold, came back as fresh
+/// pages that the kernel zeroed again on first touch.
+class Bf16Buffer {
+public:
+    explicit Bf16Buffer(std::size_t n);
+    ~Bf16Buffer();
+    Bf16Buffer(const Bf16Buffer&) = delete;
+    Bf16Buffer& operator=(const Bf16Buffer&) = delete;
+    std::uint16_t* data() { return m_data; }
+    const std::uint16_t* data() const { return m_data; }
+    std::size_t size() const { return m_size; }
+
+private:
+    std::size_t m_size;
+    std::uint16_t* m_data;
+};
+
+using Bf16 = std::shared_ptr<const Bf16Buffer>;
+
+/// A copy of n values for the caller to fill (bf16_from_float).
+std::shared_ptr<Bf16Buffer> new_bf16(std::size_t n);
 
 /// Matrix products (one of a batch: m·n·k) smaller than this stay float32 under autocast.
 /// oneDNN costs microseconds per call, and a bfloat16 product pays a conversion per operand

@@ -212,7 +212,7 @@ Tensor attention_combine_dnnl(const Tensor& weights, const Tensor& values, std::
     const bool bf16 = in == dnnl::Input::bf16;
     const std::size_t B = values.size(0), Lk = values.size(1), E = values.size(2), Lq = weights.size(1), dv = E / H;
     const float* W = xgrad::values<float>(weights).data();
-    auto w_copy = bf16 ? std::make_shared<std::vector<std::uint16_t>>(weights.numel()) : nullptr;
+    auto w_copy = bf16 ? autocast::new_bf16(weights.numel()) : nullptr;
     const autocast::Bf16 v16 = bf16 ? autocast::to_bf16_heads(xgrad::values<float>(values).data(), B, Lk, H, dv) : nullptr;
     xt::xarray<float> out = xt::empty<float>(Shape{B, Lq, E});
     // out_bh = W_bh·V_bh : (Lq, Lk)·(Lk, dv), into its head's block (rows of E)
