@@ -88,13 +88,15 @@ Bf16 to_bf16(const float* data, std::size_t n) {
 Bf16 to_bf16_heads(const float* data, std::size_t batch, std::size_t length, std::size_t heads, std::size_t d) {
     auto out = new_bf16(batch * length * heads * d);
     std::uint16_t* o = out->data();
-    const std::size_t row = heads * d;  // input row r = b·length + l holds every head's d values
-    parallel_for(batch * length, std::max<std::size_t>(1, (std::size_t(1) << 15) / row), [&](std::size_t r0, std::size_t r1) {
-        for (std::size_t r = r0; r < r1; ++r) {
-            const std::size_t b = r / length, l = r % length;
-            for (std::size_t h = 0; h < heads; ++h) bf16_from_float(data + r * row + h * d, o + ((b * heads + h) * length + l) * d, d);
-        }
-    });
+    const std::size_t row = heads * d;  // input row b·length + l holds every head's d values
+    // Head (b, h): its column block of the batch's rows, into its own contiguous (length, d).
+    parallel_for(batch * heads, std::max<std::size_t>(1, (std::size_t(1) << 15) / std::max<std::size_t>(1, length * d)),
+                 [&](std::size_t p0, std::size_t p1) {
+                     for (std::size_t p = p0; p < p1; ++p) {
+                         const std::size_t b = p / heads, h = p % heads;
+                         bf16_from_float_rows(data + b * length * row + h * d, row, o + p * length * d, d, length, d);
+                     }
+                 });
     return out;
 }
 

@@ -28,5 +28,10 @@ inline float bf16_to_float(std::uint16_t b) {
 /// the same bits as the one-value forms on every level); `out` may not overlap `in`.
 void bf16_from_float(const float* in, std::uint16_t* out, std::size_t n);
 void bf16_to_float(const std::uint16_t* in, float* out, std::size_t n);
+/// A block of `rows` rows of `cols` values, row i read at in + i·in_stride and written at
+/// out + i·out_stride: one call for a strided block (a head's columns of a packed projection),
+/// where a call per row would cost more than its few dozen values.
+void bf16_from_float_rows(const float* in, std::size_t in_stride, std::uint16_t* out, std::size_t out_stride,
+                          std::size_t rows, std::size_t cols);
 
 }  // namespace xgrad
