@@ -8,7 +8,6 @@
 
 #include "core/error.hpp"
 #include "core/autocast_product.hpp"
-#include "core/runtime/alloc.hpp"
 #include "core/runtime/bfloat16.hpp"
 #include "core/runtime/dnnl.hpp"
 #include "core/runtime/parallel.hpp"
@@ -70,11 +69,6 @@ AutocastGuard::~AutocastGuard() { t_autocast = m_previous; }
 namespace xgrad::autocast {
 
 bool use_bf16(std::size_t multiply_adds) { return is_autocast_enabled() && multiply_adds >= kMinMultiplyAdds; }
-
-Bf16Buffer::Bf16Buffer(std::size_t n)
-    : m_size(n), m_data(static_cast<std::uint16_t*>(cached_alloc(std::max<std::size_t>(n, 1) * sizeof(std::uint16_t)))) {}
-
-Bf16Buffer::~Bf16Buffer() { cached_free(m_data, std::max<std::size_t>(m_size, 1) * sizeof(std::uint16_t)); }
 
 std::shared_ptr<Bf16Buffer> new_bf16(std::size_t n) { return std::make_shared<Bf16Buffer>(n); }
 

@@ -7,30 +7,14 @@
 #include <memory>
 #include <vector>
 
+#include "core/runtime/alloc.hpp"
 #include "core/runtime/dnnl.hpp"
 
 namespace xgrad::autocast {
 
-/// A bfloat16 copy of n values, in a block from the caching allocator (runtime/alloc.hpp) and
-/// not cleared: the conversion that makes the copy writes every element. A step's copies are
-/// megabytes each; from a std::vector each was zero-filled on the calling thread alone before
-/// the pool converted into it, and, once past malloc's mapping threshold, came back as fresh
-/// pages that the kernel zeroed again on first touch.
-class Bf16Buffer {
-public:
-    explicit Bf16Buffer(std::size_t n);
-    ~Bf16Buffer();
-    Bf16Buffer(const Bf16Buffer&) = delete;
-    Bf16Buffer& operator=(const Bf16Buffer&) = delete;
-    std::uint16_t* data() { return m_data; }
-    const std::uint16_t* data() const { return m_data; }
-    std::size_t size() const { return m_size; }
-
-private:
-    std::size_t m_size;
-    std::uint16_t* m_data;
-};
-
+/// A bfloat16 copy: its block comes from the caching allocator and is not cleared first, since
+/// the conversion writes every element (a step's copies are megabytes each).
+using Bf16Buffer = CachedBuffer<std::uint16_t>;
 using Bf16 = std::shared_ptr<const Bf16Buffer>;
 
 /// A copy of n values for the caller to fill (bf16_from_float).

@@ -6,6 +6,7 @@
 #include "core/autocast_product.hpp"
 #include "core/node.hpp"
 #include "core/runtime/bfloat16.hpp"
+#include "core/runtime/alloc.hpp"
 #include "core/runtime/blas.hpp"
 #include "core/runtime/parallel.hpp"
 #include "core/softmax_row.hpp"
@@ -177,12 +178,10 @@ Tensor attention_weights_dnnl(const Tensor& queries, const Tensor& keys, std::si
             set_b(pk, head_layout(bf16, Lq, H, d)), set_c(pk, Lk, H, d);
             pair_blocks(B, H, grain, block, [&](std::size_t p0, std::size_t p1) {
                 // The softmax's backward for the block: float32, or rounded to bfloat16 row by
-                // row as it is written. Each thread keeps its buffers: a fresh block-sized one
-                // would come from mmap and fault its pages in on every block.
-                thread_local std::vector<float> dS;
-                thread_local std::vector<std::uint16_t> dS16;
-                dS.resize(bf16 ? Lk : (p1 - p0) * Lq * Lk);
-                if (bf16) dS16.resize((p1 - p0) * Lq * Lk);
+                // row as it is written. From the caching allocator: a block-sized buffer from
+                // malloc would come from mmap and fault its pages in on every block.
+                CachedBuffer<float> dS(bf16 ? Lk : (p1 - p0) * Lq * Lk);
+                CachedBuffer<std::uint16_t> dS16(bf16 ? (p1 - p0) * Lq * Lk : 0);
                 for (std::size_t r = p0 * Lq; r < p1 * Lq; ++r) {
                     const std::size_t b = r / (H * Lq), i = r % Lq, at = (r - p0 * Lq) * Lk;
                     float* d_row = bf16 ? dS.data() : dS.data() + at;

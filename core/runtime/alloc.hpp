@@ -18,6 +18,7 @@
 ///
 /// Environment: XGRAD_ALLOC_CACHE_MB sets the limit in MiB (default 1024; 0 turns caching
 /// off). Under AddressSanitizer the default is 0, so freed memory stays poisoned.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -83,6 +84,26 @@ template <class T> struct cache_allocator {
     template <class U> struct rebind { using other = cache_allocator<U>; };
     friend bool operator==(const cache_allocator&, const cache_allocator&) noexcept { return true; }
     friend bool operator!=(const cache_allocator&, const cache_allocator&) noexcept { return false; }
+};
+
+/// n values of a trivial type in a block from cached_alloc, left uninitialised, returned to the
+/// cache when the buffer dies: scratch space and copies that a kernel fills whole. Unlike a
+/// std::vector it does not clear the block first (a serial pass over megabytes), and a block of
+/// the same size each step comes back already mapped; unlike a thread_local vector it is not
+/// held past its use, so the cache's limit and empty_cache() cover it.
+template <class T> class CachedBuffer {
+public:
+    explicit CachedBuffer(std::size_t n) : m_size(n), m_data(cache_allocator<T>().allocate(std::max<std::size_t>(n, 1))) {}
+    ~CachedBuffer() { cache_allocator<T>().deallocate(m_data, std::max<std::size_t>(m_size, 1)); }
+    CachedBuffer(const CachedBuffer&) = delete;
+    CachedBuffer& operator=(const CachedBuffer&) = delete;
+    T* data() { return m_data; }
+    const T* data() const { return m_data; }
+    std::size_t size() const { return m_size; }
+
+private:
+    std::size_t m_size;
+    T* m_data;
 };
 
 }  // namespace xgrad

@@ -43,6 +43,27 @@ TEST_CASE("a freed large block is reused by the next request of its size class",
     CHECK(alloc_cache_stats().cached_bytes == MiB + MiB / 4 + MiB);
 }
 
+TEST_CASE("a CachedBuffer gives its block back to the cache when it dies", "[alloc]") {
+    LimitGuard guard(64 * MiB);
+    const float* first = nullptr;
+    {
+        CachedBuffer<float> scratch(MiB / sizeof(float));
+        CHECK(scratch.size() == MiB / sizeof(float));
+        CHECK(reinterpret_cast<std::uintptr_t>(scratch.data()) % 64 == 0);
+        scratch.data()[scratch.size() - 1] = 1.0f;  // the whole block is writable
+        first = scratch.data();
+        CHECK(alloc_cache_stats().cached_bytes == 0);
+    }
+    CHECK(alloc_cache_stats().cached_bytes == MiB);
+    const auto before = alloc_cache_stats();
+    CachedBuffer<float> again(MiB / sizeof(float));  // the next block or step of the same size
+    CHECK(again.data() == first);
+    CHECK(alloc_cache_stats().hits == before.hits + 1);
+    CachedBuffer<std::uint16_t> empty(0);  // a size of 0 still has a valid pointer
+    CHECK(empty.data() != nullptr);
+    CHECK(empty.size() == 0);
+}
+
 TEST_CASE("small blocks bypass the cache", "[alloc]") {
     LimitGuard guard(64 * MiB);
     const auto before = alloc_cache_stats();
