@@ -190,11 +190,18 @@ Tensor attention_weights_dnnl(const Tensor& queries, const Tensor& keys, std::si
                 }
                 const char* DS = bf16 ? reinterpret_cast<const char*>(dS16.data()) : reinterpret_cast<const char*>(dS.data());
                 const std::size_t width = bf16 ? 2 : 4;
-                head_runs(pq, p0, p1, H, [&](std::size_t b, std::size_t nb, std::size_t h0, std::size_t h1) {
-                    const char* A = DS + (b * H + h0 - p0) * Lq * Lk * width;  // the block's dS starts at pair p0
-                    if (need_q) run_heads(pq, b, nb, h0, h1, A, K, dq.data());
-                    if (need_k) run_heads(pk, b, nb, h0, h1, A, Q, dk.data());
-                });
+                // Each product splits the block by its own layouts: dQ (C strided Lq·H·d) and dK
+                // (Lk·H·d) are evenly strided across batches for different lengths, so runs
+                // planned for one would write the other's heads past H into the wrong rows.
+                auto dS_at = [&](std::size_t b, std::size_t h0) { return DS + (b * H + h0 - p0) * Lq * Lk * width; };
+                if (need_q)
+                    head_runs(pq, p0, p1, H, [&](std::size_t b, std::size_t nb, std::size_t h0, std::size_t h1) {
+                        run_heads(pq, b, nb, h0, h1, dS_at(b, h0), K, dq.data());
+                    });
+                if (need_k)
+                    head_runs(pk, p0, p1, H, [&](std::size_t b, std::size_t nb, std::size_t h0, std::size_t h1) {
+                        run_heads(pk, b, nb, h0, h1, dS_at(b, h0), Q, dk.data());
+                    });
             });
             if (need_q) accumulate<float>("head_attention_weights", self.parents[0], std::move(dq));
             if (need_k) accumulate<float>("head_attention_weights", self.parents[1], std::move(dk));

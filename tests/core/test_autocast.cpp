@@ -206,6 +206,45 @@ TEST_CASE("autocast: the attention products multiply bfloat16-rounded inputs", "
     }
 }
 
+TEST_CASE("autocast: one query over many keys (pooling) gets each key's gradient in its own row", "[autocast]") {
+    if (!dnnl::available()) return;
+    // With one query the dQ products are evenly strided across batches and the dK ones are not:
+    // dK planned as dQ's one call wrote batch 1's heads over batch 0's key rows and left its
+    // own unwritten. 1·512·64 multiply-adds per head: the bfloat16 path.
+    const std::size_t H = GENERATE(1, 4);
+    const auto [grad_q, grad_k] = GENERATE(std::pair{true, true}, std::pair{false, true}, std::pair{true, false});
+    const bool by_lens = GENERATE(false, true);
+    CAPTURE(H, grad_q, grad_k, by_lens);
+    Generator gen(11);
+    const std::size_t batch = 3, Lk = 512, D = 64 * H;
+    const Tensor q = randn({batch, 1, D}, {}, gen).requires_grad_(grad_q);
+    const Tensor k = randn({batch, Lk, D}, {}, gen).requires_grad_(grad_k);
+    const AttentionMask mask = by_lens ? AttentionMask::valid_lens(from_vector(std::vector<std::int64_t>{512, 300, 77}, {batch}))
+                                       : AttentionMask();
+    Tensor w;
+    {
+        AutocastGuard guard(kBFloat16, allow());
+        w = head_attention_weights(q, k, H, 0.125, mask);
+    }
+    const Tensor R = randn(w.shape(), {}, gen);
+    (w * R).sum().backward();
+    const Tensor q64 = rounded64(q).requires_grad_(grad_q), k64 = rounded64(k).requires_grad_(grad_k);
+    const Tensor w64 = head_attention_weights(q64, k64, H, 0.125, mask);
+    (w64 * R.to(kFloat64)).sum().backward();
+    CHECK(max(abs(w.to(kFloat64) - w64)).item<double>() < 1e-5);
+    for (const auto& [x, x64] : {std::pair{q, q64}, std::pair{k, k64}}) {
+        REQUIRE(x.has_grad() == x.requires_grad());
+        if (!x.requires_grad()) continue;
+        const Tensor got = x.grad(), want = x64.grad();
+        // Row by row, so that a row written into another batch's place shows where it went.
+        for (std::size_t b = 0; b < batch; ++b) {
+            CAPTURE(b);
+            const double scale = max(abs(want[b])).item<double>();
+            CHECK(max(abs(got[b].to(kFloat64) - want[b])).item<double>() <= std::ldexp(1.0, -7) * scale);
+        }
+    }
+}
+
 TEST_CASE("autocast: the backward keeps its forward's precision and reads no input again", "[autocast]") {
     if (!dnnl::available()) return;
     Generator gen(5);
