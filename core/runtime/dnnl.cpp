@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <tuple>
 #include <vector>
@@ -84,27 +85,29 @@ void use_one_openmp_thread() {
     done = true;
 }
 
-const Cached& primitive_for(const Matmul& p) {
+// Shared, so that a primitive another thread is running outlives the cache dropping it.
+std::shared_ptr<const Cached> primitive_for(const Matmul& p) {
     static std::mutex mutex;
-    static std::map<Key, Cached> cache;
+    static std::map<Key, std::shared_ptr<const Cached>> cache;
     std::uint32_t alpha_bits;
     std::memcpy(&alpha_bits, &p.alpha, sizeof alpha_bits);
     const Key key{static_cast<int>(p.input), p.trans_a, p.trans_b, p.batch, p.m, p.n, p.k, p.stride_a, p.stride_b,
                   p.accumulate, alpha_bits, p.heads, p.head_a, p.head_b, p.head_c, p.lda, p.ldb, p.ldc, p.stride_c};
     std::lock_guard<std::mutex> lock(mutex);
     if (auto it = cache.find(key); it != cache.end()) return it->second;
-    // Sequences of every length make new shapes; a bounded cache keeps a long run's memory flat.
+    // Sequences of every length make new shapes; a bounded cache keeps a long run's memory flat
+    // (the attention's blocks of heads add a few shapes per op, called from every pool thread).
     if (cache.size() >= 4096) cache.clear();
     const auto type = p.input == Input::bf16 ? memory::data_type::bf16 : memory::data_type::f32;
-    Cached entry;
-    entry.a = operand_desc(type, p, p.stride_a, p.head_a, p.m, p.k, p.trans_a, p.lda);
-    entry.b = operand_desc(type, p, p.stride_b, p.head_b, p.k, p.n, p.trans_b, p.ldb);
+    auto entry = std::make_shared<Cached>();
+    entry->a = operand_desc(type, p, p.stride_a, p.head_a, p.m, p.k, p.trans_a, p.lda);
+    entry->b = operand_desc(type, p, p.stride_b, p.head_b, p.k, p.n, p.trans_b, p.ldb);
     const auto b = static_cast<memory::dim>(p.batch), h = static_cast<memory::dim>(p.heads),
                m = static_cast<memory::dim>(p.m), n = static_cast<memory::dim>(p.n);
     const memory::dim ldc = p.ldc != 0 ? static_cast<memory::dim>(p.ldc) : n;
     const memory::dim hc = p.head_c != 0 ? static_cast<memory::dim>(p.head_c) : m * ldc;
     const memory::dim sc = p.stride_c != 0 ? static_cast<memory::dim>(p.stride_c) : h * hc;
-    entry.c = memory::desc({b, h, m, n}, memory::data_type::f32, memory::dims{sc, hc, ldc, 1});
+    entry->c = memory::desc({b, h, m, n}, memory::data_type::f32, memory::dims{sc, hc, ldc, 1});
     ::dnnl::primitive_attr attr;
     // The pool's threads run one primitive at once: each brings its own scratch space (with the
     // library's, shared by every execution, concurrent parts of one product overwrote each
@@ -116,10 +119,10 @@ const Cached& primitive_for(const Matmul& p) {
         ops.append_sum(1.0f);
         attr.set_post_ops(ops);
     }
-    ::dnnl::matmul::desc desc(entry.a, entry.b, entry.c);
+    ::dnnl::matmul::desc desc(entry->a, entry->b, entry->c);
     const ::dnnl::matmul::primitive_desc pd(desc, attr, engine());
-    entry.primitive = ::dnnl::matmul(pd);
-    entry.scratchpad = pd.scratchpad_desc();
+    entry->primitive = ::dnnl::matmul(pd);
+    entry->scratchpad = pd.scratchpad_desc();
     return cache.emplace(key, std::move(entry)).first->second;
 }
 
@@ -154,7 +157,8 @@ namespace {
 
 void run(const Matmul& p, const void* a, const void* b, float* c) {
     use_one_openmp_thread();
-    const Cached& prim = primitive_for(p);
+    const std::shared_ptr<const Cached> held = primitive_for(p);
+    const Cached& prim = *held;
     ::dnnl::stream stream(engine());
     memory ma(prim.a, engine(), const_cast<void*>(a));
     memory mb(prim.b, engine(), const_cast<void*>(b));
