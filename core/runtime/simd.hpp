@@ -1,10 +1,13 @@
 #pragma once
 /// Which instruction set xgrad's hot float loops run on: the bfloat16 conversions of whole
-/// arrays and the softmax row's exp and max. Each of these loops is written once and compiled
-/// twice, for baseline x86-64 (SSE2, 4 floats a step: what the library is built for) and for
-/// AVX-512 (16), and the level is picked at run time. Both levels give the same bits for every
-/// input (the loops are compiled without FMA contraction and keep one order of operations), so
-/// the level changes the speed, never a result: data-parallel replicas on different CPUs agree.
+/// arrays, and the softmax row's exp, max and backward. Each of these loops is written once and
+/// compiled twice, for baseline x86-64 (SSE2, 4 floats a step: what the library is built for)
+/// and for AVX-512 (16 for the conversions and the exp; the max and the backward's dot product
+/// keep eight partial results, so they stay 8 wide), and the level is picked at run time. Both
+/// levels give the same bits for every input (the loops are compiled without FMA contraction
+/// and keep one order of operations), so the level changes the speed of these loops, never
+/// their result: on CPUs of different levels they agree (the products may still differ; README,
+/// "Bit-identity across machines").
 #include <string>
 
 namespace xgrad {
