@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace xgrad {
@@ -92,6 +93,9 @@ template <class T> struct cache_allocator {
 /// the same size each step comes back already mapped; unlike a thread_local vector it is not
 /// held past its use, so the cache's limit and empty_cache() cover it.
 template <class T> class CachedBuffer {
+    static_assert(std::is_trivially_copyable_v<T> && std::is_trivially_destructible_v<T>,
+                  "CachedBuffer holds plain values: nothing is constructed in it or destroyed");
+
 public:
     explicit CachedBuffer(std::size_t n) : m_size(n), m_data(cache_allocator<T>().allocate(std::max<std::size_t>(n, 1))) {}
     ~CachedBuffer() { cache_allocator<T>().deallocate(m_data, std::max<std::size_t>(m_size, 1)); }
