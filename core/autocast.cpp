@@ -83,12 +83,15 @@ Bf16 to_bf16_heads(const float* data, std::size_t batch, std::size_t length, std
     auto out = new_bf16(batch * length * heads * d);
     std::uint16_t* o = out->data();
     const std::size_t row = heads * d;  // input row b·length + l holds every head's d values
-    // Head (b, h): its column block of the batch's rows, into its own contiguous (length, d).
-    parallel_for(batch * heads, std::max<std::size_t>(1, (std::size_t(1) << 15) / std::max<std::size_t>(1, length * d)),
-                 [&](std::size_t p0, std::size_t p1) {
-                     for (std::size_t p = p0; p < p1; ++p) {
+    // Row l of head p = (b, h) is row t = p·length + l of the copy: chunks of such rows, each
+    // run of one head's rows one strided conversion (so that one long head spreads too).
+    parallel_for(batch * heads * length, std::max<std::size_t>(1, (std::size_t(1) << 15) / std::max<std::size_t>(1, d)),
+                 [&](std::size_t t0, std::size_t t1) {
+                     for (std::size_t t = t0; t < t1;) {
+                         const std::size_t p = t / length, l = t % length, n = std::min(t1 - t, length - l);
                          const std::size_t b = p / heads, h = p % heads;
-                         bf16_from_float_rows(data + b * length * row + h * d, row, o + p * length * d, d, length, d);
+                         bf16_from_float_rows(data + (b * length + l) * row + h * d, row, o + t * d, d, n, d);
+                         t += n;
                      }
                  });
     return out;

@@ -71,10 +71,24 @@ std::size_t pair_block(std::size_t Lq, std::size_t Lk) {
 }
 
 // f(p0, p1) for blocks of at most `block` pairs [p0, p1), the pool's chunks at least `grain`.
+// With fewer pairs than threads (one long head, say) the blocks run on the calling thread,
+// outside any chunk, so that their products split over the pool (dnnl::matmul) and their row
+// loops (row_loop) spread over it; inside a chunk both run inline.
 template <class Block> void pair_blocks(std::size_t B, std::size_t H, std::size_t grain, std::size_t block, Block&& f) {
+    if (B * H < num_threads() && !in_parallel_chunk()) {
+        for (std::size_t p0 = 0; p0 < B * H; p0 += block) f(p0, std::min(B * H, p0 + block));
+        return;
+    }
     parallel_for(B * H, grain, [&](std::size_t c0, std::size_t c1) {
         for (std::size_t p0 = c0; p0 < c1; p0 += block) f(p0, std::min(c1, p0 + block));
     });
+}
+
+// f(r0, r1) over a block's score rows [begin, end) of `keys` each: on the pool when the block
+// runs outside a chunk (pair_blocks), inline inside one.
+template <class Rows> void row_loop(std::size_t begin, std::size_t end, std::size_t keys, Rows&& f) {
+    parallel_for(end - begin, std::max<std::size_t>(1, 4096 / std::max<std::size_t>(1, keys)),
+                 [&](std::size_t r0, std::size_t r1) { f(begin + r0, begin + r1); });
 }
 // run(b, nb, h0, h1) for the pairs [p0, p1) as at most three oneDNN calls, each on heads
 // [h0, h1) of batches [b, b + nb): a head in place is strided differently across batches than
@@ -143,10 +157,12 @@ Tensor attention_weights_dnnl(const Tensor& queries, const Tensor& keys, std::si
         head_runs(s, p0, p1, H, [&](std::size_t b, std::size_t nb, std::size_t h0, std::size_t h1) {
             run_heads(s, b, nb, h0, h1, head_at(Q, in, s.stride_a, s.head_a, b, h0), K, W);
         });
-        for (std::size_t r = p0 * Lq; r < p1 * Lq; ++r) {  // row r = (b·H + h)·Lq + i
-            const std::size_t b = r / (H * Lq), i = r % Lq;
-            kept.forward(b * Lq + i, W + r * Lk, W + r * Lk);
-        }
+        row_loop(p0 * Lq, p1 * Lq, Lk, [&](std::size_t r0, std::size_t r1) {
+            for (std::size_t r = r0; r < r1; ++r) {  // row r = (b·H + h)·Lq + i
+                const std::size_t b = r / (H * Lq), i = r % Lq;
+                kept.forward(b * Lq + i, W + r * Lk, W + r * Lk);
+            }
+        });
     });
     std::vector<Tensor> inputs{queries, keys};
     if (mask.by_mask()) inputs.push_back(mask.where());
@@ -180,14 +196,17 @@ Tensor attention_weights_dnnl(const Tensor& queries, const Tensor& keys, std::si
                 // The softmax's backward for the block: float32, or rounded to bfloat16 row by
                 // row as it is written. From the caching allocator: a block-sized buffer from
                 // malloc would come from mmap and fault its pages in on every block.
-                CachedBuffer<float> dS(bf16 ? Lk : (p1 - p0) * Lq * Lk);
+                CachedBuffer<float> dS(bf16 ? 0 : (p1 - p0) * Lq * Lk);
                 CachedBuffer<std::uint16_t> dS16(bf16 ? (p1 - p0) * Lq * Lk : 0);
-                for (std::size_t r = p0 * Lq; r < p1 * Lq; ++r) {
-                    const std::size_t b = r / (H * Lq), i = r % Lq, at = (r - p0 * Lq) * Lk;
-                    float* d_row = bf16 ? dS.data() : dS.data() + at;
-                    kept.backward(b * Lq + i, W + r * Lk, G + r * Lk, d_row);
-                    if (bf16) bf16_from_float(d_row, dS16.data() + at, Lk);
-                }
+                row_loop(p0 * Lq, p1 * Lq, Lk, [&](std::size_t r0, std::size_t r1) {
+                    CachedBuffer<float> one_row(bf16 ? Lk : 0);  // a float32 row before its rounding
+                    for (std::size_t r = r0; r < r1; ++r) {
+                        const std::size_t b = r / (H * Lq), i = r % Lq, at = (r - p0 * Lq) * Lk;
+                        float* d_row = bf16 ? one_row.data() : dS.data() + at;
+                        kept.backward(b * Lq + i, W + r * Lk, G + r * Lk, d_row);
+                        if (bf16) bf16_from_float(d_row, dS16.data() + at, Lk);
+                    }
+                });
                 const char* DS = bf16 ? reinterpret_cast<const char*>(dS16.data()) : reinterpret_cast<const char*>(dS.data());
                 const std::size_t width = bf16 ? 2 : 4;
                 // Each product splits the block by its own layouts: dQ (C strided Lq·H·d) and dK
@@ -229,7 +248,10 @@ Tensor attention_combine_dnnl(const Tensor& weights, const Tensor& values, std::
     const void* A = bf16 ? static_cast<const void*>(w_copy->data()) : W;
     const void* V = bf16 ? static_cast<const void*>(v16->data()) : xgrad::values<float>(values).data();
     pair_blocks(B, H, pair_grain(Lq, dv, Lk), pair_block(Lq, Lk), [&](std::size_t p0, std::size_t p1) {
-        if (bf16) bf16_from_float(W + p0 * Lq * Lk, w_copy->data() + p0 * Lq * Lk, (p1 - p0) * Lq * Lk);
+        if (bf16)
+            row_loop(p0 * Lq, p1 * Lq, Lk, [&](std::size_t r0, std::size_t r1) {
+                bf16_from_float(W + r0 * Lk, w_copy->data() + r0 * Lk, (r1 - r0) * Lk);
+            });
         head_runs(p, p0, p1, H, [&](std::size_t b, std::size_t nb, std::size_t h0, std::size_t h1) {
             run_heads(p, b, nb, h0, h1, head_at(A, in, p.stride_a, p.head_a, b, h0), V, out.data());
         });

@@ -165,9 +165,11 @@ TEST_CASE("autocast: the attention products multiply bfloat16-rounded inputs", "
         // gradients pass through the softmax's gradient rounded to bfloat16: within 2^-7 of the
         // largest. Heads of 32, 40 queries and 48 keys; or 200 and 256, whose scores run in
         // blocks of 5 heads (ops_attention.cpp's pair_block), so that with 3 batches of 3 heads
-        // a block may end in a batch, cover whole ones or start one, on any number of threads.
+        // a block may end in a batch, cover whole ones or start one; and one batch, where one
+        // head (fewer pairs than threads) runs its block's products and rows over the pool.
         const auto [batch, Lq, Lk] = GENERATE(std::tuple<std::size_t, std::size_t, std::size_t>{2, 40, 48},
-                                              std::tuple<std::size_t, std::size_t, std::size_t>{3, 200, 256});
+                                              std::tuple<std::size_t, std::size_t, std::size_t>{3, 200, 256},
+                                              std::tuple<std::size_t, std::size_t, std::size_t>{1, 200, 256});
         CAPTURE(batch, Lq, Lk);
         Generator gen(3);
         const Tensor q = randn({batch, Lq, 32 * H}, {}, gen).requires_grad_(grad_a);
@@ -175,13 +177,13 @@ TEST_CASE("autocast: the attention products multiply bfloat16-rounded inputs", "
         const Tensor per_query = randint(0, static_cast<std::int64_t>(Lk) + 1, {batch, Lq}, gen);
         const Tensor attend = rand({batch, Lq, Lk}, {}, gen) < 0.7;
         std::vector<std::int64_t> lens(batch, static_cast<std::int64_t>(Lk));
-        lens[1] = 20;
+        lens[batch - 1] = 20;
         const auto [name, mask] = GENERATE_COPY(
             std::pair{"every key", AttentionMask()},
             std::pair{"valid_lens (batch,)", AttentionMask::valid_lens(from_vector(lens, {batch}))},
             std::pair{"valid_lens (batch, queries)", AttentionMask::valid_lens(per_query)},
             std::pair{"bool mask", AttentionMask::attend_where(attend)},
-            std::pair{"shared bool mask", AttentionMask::attend_where(attend[1])},
+            std::pair{"shared bool mask", AttentionMask::attend_where(attend[batch - 1])},
             std::pair{"causal", AttentionMask::causal()});
         CAPTURE(name);
         Tensor w;
