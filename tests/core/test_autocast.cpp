@@ -56,6 +56,27 @@ void check_product(const std::function<Tensor(const Tensor&, const Tensor&)>& f,
     CHECK(worst_ratio(f(a, b), y64, scale, terms) > 4.0);
 }
 
+// head_attention_weights of q and k under autocast, its gradients from the upstream R, and
+// the same on the bfloat16-rounded inputs in float64 (q64 and k64 hold those gradients).
+struct WeightsRun {
+    Tensor w, w64, q64, k64;
+};
+WeightsRun weights_under_autocast(const Tensor& q, const Tensor& k, std::size_t H, const AttentionMask& mask,
+                                  Generator& gen) {
+    WeightsRun run;
+    {
+        AutocastGuard guard(kBFloat16, allow());
+        run.w = head_attention_weights(q, k, H, 0.125, mask);
+    }
+    const Tensor R = randn(run.w.shape(), {}, gen);
+    (run.w * R).sum().backward();
+    run.q64 = rounded64(q).requires_grad_(q.requires_grad());
+    run.k64 = rounded64(k).requires_grad_(k.requires_grad());
+    run.w64 = head_attention_weights(run.q64, run.k64, H, 0.125, mask);
+    (run.w64 * R.to(kFloat64)).sum().backward();
+    return run;
+}
+
 }  // namespace
 
 TEST_CASE("autocast: the guard nests and composes with NoGradGuard and is per thread", "[autocast]") {
@@ -186,16 +207,7 @@ TEST_CASE("autocast: the attention products multiply bfloat16-rounded inputs", "
             std::pair{"shared bool mask", AttentionMask::attend_where(attend[batch - 1])},
             std::pair{"causal", AttentionMask::causal()});
         CAPTURE(name);
-        Tensor w;
-        {
-            AutocastGuard guard(kBFloat16, allow());
-            w = head_attention_weights(q, k, H, 0.125, mask);
-        }
-        const Tensor R = randn(w.shape(), {}, gen);
-        (w * R).sum().backward();
-        const Tensor q64 = rounded64(q).requires_grad_(grad_a), k64 = rounded64(k).requires_grad_(grad_b);
-        const Tensor w64 = head_attention_weights(q64, k64, H, 0.125, mask);
-        (w64 * R.to(kFloat64)).sum().backward();
+        const auto [w, w64, q64, k64] = weights_under_autocast(q, k, H, mask, gen);
         CHECK(max(abs(w.to(kFloat64) - w64)).item<double>() < 1e-5);
         CHECK(max(abs(head_attention_weights(q, k, H, 0.125, mask).to(kFloat64) - w64)).item<double>() > 1e-4);
         for (const auto& [x, x64] : {std::pair{q, q64}, std::pair{k, k64}}) {
@@ -223,16 +235,7 @@ TEST_CASE("autocast: one query over many keys (pooling) gets each key's gradient
     const Tensor k = randn({batch, Lk, D}, {}, gen).requires_grad_(grad_k);
     const AttentionMask mask = by_lens ? AttentionMask::valid_lens(from_vector(std::vector<std::int64_t>{512, 300, 77}, {batch}))
                                        : AttentionMask();
-    Tensor w;
-    {
-        AutocastGuard guard(kBFloat16, allow());
-        w = head_attention_weights(q, k, H, 0.125, mask);
-    }
-    const Tensor R = randn(w.shape(), {}, gen);
-    (w * R).sum().backward();
-    const Tensor q64 = rounded64(q).requires_grad_(grad_q), k64 = rounded64(k).requires_grad_(grad_k);
-    const Tensor w64 = head_attention_weights(q64, k64, H, 0.125, mask);
-    (w64 * R.to(kFloat64)).sum().backward();
+    const auto [w, w64, q64, k64] = weights_under_autocast(q, k, H, mask, gen);
     CHECK(max(abs(w.to(kFloat64) - w64)).item<double>() < 1e-5);
     for (const auto& [x, x64] : {std::pair{q, q64}, std::pair{k, k64}}) {
         REQUIRE(x.has_grad() == x.requires_grad());
