@@ -70,17 +70,15 @@ namespace xgrad::autocast {
 
 bool use_bf16(std::size_t multiply_adds) { return is_autocast_enabled() && multiply_adds >= kMinMultiplyAdds; }
 
-std::shared_ptr<Bf16Buffer> new_bf16(std::size_t n) { return std::make_shared<Bf16Buffer>(n); }
-
 Bf16 to_bf16(const float* data, std::size_t n) {
-    auto out = new_bf16(n);
+    auto out = std::make_shared<Bf16Buffer>(n);
     std::uint16_t* o = out->data();
     parallel_for(n, std::size_t(1) << 15, [&](std::size_t i0, std::size_t i1) { bf16_from_float(data + i0, o + i0, i1 - i0); });
     return out;
 }
 
 Bf16 to_bf16_heads(const float* data, std::size_t batch, std::size_t length, std::size_t heads, std::size_t d) {
-    auto out = new_bf16(batch * length * heads * d);
+    auto out = std::make_shared<Bf16Buffer>(batch * length * heads * d);
     std::uint16_t* o = out->data();
     const std::size_t row = heads * d;  // input row b·length + l holds every head's d values
     // Row l of head p = (b, h) is row t = p·length + l of the copy: chunks of such rows, each

@@ -17,9 +17,6 @@ namespace xgrad::autocast {
 using Bf16Buffer = CachedBuffer<std::uint16_t>;
 using Bf16 = std::shared_ptr<const Bf16Buffer>;
 
-/// A copy of n values for the caller to fill (bf16_from_float).
-std::shared_ptr<Bf16Buffer> new_bf16(std::size_t n);
-
 /// Matrix products (one of a batch: m·n·k) smaller than this stay float32 under autocast.
 /// oneDNN costs microseconds per call, and a bfloat16 product pays a conversion per operand
 /// element, so tiny products lose: with native bfloat16 (AVX512-BF16), fed 2 threads,

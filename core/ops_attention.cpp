@@ -53,12 +53,13 @@ struct HeadLayout {
 HeadLayout head_layout(bool head_packed, std::size_t L, std::size_t H, std::size_t d) {
     return head_packed ? HeadLayout{H * L * d, L * d, d} : HeadLayout{L * H * d, d, H * d};
 }
+// The scores or weights, (B·H, Lq, Lk): each head's (Lq, Lk) matrix contiguous.
+HeadLayout scores_layout(std::size_t Lq, std::size_t Lk, std::size_t H) { return {H * Lq * Lk, Lq * Lk, Lk}; }
 void set_a(dnnl::Matmul& p, HeadLayout x) { p.stride_a = x.stride, p.head_a = x.head, p.lda = x.ld; }
 void set_b(dnnl::Matmul& p, HeadLayout x) { p.stride_b = x.stride, p.head_b = x.head, p.ldb = x.ld; }
-// C is always a float32 output written in place: a head's block of a packed (B, L, H·d).
-void set_c(dnnl::Matmul& p, std::size_t L, std::size_t H, std::size_t d) {
-    p.stride_c = L * H * d, p.head_c = d, p.ldc = H * d;
-}
+void set_c(dnnl::Matmul& p, HeadLayout x) { p.stride_c = x.stride, p.head_c = x.head, p.ldc = x.ld; }
+// A float32 output written in place: a head's block of a packed (B, L, H·d).
+void set_c(dnnl::Matmul& p, std::size_t L, std::size_t H, std::size_t d) { set_c(p, head_layout(false, L, H, d)); }
 
 // Pairs (b, h) per block of the oneDNN paths: a block's products and the softmax pass over
 // their scores (or its backward and the products that read its dS) run back to back on one
@@ -148,7 +149,7 @@ Tensor attention_weights_dnnl(const Tensor& queries, const Tensor& keys, std::si
     dnnl::Matmul s = heads(B, H, in);
     s.trans_b = true, s.m = Lq, s.n = Lk, s.k = d, s.alpha = static_cast<float>(scale);
     set_a(s, head_layout(bf16, Lq, H, d)), set_b(s, head_layout(bf16, Lk, H, d));
-    s.stride_c = H * Lq * Lk, s.head_c = Lq * Lk, s.ldc = Lk;
+    set_c(s, scores_layout(Lq, Lk, H));
     const void* Q = bf16 ? static_cast<const void*>(q16->data()) : values<float>(queries).data();
     const void* K = bf16 ? static_cast<const void*>(k16->data()) : values<float>(keys).data();
     const kernel::MaskedRows kept(mask);
@@ -184,7 +185,7 @@ Tensor attention_weights_dnnl(const Tensor& queries, const Tensor& keys, std::si
             // A of both products: a block's dS, (pairs, Lq, Lk) from its first pair
             dnnl::Matmul p = heads(B, H, in);
             p.alpha = static_cast<float>(scale);
-            p.stride_a = H * Lq * Lk, p.head_a = Lq * Lk, p.lda = Lk;
+            set_a(p, scores_layout(Lq, Lk, H));
             dnnl::Matmul pq = p, pk = p;
             // dQ_bh = scale·dS·K_bh : (Lq, Lk)·(Lk, d), written into its head's block
             pq.m = Lq, pq.n = d, pq.k = Lk;
@@ -237,13 +238,13 @@ Tensor attention_combine_dnnl(const Tensor& weights, const Tensor& values, std::
     const bool bf16 = in == dnnl::Input::bf16;
     const std::size_t B = values.size(0), Lk = values.size(1), E = values.size(2), Lq = weights.size(1), dv = E / H;
     const float* W = xgrad::values<float>(weights).data();
-    auto w_copy = bf16 ? autocast::new_bf16(weights.numel()) : nullptr;
+    auto w_copy = bf16 ? std::make_shared<autocast::Bf16Buffer>(weights.numel()) : nullptr;
     const autocast::Bf16 v16 = bf16 ? autocast::to_bf16_heads(xgrad::values<float>(values).data(), B, Lk, H, dv) : nullptr;
     xt::xarray<float> out = xt::empty<float>(Shape{B, Lq, E});
     // out_bh = W_bh·V_bh : (Lq, Lk)·(Lk, dv), into its head's block (rows of E)
     dnnl::Matmul p = heads(B, H, in);
     p.m = Lq, p.n = dv, p.k = Lk;
-    p.stride_a = H * Lq * Lk, p.head_a = Lq * Lk, p.lda = Lk;
+    set_a(p, scores_layout(Lq, Lk, H));
     set_b(p, head_layout(bf16, Lk, H, dv)), set_c(p, Lq, H, dv);
     const void* A = bf16 ? static_cast<const void*>(w_copy->data()) : W;
     const void* V = bf16 ? static_cast<const void*>(v16->data()) : xgrad::values<float>(values).data();
@@ -281,7 +282,7 @@ Tensor attention_combine_dnnl(const Tensor& weights, const Tensor& values, std::
                 xt::xarray<float> dval = xt::empty<float>(Shape{B, Lk, E});
                 dnnl::Matmul p = heads(B, H, in);
                 p.trans_a = true, p.m = Lk, p.n = dv, p.k = Lq;
-                p.stride_a = H * Lq * Lk, p.head_a = Lq * Lk, p.lda = Lk;
+                set_a(p, scores_layout(Lq, Lk, H));
                 set_b(p, lg), set_c(p, Lk, H, dv);
                 dnnl::matmul(p, bf16 ? static_cast<const void*>(keep_w->data()) : xgrad::values<float>(self.parents[0]).data(),
                              G, dval.data());
