@@ -6,6 +6,8 @@
 // input's type with those statistics rounded to it once per row, as torch's CPU kernel does, so
 // they vectorise 4-wide on baseline SSE2 rather than 2-wide through double.
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -49,12 +51,21 @@ template <class T, class A> bool fits(std::size_t n, A rs, A a = 0, A b = 0) {
     }
 }
 
-// Whether every value of a row is finite. Folded into one flag so that the loop vectorises;
-// NaN fails it too (that row is then redone in double and comes out NaN again).
+// Whether every value of a row is finite: no value has all exponent bits set (inf and NaN do;
+// NaN fails too, and that row is then redone in double and comes out NaN again). Tested on the
+// bits, folded into one flag: a float comparison here, which may trap on NaN, kept GCC from
+// vectorising the loop, and it took a third of the forward pass.
 template <class T> bool all_finite(const T* p, std::size_t n) {
-    bool ok = true;
-    for (std::size_t j = 0; j < n; ++j) ok &= std::abs(p[j]) <= std::numeric_limits<T>::max();
-    return ok;
+    using U = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+    static_assert(sizeof(T) == sizeof(U) && std::numeric_limits<T>::is_iec559, "all_finite: float or double");
+    constexpr U exponent = sizeof(T) == 4 ? U(0x7f800000u) : U(0x7ff0000000000000ull);
+    U bad = 0;
+    for (std::size_t j = 0; j < n; ++j) {
+        U u;
+        std::memcpy(&u, p + j, sizeof u);
+        bad |= static_cast<U>((u & exponent) == exponent);
+    }
+    return bad == 0;
 }
 
 // The names an op's messages use: layer_norm has one input, add_layer_norm two (x and y).
