@@ -159,9 +159,11 @@ Tensor attention_weights_dnnl(const Tensor& queries, const Tensor& keys, std::si
             run_heads(s, b, nb, h0, h1, head_at(Q, in, s.stride_a, s.head_a, b, h0), K, W);
         });
         row_loop(p0 * Lq, p1 * Lq, Lk, [&](std::size_t r0, std::size_t r1) {
-            for (std::size_t r = r0; r < r1; ++r) {  // row r = (b·H + h)·Lq + i
+            // row r = (b·H + h)·Lq + i, the mask's row b·Lq + i: a head's rows at once
+            for (std::size_t r = r0, count; r < r1; r += count) {
                 const std::size_t b = r / (H * Lq), i = r % Lq;
-                kept.forward(b * Lq + i, W + r * Lk, W + r * Lk);
+                count = std::min(Lq - i, r1 - r);
+                kept.forward_rows(b * Lq + i, count, W + r * Lk, W + r * Lk);
             }
         });
     });
@@ -339,7 +341,7 @@ Tensor head_attention_weights(const Tensor& queries, const Tensor& keys, std::si
                 // S = scale·Q_bh·K_bhᵀ : (Lq, d)·(d, Lk), then the masked softmax in place row by row
                 blas::gemm<T>(false, true, Lq, Lk, d, alpha, Q + b * Lq * D + h * d, D, K + b * Lk * D + h * d, D,
                               T(0), S, Lk);
-                for (std::size_t i = 0; i < Lq; ++i) kept.forward(b * Lq + i, S + i * Lk, S + i * Lk);
+                kept.forward_rows(b * Lq, Lq, S, S);
             }
         });
         // Saves only the weights (its output) and the resolved mask: no scores tensor is kept. A

@@ -116,7 +116,7 @@ Tensor masked_softmax(const Tensor& X, const ResolvedMask& mask) {
         T* y = out.data();
         const kernel::MaskedRows kept(mask);
         parallel_for(rows, row_grain(n), [&](std::size_t r0, std::size_t r1) {
-            for (std::size_t r = r0; r < r1; ++r) kept.forward(r, x + r * n, y + r * n);
+            kept.forward_rows(r0, r1 - r0, x + r0 * n, y + r0 * n);
         });
         // A bool mask is read again by the backward: it is an input, so writing it after the
         // forward pass makes the backward refuse (lengths and causal are copied into `mask`).

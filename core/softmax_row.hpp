@@ -41,19 +41,56 @@ template <class T> T exp_shifted_sum(const T* x, T m, T* y, std::size_t n) {
     }
 }
 
-/// y = softmax of the n scores x with keys j ≥ L scored kMaskedScore (L = n: unmasked). The
-/// masked keys take part in the max and the sum as the fill would, one exp for all of them.
-/// y may be x.
-template <class T> void softmax_prefix(const T* x, T* y, std::size_t n, std::size_t L) {
-    const T fill = static_cast<T>(kMaskedScore);
-    T m = L < n ? fill : -std::numeric_limits<T>::infinity();
+/// std::exp(t), but t far below the smallest subnormal gives 0 without calling it: libm takes a
+/// slow path (errno, the underflow flag) for each underflow, and a masked key's fill minus the
+/// row's max underflows in every padded row. The same value as std::exp for every t, NaN too.
+template <class T> T exp_or_zero(T t) {
+    constexpr T floor = std::is_same_v<T, float> ? T(-110) : T(-750);  // e^floor rounds to 0
+    return t < floor ? T(0) : std::exp(t);
+}
+
+// A prefix row's shift: its largest kept score, or the fill when keys are masked and larger.
+template <class T> T prefix_shift(const T* x, std::size_t n, std::size_t L) {
+    T m = L < n ? static_cast<T>(kMaskedScore) : -std::numeric_limits<T>::infinity();
     if (L > 0) m = std::max(m, row_max(x, L));
-    T z = exp_shifted_sum(x, m, y, L);
-    const T e_masked = L < n ? std::exp(fill - m) : T(0);
+    return m;
+}
+
+// A prefix row once y[0..L) holds its kept exps, summing to z: the masked keys' share of the
+// sum, then the division.
+template <class T> void finish_prefix_row(T* y, std::size_t n, std::size_t L, T m, T z) {
+    const T e_masked = L < n ? exp_or_zero(static_cast<T>(kMaskedScore) - m) : T(0);
     z += e_masked * static_cast<T>(n - L);
     const T inv = T(1) / z;
     for (std::size_t j = 0; j < L; ++j) y[j] *= inv;
     for (std::size_t j = L; j < n; ++j) y[j] = e_masked * inv;
+}
+
+/// y = softmax of the n scores x with keys j ≥ L scored kMaskedScore (L = n: unmasked). The
+/// masked keys take part in the max and the sum as the fill would, one exp for all of them.
+/// y may be x.
+template <class T> void softmax_prefix(const T* x, T* y, std::size_t n, std::size_t L) {
+    const T m = prefix_shift(x, n, L);
+    finish_prefix_row(y, n, L, m, exp_shifted_sum(x, m, y, L));
+}
+
+/// softmax_prefix of `rows` consecutive rows of n, row i keeping L[i] keys; the same bits as
+/// one call per row. float rows take their exps together (vec::exp_shifted_rows): a row of a
+/// few keys is one vector, whose exp is a chain of dependent steps that rows taken one at a
+/// time would wait out one after another.
+template <class T> void softmax_prefix_rows(const T* x, T* y, std::size_t n, const std::size_t* L, std::size_t rows) {
+    if constexpr (std::is_same_v<T, float>) {
+        constexpr std::size_t kGroup = 32;
+        float m[kGroup], z[kGroup];
+        for (std::size_t r0 = 0; r0 < rows; r0 += kGroup) {
+            const std::size_t g = std::min(kGroup, rows - r0);
+            for (std::size_t i = 0; i < g; ++i) m[i] = prefix_shift(x + (r0 + i) * n, n, L[r0 + i]);
+            vec::exp_shifted_rows(x + r0 * n, n, m, L + r0, y + r0 * n, z, g);
+            for (std::size_t i = 0; i < g; ++i) finish_prefix_row(y + (r0 + i) * n, n, L[r0 + i], m[i], z[i]);
+        }
+    } else {
+        for (std::size_t i = 0; i < rows; ++i) softmax_prefix(x + i * n, y + i * n, n, L[i]);
+    }
 }
 
 /// log Σ e^x[j] over the n scores (stable); `scratch` holds n values.
@@ -90,6 +127,12 @@ public:
         const T fill = static_cast<T>(kMaskedScore);
         for (std::size_t j = 0; j < n; ++j) y[j] = keep[j] ? x[j] : fill;
         softmax_prefix(y, y, n, n);
+    }
+    /// forward() of rows r, r + 1, ... r + count − 1, stored one after another (n apart).
+    template <class T> void forward_rows(std::size_t r, std::size_t count, const T* x, T* y) const {
+        const std::size_t n = m_mask.keys();
+        if (!m_by_mask) return softmax_prefix_rows(x, y, n, m_mask.prefix().data() + r, count);
+        for (std::size_t i = 0; i < count; ++i) forward(r + i, x + i * n, y + i * n);
     }
     /// d = gradient of row r's scores from its weights y and their gradient g.
     template <class T> void backward(std::size_t r, const T* y, const T* g, T* d) const {

@@ -13,6 +13,12 @@ namespace xgrad::vec {
 /// j ≡ l mod 8) combined pairwise, then the tail; a NaN sum is always the same quiet NaN.
 float exp_shifted_sum(const float* x, float m, float* y, std::size_t n);
 
+/// exp_shifted_sum of `rows` rows at once, row i being the len[i] values at x + i·stride, shifted
+/// by m[i], written at y + i·stride, its sum in sums[i]: the same bits as one call per row, but
+/// the exps of short rows (a few keys each) overlap instead of each row waiting out its own.
+void exp_shifted_rows(const float* x, std::size_t stride, const float* m, const std::size_t* len, float* y,
+                      float* sums, std::size_t rows);
+
 /// max x[j] for n ≥ 1, as std::max over eight lanes (lane l takes j ≡ l mod 8) combined
 /// pairwise, then the tail. A NaN in x is skipped or returned depending on where it falls (an
 /// order callers may not rely on): callers that must propagate NaN rely on exp_shifted_sum,

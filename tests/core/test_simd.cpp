@@ -2,6 +2,7 @@
 // AVX-512 gives the same bits on every input, and XGRAD_SIMD picks the level.
 #include "core/runtime/simd.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -188,6 +189,51 @@ TEST_CASE("exp_shifted_sum: same y and sum on both levels for every length up to
                 }
             }
         }
+}
+
+TEST_CASE("exp_shifted_rows: the bits of exp_shifted_sum row by row, on both levels, in place, nothing past a row's length written", "[simd][vec_math]") {
+    std::mt19937 gen(12);
+    std::uniform_real_distribution<float> score(-40.0f, 5.0f);
+    const float sentinel = from_bits(0x7fc01234u);  // a NaN no kernel makes
+    for (std::size_t stride : {1, 3, 8, 11, 15, 16, 17, 33, 40})
+        for (std::size_t rows : {1, 2, 5, 9})
+            for (int trial = 0; trial < 4; ++trial) {
+                // hostile values anywhere, also past a row's length, where a short row reads them
+                std::vector<float> x(rows * stride);
+                for (float& v : x) v = gen() % 7 == 0 ? hostile(gen) : score(gen);
+                std::vector<std::size_t> len(rows);
+                std::vector<float> m(rows);
+                for (std::size_t i = 0; i < rows; ++i) {
+                    len[i] = trial == 0 ? stride : gen() % (stride + 1);
+                    m[i] = len[i] > 0 && gen() % 4 ? vec::max_of(x.data() + i * stride, len[i]) : score(gen);
+                }
+                std::vector<float> want(x.size(), sentinel), want_sum(rows);
+                for (std::size_t i = 0; i < rows; ++i)
+                    want_sum[i] = vec::exp_shifted_sum(x.data() + i * stride, m[i], want.data() + i * stride, len[i]);
+                std::vector<float> y[2], in_place[2], sum[2], sum_in_place[2];
+                const int levels = on_each_level([&](SimdLevel level) {
+                    const int l = static_cast<int>(level);
+                    y[l].assign(x.size(), sentinel);
+                    sum[l].assign(rows, 0.0f);
+                    vec::exp_shifted_rows(x.data(), stride, m.data(), len.data(), y[l].data(), sum[l].data(), rows);
+                    in_place[l] = x;
+                    sum_in_place[l].assign(rows, 0.0f);
+                    vec::exp_shifted_rows(in_place[l].data(), stride, m.data(), len.data(), in_place[l].data(),
+                                          sum_in_place[l].data(), rows);
+                });
+                INFO("stride " << stride << ", rows " << rows << ", trial " << trial);
+                for (int l = 0; l < levels; ++l) {
+                    CHECK(first_difference(y[l], want) == -1);
+                    CHECK(first_difference(sum[l], want_sum) == -1);
+                    CHECK(first_difference(sum_in_place[l], want_sum) == -1);
+                    // in place: each row's first len values replaced, the rest of x untouched
+                    std::vector<float> want_in_place = x;
+                    for (std::size_t i = 0; i < rows; ++i)
+                        std::copy_n(want.begin() + static_cast<long>(i * stride), len[i],
+                                    want_in_place.begin() + static_cast<long>(i * stride));
+                    CHECK(first_difference(in_place[l], want_in_place) == -1);
+                }
+            }
 }
 
 TEST_CASE("max_of: same bits on both levels, and std::max's in eight lanes, for NaN, ±inf and ±0 rows", "[simd][vec_math]") {

@@ -1,6 +1,11 @@
 // softmax and log_softmax: values, stability at large inputs, gradients along every axis.
 #include <cmath>
+#include <cstring>
+#include <random>
+#include <type_traits>
+#include <vector>
 
+#include "core/softmax_row.hpp"
 #include "helpers.hpp"
 
 using namespace xgrad;
@@ -79,4 +84,29 @@ TEST_CASE("a resolved mask fits only the scores it was resolved for", "[softmax]
                       Catch::Contains("head_attention_weights: the mask was resolved for scores (2, 3, 4), got (1, 3, 4)"));
     CHECK_THROWS_WITH(AttentionMask::causal().resolve("attend", 2, 4, 3),
                       Catch::Contains("attend: a causal mask needs at least as many keys as queries"));
+}
+
+TEST_CASE("masked softmax rows taken together give the bits of one row at a time", "[softmax]") {
+    // kernel::softmax_prefix_rows takes the exps of many short rows at once (groups of 32 rows)
+    auto run = [](auto tag) {  // std::common_type<T>: a type as a value
+        using T = typename decltype(tag)::type;
+        std::mt19937 gen(5);
+        std::uniform_real_distribution<T> score(-30, 10);
+        for (std::size_t n : {1, 2, 7, 8, 9, 16, 17, 40})
+            for (std::size_t rows : {1, 3, 31, 32, 33, 70}) {
+                std::vector<T> x(rows * n);
+                for (T& v : x) v = gen() % 11 == 0 ? T(1e30) * (gen() % 2 ? 1 : -1) : score(gen);
+                std::vector<std::size_t> L(rows);
+                for (auto& l : L) l = gen() % (n + 1);  // 0: every key masked, a uniform row
+                std::vector<T> want(x.size()), got(x.size()), in_place = x;
+                for (std::size_t i = 0; i < rows; ++i) kernel::softmax_prefix(x.data() + i * n, want.data() + i * n, n, L[i]);
+                kernel::softmax_prefix_rows(x.data(), got.data(), n, L.data(), rows);
+                kernel::softmax_prefix_rows(in_place.data(), in_place.data(), n, L.data(), rows);
+                INFO("n " << n << ", rows " << rows);
+                CHECK(std::memcmp(got.data(), want.data(), want.size() * sizeof(T)) == 0);
+                CHECK(std::memcmp(in_place.data(), want.data(), want.size() * sizeof(T)) == 0);
+            }
+    };
+    run(std::common_type<float>{});
+    run(std::common_type<double>{});
 }
