@@ -19,12 +19,18 @@ namespace xgrad {
 
 #if defined(__x86_64__) && defined(__GNUC__)
 namespace simd_detail {
-// prefer-vector-width=512: GCC's generic tuning may stop at 256-bit vectors. flatten: what the
-// body calls (lane_sum, std::max) is compiled into this variant too, not called in its
-// baseline copy.
-template <class Body>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,prefer-vector-width=512"), noinline, flatten)) auto
-on_avx512(const Body& body) {
+// prefer-vector-width=512 (GCC) and min_vector_width(512) (clang, which rejects the former and
+// with it the whole target attribute): generic tuning may stop at 256-bit vectors. flatten:
+// what the body calls (lane_sum, std::max) is compiled into this variant too, not called in
+// its baseline copy.
+#if defined(__clang__)
+#define XGRAD_AVX512_VARIANT \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"), min_vector_width(512), noinline, flatten))
+#else
+#define XGRAD_AVX512_VARIANT \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,prefer-vector-width=512"), noinline, flatten))
+#endif
+template <class Body> XGRAD_AVX512_VARIANT auto on_avx512(const Body& body) {
     return body();
 }
 }  // namespace simd_detail
