@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
+#include <vector>
 
 #include "core/creation.hpp"
 #include "core/dispatch.hpp"
@@ -36,6 +38,36 @@ void adam_update(T* __restrict pd, const T* __restrict gd, T* __restrict m, T* _
         const T denom = std::sqrt(second) / c.bc2_sqrt + c.eps;
         pd[j] += c.neg_step_size * m[j] / denom;
     }
+}
+
+// One parameter's update, ready to run: its data, gradient and state, the step's constants.
+template <class T> struct AdamJob {
+    T* p;
+    const T* g;
+    T* m;
+    T* v;
+    T* vmax;
+    AdamScalars<T> c;
+    std::size_t n;
+};
+template <class T> using AdamJobs = std::vector<AdamJob<T>>;
+
+// The jobs' elements as one range split over the pool, each chunk updating the parts of the
+// parameters it covers: a model's many small parameters, each under a chunk's worth, would
+// otherwise run one after another on the calling thread. Parameters never share storage (each
+// leaf owns its values), so no two chunks write one element.
+template <class T, bool kL2, bool kDecoupled, bool kAmsgrad> void run_jobs(const AdamJobs<T>& jobs) {
+    std::vector<std::size_t> start(jobs.size() + 1, 0);
+    for (std::size_t i = 0; i < jobs.size(); ++i) start[i + 1] = start[i] + jobs[i].n;
+    parallel_for(start.back(), 1 << 15, [&](std::size_t a, std::size_t b) {
+        // the last job starting at or before a, then each job that starts before b
+        std::size_t i = static_cast<std::size_t>(std::upper_bound(start.begin(), start.end(), a) - start.begin()) - 1;
+        for (; i < jobs.size() && start[i] < b; ++i) {
+            const AdamJob<T>& job = jobs[i];
+            const std::size_t j0 = std::max(a, start[i]) - start[i], j1 = std::min(b, start[i + 1]) - start[i];
+            if (j0 < j1) adam_update<T, kL2, kDecoupled, kAmsgrad>(job.p, job.g, job.m, job.v, job.vmax, job.c, j0, j1);
+        }
+    });
 }
 
 }  // namespace
@@ -82,6 +114,8 @@ void Adam::step() {
         fit_state(op, i, m_exp_avg_sq[i], "exp_avg_sq");
         if (m_amsgrad) fit_state(op, i, m_max_exp_avg_sq[i], "max_exp_avg_sq");
     }
+    AdamJobs<float> jobs_f;
+    AdamJobs<double> jobs_d;
     for (std::size_t i = 0; i < m_params.size(); ++i) {
         Tensor& p = m_params[i];
         if (!p.has_grad()) continue;
@@ -107,23 +141,25 @@ void Adam::step() {
                                    static_cast<T>(m_eps),
                                    static_cast<T>(m_weight_decay),
                                    static_cast<T>(1 - m_lr * m_weight_decay)};
-            T* pd = p.mutable_data_ptr<T>();
-            const T* gd = p.grad_ptr<T>();
-            T* m = m_exp_avg[i].mutable_data_ptr<T>();
-            T* v = m_exp_avg_sq[i].mutable_data_ptr<T>();
-            T* vmax = m_amsgrad ? m_max_exp_avg_sq[i].mutable_data_ptr<T>() : nullptr;
-            with_flag(!m_decoupled && m_weight_decay != 0, [&](auto l2) {
-                with_flag(m_decoupled && m_weight_decay != 0, [&](auto decoupled) {
-                    with_flag(m_amsgrad, [&](auto amsgrad) {
-                        // Elements are independent: large parameters are split over the pool.
-                        parallel_for(p.numel(), 1 << 15, [&](std::size_t j0, std::size_t j1) {
-                            adam_update<T, l2, decoupled, amsgrad>(pd, gd, m, v, vmax, c, j0, j1);
-                        });
-                    });
-                });
-            });
+            AdamJob<T> job{p.mutable_data_ptr<T>(),
+                           p.grad_ptr<T>(),
+                           m_exp_avg[i].mutable_data_ptr<T>(),
+                           m_exp_avg_sq[i].mutable_data_ptr<T>(),
+                           m_amsgrad ? m_max_exp_avg_sq[i].mutable_data_ptr<T>() : nullptr,
+                           c,
+                           p.numel()};
+            if constexpr (std::is_same_v<T, float>) jobs_f.push_back(job);
+            else jobs_d.push_back(job);
         });
     }
+    with_flag(!m_decoupled && m_weight_decay != 0, [&](auto l2) {
+        with_flag(m_decoupled && m_weight_decay != 0, [&](auto decoupled) {
+            with_flag(m_amsgrad, [&](auto amsgrad) {
+                run_jobs<float, l2, decoupled, amsgrad>(jobs_f);
+                run_jobs<double, l2, decoupled, amsgrad>(jobs_d);
+            });
+        });
+    });
 }
 
 Optimizer::HyperParameters Adam::hyper_parameters() const {

@@ -225,3 +225,42 @@ TEST_CASE("SGD matches a scalar loop bit for bit for every flag combination", "[
     SECTION("float32") { sgd_matches_scalar_loop<float>(f.momentum, f.dampening, weight_decay, f.nesterov); }
     SECTION("float64") { sgd_matches_scalar_loop<double>(f.momentum, f.dampening, weight_decay, f.nesterov); }
 }
+
+TEST_CASE("Adam over many parameters of both dtypes, its chunks spanning parameters, matches a scalar loop", "[optim][kernels]") {
+    // One step's elements are split over the pool as one range, float32 and float64 apart, so a
+    // chunk ends inside a parameter and the next one starts there.
+    std::mt19937_64 rng(9);
+    const std::vector<std::size_t> sizes = {3, 20000, 1, 9, 15000, 7, 40000, 33000, 0, 2};
+    std::vector<Tensor> params;
+    std::vector<AdamReference<float>> refs_f;
+    std::vector<AdamReference<double>> refs_d;
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+        if (i % 3 == 2) {
+            refs_d.push_back({random_values<double>(sizes[i], rng)});
+            params.push_back(leaf(refs_d.back().p));
+        } else {
+            refs_f.push_back({random_values<float>(sizes[i], rng)});
+            params.push_back(leaf(refs_f.back().p));
+        }
+    }
+    Adam opt(params, AdamOptions(3e-3).betas({0.9, 0.98}).eps(1e-8).weight_decay(0.01));
+    for (int s = 0; s < 3; ++s) {
+        for (std::size_t i = 0, f = 0, d = 0; i < params.size(); ++i) {
+            if (i % 3 == 2) {
+                const std::vector<double> g = random_values<double>(sizes[i], rng);
+                params[i].set_grad(plain(g));
+                refs_d[d++].step(g, 3e-3, 0.9, 0.98, 1e-8, 0.01, false, false);
+            } else {
+                const std::vector<float> g = random_values<float>(sizes[i], rng);
+                params[i].set_grad(plain(g));
+                refs_f[f++].step(g, 3e-3, 0.9, 0.98, 1e-8, 0.01, false, false);
+            }
+        }
+        opt.step();
+    }
+    for (std::size_t i = 0, f = 0, d = 0; i < params.size(); ++i) {
+        const std::string at = "parameter " + std::to_string(i) + " (" + std::to_string(sizes[i]) + " elements)";
+        if (i % 3 == 2) require_same_bits(params[i], refs_d[d++].p, at);
+        else require_same_bits(params[i], refs_f[f++].p, at);
+    }
+}
