@@ -98,7 +98,7 @@ Bf16 to_bf16_heads(const float* data, std::size_t batch, std::size_t length, std
 namespace {
 
 // The fixed stride of an offset list (0 for one entry or a shared matrix), or false.
-bool fixed_stride(const std::vector<std::size_t>& off, std::size_t& stride) {
+bool fixed_stride(const Offsets& off, std::size_t& stride) {
     stride = off.size() > 1 ? off[1] - off[0] : 0;
     for (std::size_t i = 0; i < off.size(); ++i)
         if (off[i] != i * stride) return false;
@@ -107,8 +107,8 @@ bool fixed_stride(const std::vector<std::size_t>& off, std::size_t& stride) {
 
 }  // namespace
 
-void batched(dnnl::Matmul shape, const void* a, const std::vector<std::size_t>& a_off, const void* b,
-             const std::vector<std::size_t>& b_off, float* c, const std::vector<std::size_t>& c_off) {
+void batched(dnnl::Matmul shape, const void* a, const Offsets& a_off, const void* b, const Offsets& b_off, float* c,
+             const Offsets& c_off) {
     const std::size_t count = c_off.size();
     if (count == 0) return;
     const std::size_t width = shape.input == dnnl::Input::bf16 ? 2 : 4;

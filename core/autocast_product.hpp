@@ -47,12 +47,17 @@ Bf16 to_bf16(const float* data, std::size_t n);
 /// contiguous head markedly faster than the same head read in place with rows heads·d apart.
 Bf16 to_bf16_heads(const float* data, std::size_t batch, std::size_t length, std::size_t heads, std::size_t d);
 
+/// Element offsets of the matrices of a batch of products, one per product: a table as long as
+/// the batch, so from the caching allocator, where running out of memory names the op and the
+/// shape of an AllocContext in force rather than escaping as std::bad_alloc.
+using Offsets = std::vector<std::size_t, cache_allocator<std::size_t>>;
+
 /// C + c_off[i] (+)= alpha·op(A + a_off[i])·op(B + b_off[i]) for every i, each operand with the
 /// flags, sizes and row lengths in `shape` (its batch fields are filled here). One oneDNN call
 /// when every list steps by a fixed stride (a stride of 0 sharing one A or B); otherwise one
 /// call per batch, in order, and then a C offset that repeats sums its batches (`accumulate`
 /// must then be set, into zeros).
-void batched(dnnl::Matmul shape, const void* a, const std::vector<std::size_t>& a_off, const void* b,
-             const std::vector<std::size_t>& b_off, float* c, const std::vector<std::size_t>& c_off);
+void batched(dnnl::Matmul shape, const void* a, const Offsets& a_off, const void* b, const Offsets& b_off, float* c,
+             const Offsets& c_off);
 
 }  // namespace xgrad::autocast

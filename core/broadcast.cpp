@@ -4,7 +4,7 @@
 
 namespace xgrad {
 
-Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b) {
+Shape broadcast_axes(const char* op, const Shape& a, const Shape& b) {
     const std::size_t rank = std::max(a.size(), b.size());
     Shape out(rank);
     for (std::size_t i = 0; i < rank; ++i) {
@@ -17,6 +17,11 @@ Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b) {
                                     da, db));
         out[i] = da == 1 ? db : da;
     }
+    return out;
+}
+
+Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b) {
+    Shape out = broadcast_axes(op, a, b);
     checked_numel(op, out);
     return out;
 }

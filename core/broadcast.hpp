@@ -18,6 +18,9 @@ namespace xgrad {
 /// together (axis -1: 3 vs 4)"; checked with checked_numel (two large operands can broadcast
 /// to more elements than fit in memory).
 Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b);
+/// The same shape, its count left to the caller: the products broadcast only their batch
+/// axes and count the whole result, naming their operands.
+Shape broadcast_axes(const char* op, const Shape& a, const Shape& b);
 
 /// Sums g over the axes that broadcasting added or stretched, so the result has `shape`.
 template <class T> xt::xarray<T> sum_to(xt::xarray<T>&& g, const Shape& shape);

@@ -29,7 +29,7 @@ std::size_t normalize_axis(const char* op, long axis, const Shape& shape) {
     return static_cast<std::size_t>(a);
 }
 
-std::size_t checked_numel(const char* op, const Shape& shape) {
+std::size_t numel_or_max(const Shape& shape) noexcept {
     std::size_t nonzero = 1;
     bool empty = false;
     for (std::size_t d : shape) {
@@ -37,14 +37,22 @@ std::size_t checked_numel(const char* op, const Shape& shape) {
             empty = true;
             continue;
         }
-        if (__builtin_mul_overflow(nonzero, d, &nonzero) || nonzero > kMaxElements)
-            throw Error(std::find(shape.begin(), shape.end(), 0) != shape.end()
-                            ? fmt::format("{}: shape {} is too large: without its zero-length axes it has more "
-                                          "elements than fit in memory",
-                                          op, shape_str(shape))
-                            : fmt::format("{}: shape {} has more elements than fit in memory", op, shape_str(shape)));
+        if (__builtin_mul_overflow(nonzero, d, &nonzero) || nonzero > kMaxElements) return SIZE_MAX;
     }
     return empty ? 0 : nonzero;
+}
+
+void throw_too_large(const char* op, const Shape& shape, const std::string& of) {
+    const std::string whose = of.empty() ? std::string() : fmt::format(" ({})", of);
+    if (std::find(shape.begin(), shape.end(), 0) != shape.end())
+        throw Error(fmt::format("{}: shape {} is too large: without its zero-length axes it has more elements than "
+                                "fit in memory{}",
+                                op, shape_str(shape), whose));
+    throw Error(fmt::format("{}: shape {} has more elements than fit in memory{}", op, shape_str(shape), whose));
+}
+
+std::size_t checked_numel(const char* op, const Shape& shape) {
+    return checked_numel(op, shape, [] { return std::string(); });
 }
 
 std::int64_t checked_int64(const char* op, const char* what, double v) {

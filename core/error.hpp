@@ -40,6 +40,21 @@ inline constexpr std::size_t kMaxElements = static_cast<std::size_t>(PTRDIFF_MAX
 /// splits and partial products are taken of them.
 std::size_t checked_numel(const char* op, const Shape& shape);
 
+/// checked_numel's count, or SIZE_MAX where it would throw (no valid count comes near it).
+std::size_t numel_or_max(const Shape& shape) noexcept;
+/// checked_numel's error, `of` (when not empty) saying what the shape was made from.
+[[noreturn]] void throw_too_large(const char* op, const Shape& shape, const std::string& of);
+
+/// checked_numel for a shape the caller derived from its arguments: of() (called only to
+/// write the message) says from what, so that the message names shapes the caller passed
+/// ("matmul: shape (...) has more elements than fit in memory (the product of (...) and
+/// (...))"), not only one it never saw.
+template <class Of> std::size_t checked_numel(const char* op, const Shape& shape, Of&& of) {
+    const std::size_t n = numel_or_max(shape);
+    if (n == SIZE_MAX) throw_too_large(op, shape, of());
+    return n;
+}
+
 /// A double as int64 (truncated toward zero, as static_cast), or throws "<op>: <what> must be
 /// finite and within int64's range, got nan": the cast would be undefined for those.
 std::int64_t checked_int64(const char* op, const char* what, double v);

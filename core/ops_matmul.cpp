@@ -18,16 +18,18 @@ struct Plan {
     std::size_t m, k, n;
     bool ta = false, tb = false;
     double alpha = 1;
-    std::vector<std::size_t> a_off, b_off;  // element offsets of each batch's matrices
+    std::size_t count = 0;                   // products per pass (0: the result is empty)
+    Shape batch, a_batch, b_batch;           // the broadcast batch shape, and each operand's own
+    autocast::Offsets a_off, b_off;          // element offsets of each batch's matrices (make_offsets)
     bool a_repeats = false, b_repeats = false;  // broadcast: one matrix serves several batches
     Shape out_shape;                         // as returned (1-D operands' axes dropped)
     std::size_t lda() const { return ta ? m : k; }  // row lengths as stored
     std::size_t ldb() const { return tb ? k : n; }
 };
 
-// Element offsets of every batch of `batch` (broadcast) in an operand with batch shape `own`:
-// broadcast axes (missing or of length 1) have stride 0.
-std::vector<std::size_t> batch_offsets(const Shape& batch, const Shape& own, std::size_t matrix) {
+// Element offsets of every batch of `batch` (broadcast, `count` batches) in an operand with batch
+// shape `own`: broadcast axes (missing or of length 1) have stride 0.
+autocast::Offsets batch_offsets(const Shape& batch, std::size_t count, const Shape& own, std::size_t matrix) {
     const std::size_t lead = batch.size() - own.size();
     std::vector<std::size_t> stride(batch.size(), 0);
     std::size_t s = matrix;
@@ -36,9 +38,7 @@ std::vector<std::size_t> batch_offsets(const Shape& batch, const Shape& own, std
         stride[d] = len == 1 ? 0 : s;
         s *= len;
     }
-    std::size_t count = 1;
-    for (auto v : batch) count *= v;
-    std::vector<std::size_t> off(count, 0);
+    autocast::Offsets off(count);
     std::vector<std::size_t> idx(batch.size(), 0);
     for (std::size_t i = 0; i < count; ++i) {
         std::size_t o = 0;
@@ -60,10 +60,10 @@ std::size_t batch_grain(const Plan& p) {
 // body(i) for each batch i, over the pool unless the batches write into shared memory.
 template <class F> void for_batches(const Plan& p, bool shared_target, F&& body) {
     if (shared_target) {
-        for (std::size_t i = 0; i < p.a_off.size(); ++i) body(i);
+        for (std::size_t i = 0; i < p.count; ++i) body(i);
         return;
     }
-    parallel_for(p.a_off.size(), batch_grain(p), [&](std::size_t i0, std::size_t i1) {
+    parallel_for(p.count, batch_grain(p), [&](std::size_t i0, std::size_t i1) {
         for (std::size_t i = i0; i < i1; ++i) body(i);
     });
 }
@@ -91,10 +91,15 @@ Plan plan_product(const char* op, const Shape& sa, const Shape& sb, bool ta, boo
         throw Error(fmt::format("{}: shapes {} and {} cannot be multiplied ({} != {})", op, shape_str(shown_a),
                                 shape_str(shown_b), p.k, kb));
     const Shape ba(sa.begin(), sa.end() - 2), bb(sb.begin(), sb.end() - 2);
-    const Shape batch = broadcast_shapes(op, ba, bb);
-    Shape out = batch;  // the result (batch..., M, N), counted before any per-batch table is built
+    const Shape batch = broadcast_axes(op, ba, bb);
+    // The result (batch..., M, N), counted whole before anything is allocated: the batch axes of
+    // two small operands can broadcast to more products than fit in memory, or to a count that
+    // wraps, and the per-batch tables are as long as the batch.
+    Shape out = batch;
     out.insert(out.end(), {p.m, p.n});
-    const bool empty = checked_numel(op, out) == 0;
+    const bool empty = checked_numel(op, out, [&] {
+        return fmt::format("the product of {} and {}", shape_str(shown_a), shape_str(shown_b));
+    }) == 0;
     p.out_shape = batch;
     if (empty) {
         // Nothing to multiply: no per-batch tables (a batch of 2^40 empty products would build
@@ -103,14 +108,22 @@ Plan plan_product(const char* op, const Shape& sa, const Shape& sb, bool ta, boo
     } else if (bb.empty() && !ta) {
         // (..., M, K)·(K, N): the batches of A stack into one (…·M, K) matrix, one gemm.
         p.m *= count_of(batch);
-        p.a_off = p.b_off = {0};
+        p.count = 1;
     } else {
-        p.a_off = batch_offsets(batch, ba, p.m * p.k);
-        p.b_off = batch_offsets(batch, bb, p.k * p.n);
-        p.a_repeats = count_of(ba) != p.a_off.size();
-        p.b_repeats = count_of(bb) != p.b_off.size();
+        p.count = count_of(batch);
+        p.batch = batch, p.a_batch = ba, p.b_batch = bb;
+        p.a_repeats = count_of(ba) != p.count;
+        p.b_repeats = count_of(bb) != p.count;
     }
     return p;
+}
+
+// The per-batch offset tables, 8 bytes a batch for each operand: made after the result is
+// allocated, under its AllocContext, so that a batch too large for memory fails there, named.
+void make_offsets(Plan& p) {
+    if (p.count == 0) return;
+    p.a_off = batch_offsets(p.batch, p.count, p.a_batch, p.m * p.k);
+    p.b_off = batch_offsets(p.batch, p.count, p.b_batch, p.k * p.n);
 }
 
 Plan plan_matmul(const char* op, const Shape& sa, const Shape& sb) {
@@ -132,15 +145,17 @@ Plan plan_matmul(const char* op, const Shape& sa, const Shape& sb) {
 // operands rounded to bfloat16. A bfloat16 backward reads the copies made here, never the inputs
 // again, and multiplies in bfloat16 as well (G rounded), whatever the autocast state when it
 // runs; a float32 backward reads the inputs, as the BLAS path's does.
-Tensor product_dnnl(const char* op, const Tensor& a, const Tensor& b, const Plan& p, dnnl::Input in) {
+Tensor product_dnnl(const char* op, const Tensor& a, const Tensor& b, Plan p, dnnl::Input in) {
     using autocast::Bf16;
     const bool bf16 = in == dnnl::Input::bf16;
+    const Shape out_shape = p.out_shape;  // p moves into the backward
+    const AllocContext context(op, out_shape);
     const Bf16 a16 = bf16 ? autocast::to_bf16(values<float>(a).data(), a.numel()) : nullptr;
     const Bf16 b16 = bf16 ? autocast::to_bf16(values<float>(b).data(), b.numel()) : nullptr;
-    const AllocContext context(op, p.out_shape);
-    xt::xarray<float> c = xt::empty<float>(p.out_shape);
-    const std::size_t count = p.a_off.size(), mn = p.m * p.n;
-    std::vector<std::size_t> c_off(count);
+    xt::xarray<float> c = xt::empty<float>(out_shape);
+    make_offsets(p);
+    const std::size_t count = p.count, mn = p.m * p.n;
+    autocast::Offsets c_off(count);
     for (std::size_t i = 0; i < count; ++i) c_off[i] = i * mn;
     dnnl::Matmul shape;
     shape.input = in;
@@ -152,7 +167,8 @@ Tensor product_dnnl(const char* op, const Tensor& a, const Tensor& b, const Plan
                       bf16 ? static_cast<const void*>(b16->data()) : values<float>(b).data(), p.b_off, c.data(), c_off);
     // Each copy is kept only for the other operand's gradient.
     const Bf16 keep_a = bf16 && b.requires_grad() ? a16 : nullptr, keep_b = bf16 && a.requires_grad() ? b16 : nullptr;
-    return make_result<float>(std::move(c), {a, b}, op, [op, p, c_off, in, keep_a, keep_b](Node& self, const Storage& gs) {
+    return make_result<float>(std::move(c), {a, b}, op, [op, p = std::move(p), c_off = std::move(c_off), in, keep_a,
+                                                         keep_b](Node& self, const Storage& gs) {
         const bool need_a = needs_grad(self, 0), need_b = needs_grad(self, 1);
         if (!need_a && !need_b) return;
         const bool bf16 = in == dnnl::Input::bf16;
@@ -200,16 +216,18 @@ Tensor product_dnnl(const char* op, const Tensor& a, const Tensor& b, const Plan
     }, bf16 ? Saves::none() : Saves::only_inputs(3u));
 }
 
-Tensor product(const char* op, const Tensor& a, const Tensor& b, const Plan& p) {
+Tensor product(const char* op, const Tensor& a, const Tensor& b, Plan p) {
     check_same_dtype(op, a, b);
-    if (a.dtype() == kFloat32 && p.m != 0 && p.n != 0 && p.k != 0 && !p.a_off.empty()) {
-        if (autocast::use_bf16(p.m * p.n * p.k)) return product_dnnl(op, a, b, p, dnnl::Input::bf16);
-        if (gemm_uses_onednn(p.a_off.size(), p.m, p.n, p.k)) return product_dnnl(op, a, b, p, dnnl::Input::f32);
+    if (a.dtype() == kFloat32 && p.m != 0 && p.n != 0 && p.k != 0 && p.count != 0) {
+        if (autocast::use_bf16(p.m * p.n * p.k)) return product_dnnl(op, a, b, std::move(p), dnnl::Input::bf16);
+        if (gemm_uses_onednn(p.count, p.m, p.n, p.k)) return product_dnnl(op, a, b, std::move(p), dnnl::Input::f32);
     }
     return dispatch_floating(op, a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
-        const AllocContext context(op, p.out_shape);
-        xt::xarray<T> c = xt::empty<T>(p.out_shape);
+        const Shape out_shape = p.out_shape;  // p moves into the backward
+        const AllocContext context(op, out_shape);
+        xt::xarray<T> c = xt::empty<T>(out_shape);
+        make_offsets(p);
         const T* A = values<T>(a).data();
         const T* B = values<T>(b).data();
         const T alpha = static_cast<T>(p.alpha);
@@ -219,7 +237,7 @@ Tensor product(const char* op, const Tensor& a, const Tensor& b, const Plan& p) 
             blas::gemm<T>(p.ta, p.tb, p.m, p.n, p.k, alpha, A + p.a_off[i], p.lda(), B + p.b_off[i], p.ldb(), 0,
                           c.data() + i * mn, p.n);
         });
-        return make_result<T>(std::move(c), {a, b}, op, [op, p](Node& self, const Storage& gs) {
+        return make_result<T>(std::move(c), {a, b}, op, [op, p = std::move(p)](Node& self, const Storage& gs) {
             const Tensor& ta = self.parents[0];
             const Tensor& tb = self.parents[1];
             const T* G = grad_as<T>(gs).data();
@@ -284,7 +302,7 @@ Tensor matmul_t(const Tensor& a, const Tensor& b, bool transpose_a, bool transpo
     Plan p = plan_product("matmul_t", a.shape(), b.shape(), transpose_a, transpose_b, alpha, a.shape(), b.shape());
     p.out_shape.push_back(transpose_a ? a.size(-1) : a.size(-2));
     p.out_shape.push_back(transpose_b ? b.size(-2) : b.size(-1));
-    return product("matmul_t", a, b, p);
+    return product("matmul_t", a, b, std::move(p));
 }
 
 }  // namespace xgrad
