@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <new>
+
+#include "core/runtime/alloc.hpp"
 
 namespace xgrad {
 
@@ -17,6 +20,20 @@ AttentionMask AttentionMask::attend_where(const Tensor& mask) {
 AttentionMask AttentionMask::causal() { return AttentionMask(Kind::causal, Tensor()); }
 
 namespace {
+
+// The table of keys kept per row, batch·queries long, left unfilled, its count checked first.
+// Running out of memory for it is an Error naming `who` and the scores' shape, as for an op's
+// result (AllocContext).
+std::vector<std::size_t> row_table(const char* who, std::size_t batch, std::size_t queries, std::size_t keys) {
+    const Shape scores{batch, queries, keys};
+    checked_numel(who, scores, [] { return std::string("the scores (batch, queries, keys) the mask is resolved for"); });
+    try {
+        return std::vector<std::size_t>(batch * queries);
+    } catch (const std::bad_alloc&) {
+        const AllocContext context(who, scores);
+        throw_out_of_memory(batch * queries, sizeof(std::size_t));
+    }
+}
 
 // The lengths as keys kept per row: whole, finite, non-negative, capped at `keys`.
 std::vector<std::size_t> kept_lengths(const char* who, const char* arg, const Tensor& lens, std::size_t batch,
@@ -37,7 +54,7 @@ std::vector<std::size_t> kept_lengths(const char* who, const char* arg, const Te
             throw Error(fmt::format("{}: {} must be non-negative, got {} at {}", who, arg, v[k], where()));
     }
     const bool per_query = lens.dim() == 2;
-    std::vector<std::size_t> keep(batch * queries);
+    std::vector<std::size_t> keep = row_table(who, batch, queries, keys);
     for (std::size_t r = 0; r < keep.size(); ++r) {
         // A whole v in [0, 2^64) converts exactly; larger ones, like any beyond `keys`, mean every key.
         const double v_r = v[per_query ? r : r / queries];
@@ -56,7 +73,8 @@ ResolvedMask AttentionMask::resolve(const char* who, std::size_t batch, std::siz
     r.m_keys = keys;
     switch (m_kind) {
         case Kind::all:
-            r.m_prefix.assign(batch * queries, keys);
+            r.m_prefix = row_table(who, batch, queries, keys);
+            std::fill(r.m_prefix.begin(), r.m_prefix.end(), keys);
             break;
         case Kind::valid_lens:
             r.m_prefix = kept_lengths(who, arg, m_tensor, batch, queries, keys);
@@ -67,7 +85,7 @@ ResolvedMask AttentionMask::resolve(const char* who, std::size_t batch, std::siz
                                         "and {} keys",
                                         who, queries, keys));
             // aligned bottom-right: query i keeps keys j <= i + keys - queries
-            r.m_prefix.resize(batch * queries);
+            r.m_prefix = row_table(who, batch, queries, keys);
             for (std::size_t row = 0; row < r.m_prefix.size(); ++row)
                 r.m_prefix[row] = row % queries + keys - queries + 1;
             break;

@@ -26,6 +26,28 @@ void check_heads(const char* op, const char* arg, const Tensor& t, std::size_t n
                                 t.size(2), num_heads, shape_str(t.shape())));
 }
 
+// head_attention_weights' arguments checked, and the weights' shape (B·H, Lq, Lk), counted as
+// (B, H, Lq, Lk) before anything is allocated: without features every num_heads divides them,
+// so B·H alone can wrap.
+Shape check_weights_args(const char* op, const Tensor& queries, const Tensor& keys, std::size_t num_heads) {
+    check_3d(op, "queries", queries);
+    check_3d(op, "keys", keys);
+    if (queries.size(0) != keys.size(0))
+        throw Error(fmt::format("{}: queries and keys must have the same batch size, got {} and {}", op,
+                                shape_str(queries.shape()), shape_str(keys.shape())));
+    if (queries.size(2) != keys.size(2))
+        throw Error(fmt::format("{}: queries and keys must have the same last axis, got queries {} and keys {}", op,
+                                shape_str(queries.shape()), shape_str(keys.shape())));
+    check_heads(op, "queries", queries, num_heads);
+    check_same_dtype(op, queries, keys);
+    const std::size_t B = queries.size(0), Lq = queries.size(1), Lk = keys.size(1);
+    checked_numel(op, {B, num_heads, Lq, Lk}, [&] {
+        return fmt::format("the weights' (batch, num_heads, queries, keys) for queries {} and keys {}",
+                           shape_str(queries.shape()), shape_str(keys.shape()));
+    });
+    return {B * num_heads, Lq, Lk};
+}
+
 // A head's block of a packed output (rows of H·d, d of them its own) is written by one product.
 // Such outputs start zeroed, in one contiguous pass, and the products add into them (beta = 1):
 // with beta = 0 OpenBLAS first clears the strided block itself, row by row.
@@ -303,30 +325,22 @@ Tensor attention_combine_dnnl(const Tensor& weights, const Tensor& values, std::
 
 Tensor head_attention_weights(const Tensor& queries, const Tensor& keys, std::size_t num_heads, double scale,
                               const AttentionMask& mask) {
-    check_3d("head_attention_weights", "queries", queries);
-    check_3d("head_attention_weights", "keys", keys);
-    return head_attention_weights(
-        queries, keys, num_heads, scale,
-        mask.resolve("head_attention_weights", queries.size(0), queries.size(1), keys.size(1)));
+    constexpr const char* op = "head_attention_weights";
+    // Checked before the mask is resolved: its table has a row per (batch, query).
+    check_weights_args(op, queries, keys, num_heads);
+    return head_attention_weights(queries, keys, num_heads, scale,
+                                  mask.resolve(op, queries.size(0), queries.size(1), keys.size(1)));
 }
 
 Tensor head_attention_weights(const Tensor& queries, const Tensor& keys, std::size_t num_heads, double scale,
                               const ResolvedMask& mask) {
     constexpr const char* op = "head_attention_weights";
-    check_3d(op, "queries", queries);
-    check_3d(op, "keys", keys);
-    if (queries.size(0) != keys.size(0))
-        throw Error(fmt::format("{}: queries and keys must have the same batch size, got {} and {}", op,
-                                shape_str(queries.shape()), shape_str(keys.shape())));
-    if (queries.size(2) != keys.size(2))
-        throw Error(fmt::format("{}: queries and keys must have the same last axis, got queries {} and keys {}", op,
-                                shape_str(queries.shape()), shape_str(keys.shape())));
-    check_heads(op, "queries", queries, num_heads);
-    check_same_dtype(op, queries, keys);
+    const Shape w_shape = check_weights_args(op, queries, keys, num_heads);
     const std::size_t B = queries.size(0), Lq = queries.size(1), Lk = keys.size(1), D = queries.size(2);
     const std::size_t H = num_heads, d = D / H;
     mask.check_fits(op, B, Lq, Lk);
-    if (queries.dtype() == kFloat32 && B * Lq * Lk * d != 0) {
+    const bool empty = w_shape[0] * Lq * Lk == 0;
+    if (queries.dtype() == kFloat32 && !empty && d != 0) {
         if (autocast::use_bf16(Lq * Lk * d)) return attention_weights_dnnl(queries, keys, H, scale, mask, dnnl::Input::bf16);
         if (gemm_uses_onednn(B * H, Lq, Lk, d)) return attention_weights_dnnl(queries, keys, H, scale, mask, dnnl::Input::f32);
     }
@@ -337,7 +351,7 @@ Tensor head_attention_weights(const Tensor& queries, const Tensor& keys, std::si
         const T alpha = static_cast<T>(scale);
         const std::size_t grain = pair_grain(Lq, Lk, d);
         const kernel::MaskedRows kept(mask);
-        xt::xarray<T> out = xt::empty<T>(Shape{B * H, Lq, Lk});
+        xt::xarray<T> out = xt::empty<T>(w_shape);
         T* W = out.data();
         parallel_for(B * H, grain, [&](std::size_t p0, std::size_t p1) {
             for (std::size_t p = p0; p < p1; ++p) {
@@ -393,13 +407,22 @@ Tensor head_attention_combine(const Tensor& weights, const Tensor& values, std::
     check_3d(op, "values", values);
     check_heads(op, "values", values, num_heads);
     const std::size_t B = values.size(0), Lk = values.size(1), E = values.size(2), H = num_heads;
-    if (weights.size(0) != B * H || weights.size(2) != Lk)
+    // Without features every num_heads divides them, and B·H can wrap onto the weights' batch.
+    std::size_t pairs = 0;
+    const bool wraps = __builtin_mul_overflow(B, H, &pairs);
+    if (wraps || weights.size(0) != pairs || weights.size(2) != Lk)
         throw Error(fmt::format("{}: weights must have shape (batch·num_heads, queries, keys) = ({}, queries, {}) "
                                 "for values {} and num_heads {}, got {}",
-                                op, B * H, Lk, shape_str(values.shape()), H, shape_str(weights.shape())));
+                                op, wraps ? fmt::format("{}·{}", B, H) : std::to_string(pairs), Lk,
+                                shape_str(values.shape()), H, shape_str(weights.shape())));
     check_same_dtype(op, weights, values);
     const std::size_t Lq = weights.size(1), dv = E / H;
-    if (values.dtype() == kFloat32 && B * Lq * Lk * dv != 0) {
+    const Shape out_shape{B, Lq, E};
+    const bool empty = checked_numel(op, out_shape, [&] {
+        return fmt::format("the result of weights {} and values {}", shape_str(weights.shape()),
+                           shape_str(values.shape()));
+    }) == 0;
+    if (values.dtype() == kFloat32 && !empty && Lk != 0) {
         if (autocast::use_bf16(Lq * Lk * dv)) return attention_combine_dnnl(weights, values, H, dnnl::Input::bf16);
         if (gemm_uses_onednn(B * H, Lq, dv, Lk)) return attention_combine_dnnl(weights, values, H, dnnl::Input::f32);
     }
@@ -408,7 +431,7 @@ Tensor head_attention_combine(const Tensor& weights, const Tensor& values, std::
         const T* W = xgrad::values<T>(weights).data();
         const T* V = xgrad::values<T>(values).data();  // qualified: the argument hides the function
         const std::size_t grain = pair_grain(Lq, dv, Lk);
-        xt::xarray<T> out = xt::zeros<T>(Shape{B, Lq, E});
+        xt::xarray<T> out = xt::zeros<T>(out_shape);
         // out_bh = out[b, :, h·dv:(h+1)·dv] = W_bh·V_bh : (Lq, Lk)·(Lk, dv), row length E as stored
         parallel_for(B * H, grain, [&](std::size_t p0, std::size_t p1) {
             for (std::size_t p = p0; p < p1; ++p) {

@@ -190,6 +190,39 @@ TEST_CASE("broadcasting two shapes checks the count of the result", "[sizes]") {
     CHECK(vals(ones({2, 1}) + ones({1, 3})) == std::vector<double>(6, 2.0));
 }
 
+TEST_CASE("attention ops count their results before allocating, num_heads included", "[sizes]") {
+    // Queries and keys without features are free to make; their weights (1, 2^32, 2^32) wrap to 0.
+    CHECK_THROWS_WITH(head_attention_weights(zeros({1, P32, 0}), zeros({1, P32, 0}), 1, 1.0),
+                      Contains("head_attention_weights: shape (1, 1, 4294967296, 4294967296) has more elements than "
+                               "fit in memory (the weights' (batch, num_heads, queries, keys) for queries (1, "
+                               "4294967296, 0) and keys (1, 4294967296, 0))"));
+    // Every num_heads divides 0 features: 2 batches of 2^63 heads wrapped to weights (0, 3, 5).
+    CHECK_THROWS_WITH(head_attention_weights(zeros({2, 3, 0}), zeros({2, 5, 0}), P63, 1.0),
+                      Contains("head_attention_weights: shape (2, 9223372036854775808, 3, 5) has more elements"));
+    CHECK_THROWS_WITH(head_attention_weights(zeros({2, 3, 0}), zeros({2, 5, 0}), P63, 1.0, AttentionMask::causal()),
+                      Contains("head_attention_weights: shape (2, 9223372036854775808, 3, 5) has more elements"));
+    // ... and head_attention_combine took those weights for them.
+    CHECK_THROWS_WITH(head_attention_combine(zeros({0, 3, 5}), zeros({2, 5, 0}), P63),
+                      Contains("head_attention_combine: weights must have shape (batch·num_heads, queries, keys) = "
+                               "(2·9223372036854775808, queries, 5) for values (2, 5, 0)") &&
+                          Contains("got (0, 3, 5)"));
+    CHECK_THROWS_WITH(head_attention_combine(zeros({1, P32, 0}), zeros({1, 0, P32}), 1),
+                      Contains("head_attention_combine: shape (1, 4294967296, 4294967296) has more elements than fit "
+                               "in memory (the result of weights (1, 4294967296, 0) and values (1, 0, 4294967296))"));
+    // A mask resolved for scores whose rows wrap: its table was sized 0.
+    CHECK_THROWS_WITH(AttentionMask::causal().resolve("attention", P32, P32, P32),
+                      Contains("attention: shape (4294967296, 4294967296, 4294967296) has more elements than fit in "
+                               "memory (the scores (batch, queries, keys) the mask is resolved for)"));
+    // The same arguments with fewer heads are fine: uniform weights over 5 keys, empty gradients.
+    const Tensor q = zeros({2, 3, 0}).requires_grad_(), k = zeros({2, 5, 0}).requires_grad_();
+    const Tensor w = head_attention_weights(q, k, 3, 1.0);
+    CHECK(w.shape() == Shape{6, 3, 5});
+    CHECK_THAT(vals(w), approx(std::vector<double>(90, 0.2)));
+    (w * w).sum().backward();
+    CHECK(q.grad().shape() == q.shape());
+    CHECK(k.grad().shape() == k.shape());
+}
+
 TEST_CASE("shape ops check the counts they compute", "[sizes]") {
     // reshape: the sizes given, and the -1 inferred from them
     const Tensor four = zeros({4}), none = zeros({0, 4});
