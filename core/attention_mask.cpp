@@ -21,12 +21,13 @@ AttentionMask AttentionMask::causal() { return AttentionMask(Kind::causal, Tenso
 
 namespace {
 
-// The table of keys kept per row, batch·queries long, left unfilled, its count checked first.
-// Running out of memory for it is an Error naming `who` and the scores' shape, as for an op's
-// result (AllocContext).
+// The table of keys kept per row, batch·queries long, left unfilled. None without keys: every
+// row keeps 0 of them, and 2^40 empty rows must cost nothing. Running out of memory for it is
+// an Error naming `who` and the scores' shape, as for an op's result (AllocContext).
 std::vector<std::size_t> row_table(const char* who, std::size_t batch, std::size_t queries, std::size_t keys) {
     const Shape scores{batch, queries, keys};
     checked_numel(who, scores, [] { return std::string("the scores (batch, queries, keys) the mask is resolved for"); });
+    if (keys == 0) return {};
     try {
         return std::vector<std::size_t>(batch * queries);
     } catch (const std::bad_alloc&) {

@@ -74,7 +74,7 @@ public:
     const Tensor& where() const { return m_where; }
     /// Whether the bool mask is (queries, keys), one for the whole batch.
     bool shared() const { return m_shared; }
-    /// Keys kept by each row r = b·queries + i, when !by_mask().
+    /// Keys kept by each row r = b·queries + i, when !by_mask(); empty when there are no keys.
     const std::vector<std::size_t>& prefix() const { return m_prefix; }
     /// Throws unless these are the scores' (batch, queries, keys): "<op>: the mask was
     /// resolved for scores (2, 3, 4), got (2, 3, 5)".

@@ -48,6 +48,17 @@ Shape check_weights_args(const char* op, const Tensor& queries, const Tensor& ke
     return {B * num_heads, Lq, Lk};
 }
 
+// A result with no products to run: empty, or zeros where every product sums no terms. The
+// inputs' gradients are zeros, made without a pass over the (batch, head) pairs, of which an
+// empty axis leaves room for 2^40 and more.
+template <class T> Tensor without_products(const char* op, xt::xarray<T>&& value, const Tensor& a, const Tensor& b) {
+    return make_result<T>(std::move(value), {a, b}, op, [op](Node& self, const Storage&) {
+        for (std::size_t i = 0; i < 2; ++i)
+            if (needs_grad(self, i))
+                accumulate<T>(op, self.parents[i], xt::xarray<T>(xt::zeros<T>(self.parents[i].shape())));
+    }, Saves::none());
+}
+
 // A head's block of a packed output (rows of H·d, d of them its own) is written by one product.
 // Such outputs start zeroed, in one contiguous pass, and the products add into them (beta = 1):
 // with beta = 0 OpenBLAS first clears the strided block itself, row by row.
@@ -346,6 +357,7 @@ Tensor head_attention_weights(const Tensor& queries, const Tensor& keys, std::si
     }
     return dispatch_floating(op, queries.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
+        if (empty) return without_products<T>(op, xt::empty<T>(w_shape), queries, keys);
         const T* Q = values<T>(queries).data();
         const T* K = values<T>(keys).data();
         const T alpha = static_cast<T>(scale);
@@ -380,7 +392,8 @@ Tensor head_attention_weights(const Tensor& queries, const Tensor& keys, std::si
                 xt::xarray<T> dq, dk;
                 if (need_q) dq = xt::zeros<T>(Shape{B, Lq, D});
                 if (need_k) dk = xt::zeros<T>(Shape{B, Lk, D});
-                parallel_for(B * H, grain, [&](std::size_t p0, std::size_t p1) {
+                // Without features dQ and dK are empty: no dS to make, pair by pair.
+                if (D != 0) parallel_for(B * H, grain, [&](std::size_t p0, std::size_t p1) {
                     std::vector<T> dS(Lq * Lk);  // one (b, h) at a time
                     for (std::size_t p = p0; p < p1; ++p) {
                         const std::size_t b = p / H, h = p % H;
@@ -428,6 +441,9 @@ Tensor head_attention_combine(const Tensor& weights, const Tensor& values, std::
     }
     return dispatch_floating(op, values.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
+        // Without keys each head's product sums nothing: zeros, with no pass over the pairs.
+        if (empty || Lk == 0)
+            return without_products<T>(op, xt::xarray<T>(xt::zeros<T>(out_shape)), weights, values);
         const T* W = xgrad::values<T>(weights).data();
         const T* V = xgrad::values<T>(values).data();  // qualified: the argument hides the function
         const std::size_t grain = pair_grain(Lq, dv, Lk);

@@ -108,7 +108,8 @@ Tensor masked_softmax(const Tensor& X, const ResolvedMask& mask) {
         throw Error(fmt::format("masked_softmax: X must be 3-D (batch, queries, keys), got shape {}",
                                 shape_str(X.shape())));
     mask.check_fits("masked_softmax", X.size(0), X.size(1), X.size(2));
-    const std::size_t n = X.size(2), rows = X.size(0) * X.size(1);
+    // Without keys there is nothing to normalise: no pass over 2^40 empty rows.
+    const std::size_t n = X.size(2), rows = n == 0 ? 0 : X.size(0) * X.size(1);
     return dispatch_floating("masked_softmax", X.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         const T* x = values<T>(X).data();

@@ -122,6 +122,7 @@ public:
     /// y = masked softmax of row r's scores x (y may be x).
     template <class T> void forward(std::size_t r, const T* x, T* y) const {
         const std::size_t n = m_mask.keys();
+        if (n == 0) return;  // no keys: nothing to write, and no prefix table to read
         if (!m_by_mask) return softmax_prefix(x, y, n, m_mask.prefix()[r]);
         const bool* keep = keep_row(r);
         const T fill = static_cast<T>(kMaskedScore);
@@ -131,12 +132,14 @@ public:
     /// forward() of rows r, r + 1, ... r + count − 1, stored one after another (n apart).
     template <class T> void forward_rows(std::size_t r, std::size_t count, const T* x, T* y) const {
         const std::size_t n = m_mask.keys();
+        if (n == 0) return;
         if (!m_by_mask) return softmax_prefix_rows(x, y, n, m_mask.prefix().data() + r, count);
         for (std::size_t i = 0; i < count; ++i) forward(r + i, x + i * n, y + i * n);
     }
     /// d = gradient of row r's scores from its weights y and their gradient g.
     template <class T> void backward(std::size_t r, const T* y, const T* g, T* d) const {
         const std::size_t n = m_mask.keys();
+        if (n == 0) return;
         if (!m_by_mask) return softmax_grad_prefix(y, g, d, n, m_mask.prefix()[r]);
         softmax_grad_prefix(y, g, d, n, n);
         const bool* keep = keep_row(r);

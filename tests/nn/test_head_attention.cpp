@@ -254,6 +254,52 @@ TEST_CASE("head attention ops accept empty batches, queries and keys", "[heads]"
     }
 }
 
+TEST_CASE("head attention ops return at once when a length is 0, beside a batch of 2^40", "[heads][sizes]") {
+    // Each case leaves 2^40 (batch, head) pairs, or 3·2^40 rows, with nothing to compute: the
+    // ops and their backward must not step through them, which took hours.
+    const std::size_t P40 = std::size_t(1) << 40;
+    const auto grads_match = [](const Tensor& out, const std::vector<Tensor>& inputs) {
+        out.sum().backward();
+        for (const Tensor& x : inputs) CHECK(x.grad().shape() == x.shape());
+    };
+    SECTION("no queries and no keys") {
+        const Tensor q = zeros({P40, 0, 4}).requires_grad_(), k = zeros({P40, 0, 4}).requires_grad_();
+        const Tensor w = head_attention_weights(q, k, 2, 1.0);
+        CHECK(w.shape() == Shape{2 * P40, 0, 0});
+        grads_match(w, {q, k});
+    }
+    SECTION("no keys: every mask kind that fits") {
+        for (const AttentionMask& mask : {AttentionMask(), AttentionMask::attend_where(zeros({3, 0}, kBool))}) {
+            const Tensor q = zeros({P40, 3, 0}).requires_grad_(), k = zeros({P40, 0, 0}).requires_grad_();
+            const Tensor w = head_attention_weights(q, k, 1, 1.0, mask);
+            CHECK(w.shape() == Shape{P40, 3, 0});
+            grads_match(w, {q, k});
+            const Tensor x = zeros({P40, 3, 0}).requires_grad_();
+            const Tensor y = masked_softmax(x, mask);
+            CHECK(y.shape() == x.shape());
+            grads_match(y, {x});
+        }
+    }
+    SECTION("no queries, a causal mask") {
+        const Tensor q = zeros({P40, 0, 0}).requires_grad_(), k = zeros({P40, 5, 0}).requires_grad_();
+        grads_match(head_attention_weights(q, k, 1, 1.0, AttentionMask::causal()), {q, k});
+    }
+    SECTION("combine: no queries, no keys, no features") {
+        const Tensor w = zeros({2 * P40, 0, 3}).requires_grad_(), v = zeros({P40, 3, 0}).requires_grad_();
+        const Tensor out = head_attention_combine(w, v, 2);
+        CHECK(out.shape() == Shape{P40, 0, 0});
+        grads_match(out, {w, v});
+        const Tensor w2 = zeros({P40, 3, 0}).requires_grad_(), v2 = zeros({P40, 0, 0}).requires_grad_();
+        CHECK(head_attention_combine(w2, v2, 1).shape() == Shape{P40, 3, 0});
+    }
+    SECTION("combine without keys is zeros, its inputs' gradients empty") {
+        const Tensor w = zeros({4, 3, 0}).requires_grad_(), v = zeros({2, 0, 4}).requires_grad_();
+        const Tensor out = head_attention_combine(w, v, 2);
+        CHECK(vals(out) == std::vector<double>(24, 0.0));
+        grads_match(out * 3.0, {w, v});
+    }
+}
+
 // --- bad input ------------------------------------------------------------------------------
 
 TEST_CASE("bad input: head_attention_weights arguments that do not fit", "[heads][bad]") {
