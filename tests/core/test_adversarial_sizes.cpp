@@ -115,6 +115,12 @@ TEST_CASE("a count that fits but cannot be allocated is an Error naming op, shap
     CHECK_THROWS_WITH(where(lt(ones({P20, 1}), 2.0), ones({1, P20 * 1024}), ones({1})),
                       Contains("where: out of memory"));
     CHECK_THROWS_WITH(repeat_interleave(ones({2}), n, 0), Contains("repeat_interleave: out of memory"));
+    // Attention without features: inputs free to make, results of 1 PiB.
+    const std::size_t P48 = std::size_t(1) << 48;
+    CHECK_THROWS_WITH(head_attention_weights(zeros({1, 1, 0}), zeros({1, P48, 0}), 1, 1.0),
+                      Contains("head_attention_weights: out of memory for a result of shape (1, 1, 281474976710656)"));
+    CHECK_THROWS_WITH(head_attention_combine(zeros({1, 1, 0}), zeros({1, 0, P48}), 1),
+                      Contains("head_attention_combine: out of memory for a result of shape (1, 1, 281474976710656)"));
     // With no op saying what it makes, the allocator still names the request.
     CHECK_THROWS_WITH(cached_alloc(std::size_t(1) << 52), Contains("allocator: out of memory: cannot allocate "
                                                                    "4503599627370496 bytes (4.0 PiB)"));
