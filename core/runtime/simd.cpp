@@ -16,6 +16,12 @@ namespace {
 // One relaxed load per kernel call: the kernels run it per row.
 std::atomic<int> g_level{-1};
 
+// Every level: XGRAD_SIMD takes the name simd_level_name gives each.
+constexpr SimdLevel kLevels[] = {SimdLevel::Baseline, SimdLevel::Avx512};
+
+// Why AVX-512 cannot run here, for either way of asking for it.
+constexpr const char* kNoAvx512 = "this CPU (or its OS) has no AVX512F, BW, VL and DQ";
+
 }  // namespace
 
 SimdLevel simd_level_supported() {
@@ -33,10 +39,16 @@ SimdLevel simd_level_supported() {
 #endif
 }
 
-SimdLevel parse_simd_setting(const std::string& value, const char* what) {
-    if (value == "auto") return simd_level_supported();
-    if (value == "baseline") return SimdLevel::Baseline;
-    throw Error(fmt::format("{}: expected auto or baseline, got '{}'", what, value));
+SimdLevel parse_simd_setting(const std::string& value, const char* what, SimdLevel supported) {
+    if (value == "auto") return supported;
+    for (SimdLevel level : kLevels)
+        if (value == simd_level_name(level)) {
+            if (level == SimdLevel::Avx512 && supported != SimdLevel::Avx512)
+                throw Error(fmt::format("{}: '{}' asks for AVX-512, but {} (auto or baseline run here)", what, value,
+                                        kNoAvx512));
+            return level;
+        }
+    throw Error(fmt::format("{}: expected auto, baseline or avx512, got '{}'", what, value));
 }
 
 const char* simd_level_name(SimdLevel level) { return level == SimdLevel::Avx512 ? "avx512" : "baseline"; }
@@ -56,7 +68,7 @@ void set_simd_level(SimdLevel level) {
     if (level != SimdLevel::Baseline && level != SimdLevel::Avx512)
         throw Error(fmt::format("set_simd_level: expected Baseline or Avx512, got value {}", static_cast<int>(level)));
     if (level == SimdLevel::Avx512 && simd_level_supported() != SimdLevel::Avx512)
-        throw Error("set_simd_level: Avx512 asked for, but this CPU (or its OS) has no AVX512F, BW, VL and DQ");
+        throw Error(fmt::format("set_simd_level: Avx512 asked for, but {}", kNoAvx512));
     g_level.store(static_cast<int>(level), std::memory_order_relaxed);
 }
 

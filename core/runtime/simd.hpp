@@ -18,9 +18,13 @@ enum class SimdLevel { Baseline, Avx512 };
 /// saving the 512-bit registers, else Baseline.
 SimdLevel simd_level_supported();
 
-/// XGRAD_SIMD's values: "auto" (simd_level_supported()) or "baseline"; anything else is an
-/// Error naming `what` and the choices.
-SimdLevel parse_simd_setting(const std::string& value, const char* what = "XGRAD_SIMD");
+/// XGRAD_SIMD's values: "auto" (the `supported` level), or a level by the name
+/// simd_level_name gives it, "baseline" or "avx512". "avx512" where `supported` is Baseline is
+/// an Error naming `what`, the value and what the CPU lacks; anything else is an Error naming
+/// `what` and the choices. `supported` is this CPU's level, given only to check the refusal on
+/// any machine.
+SimdLevel parse_simd_setting(const std::string& value, const char* what = "XGRAD_SIMD",
+                             SimdLevel supported = simd_level_supported());
 const char* simd_level_name(SimdLevel level);
 
 /// The level the loops run on: the last set_simd_level(), else XGRAD_SIMD from the environment

@@ -66,8 +66,18 @@ TEST_CASE("set_simd_level refuses what the CPU cannot run, and the level names",
     CHECK(std::string(simd_level_name(SimdLevel::Avx512)) == "avx512");
     CHECK(parse_simd_setting("baseline") == SimdLevel::Baseline);
     CHECK(parse_simd_setting("auto") == simd_level_supported());
-    for (const char* bad : {"", "AUTO", "avx512", "baseline "})
-        CHECK_THROWS_WITH(parse_simd_setting(bad), "XGRAD_SIMD: expected auto or baseline, got '" + std::string(bad) + "'");
+    // Every name simd_level_name prints is a value XGRAD_SIMD takes, where the CPU runs it.
+    for (SimdLevel level : {SimdLevel::Baseline, SimdLevel::Avx512}) {
+        CHECK(parse_simd_setting(simd_level_name(level), "XGRAD_SIMD", SimdLevel::Avx512) == level);
+        if (level <= simd_level_supported()) CHECK(parse_simd_setting(simd_level_name(level)) == level);
+    }
+    CHECK(parse_simd_setting("auto", "XGRAD_SIMD", SimdLevel::Baseline) == SimdLevel::Baseline);
+    CHECK_THROWS_WITH(parse_simd_setting("avx512", "XGRAD_SIMD", SimdLevel::Baseline),
+                      "XGRAD_SIMD: 'avx512' asks for AVX-512, but this CPU (or its OS) has no AVX512F, BW, VL and DQ "
+                      "(auto or baseline run here)");
+    for (const char* bad : {"", "AUTO", "AVX512", "avx2", "baseline "})
+        CHECK_THROWS_WITH(parse_simd_setting(bad),
+                          "XGRAD_SIMD: expected auto, baseline or avx512, got '" + std::string(bad) + "'");
     CHECK_THROWS_AS(set_simd_level(static_cast<SimdLevel>(7)), Error);
     if (simd_level_supported() == SimdLevel::Baseline) {
         CHECK_THROWS_WITH(set_simd_level(SimdLevel::Avx512), Catch::Contains("no AVX512F"));
@@ -330,5 +340,14 @@ TEST_CASE("XGRAD_SIMD picks the level in a fresh process, and a bad value is an 
     REQUIRE(baseline.find("row=") != std::string::npos);
     REQUIRE(automatic.find("row=") != std::string::npos);
     CHECK(row(baseline) == row(automatic));
-    CHECK_THAT(run("avx2"), Catch::Contains("error=XGRAD_SIMD: expected auto or baseline, got 'avx2'"));
+    CHECK_THAT(run("avx2"), Catch::Contains("error=XGRAD_SIMD: expected auto, baseline or avx512, got 'avx2'"));
+    // the level by the name it prints: taken where the CPU runs it, refused with the reason elsewhere
+    const std::string avx512 = run("avx512");
+    if (simd_level_supported() == SimdLevel::Avx512) {
+        CHECK_THAT(avx512, Catch::Contains("simd=avx512\n"));
+        REQUIRE(avx512.find("row=") != std::string::npos);
+        CHECK(row(avx512) == row(baseline));
+    } else {
+        CHECK_THAT(avx512, Catch::Contains("error=XGRAD_SIMD: 'avx512' asks for AVX-512, but this CPU"));
+    }
 }
