@@ -43,7 +43,7 @@ struct Plan2D {
 std::optional<Plan2D> plan_broadcast(const Shape& a, const Shape& b, const Shape& out);
 
 /// Elements per thread below which a loop stays on the calling thread.
-constexpr std::size_t kElementGrain = 32768;
+constexpr std::size_t kElementGrain = 8192;
 
 /// Accumulator of a sum of T: float sums in double, as xtensor's reducers.
 template <class T> using acc_t = std::conditional_t<std::is_same_v<T, float>, double, T>;
