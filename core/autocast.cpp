@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstdint>
 #include <cstring>
+#include <memory>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -17,6 +20,18 @@ namespace xgrad {
 namespace {
 
 thread_local bool t_autocast = false;
+
+// The last operands this thread rounded to bfloat16 (autocast::to_bf16(const Tensor&)), newest
+// first: a copy counts as the tensor's while its node lives and has the same version, data and
+// size. The copies are shared with the products that made them (read-only).
+struct RememberedCopy {
+    std::weak_ptr<Node> node;
+    std::uint64_t version = 0;
+    const float* data = nullptr;
+    std::size_t size = 0;
+    autocast::Bf16 copy;
+};
+thread_local RememberedCopy t_copies[2];
 
 
 bool emulation_allowed_by_environment() {
@@ -60,7 +75,12 @@ AutocastGuard::AutocastGuard(Dtype dtype, AutocastOptions options) : m_previous(
     t_autocast = options.enabled;
 }
 
-AutocastGuard::~AutocastGuard() { t_autocast = m_previous; }
+AutocastGuard::~AutocastGuard() {
+    t_autocast = m_previous;
+    // The outermost guard lets go of the remembered copies (torch drops its cast cache there).
+    if (!t_autocast)
+        for (RememberedCopy& r : t_copies) r = RememberedCopy{};
+}
 
 }  // namespace xgrad
 
@@ -75,6 +95,24 @@ Bf16 to_bf16(const float* data, std::size_t n) {
     std::uint16_t* o = out->data();
     parallel_for(n, std::size_t(1) << 15, [&](std::size_t i0, std::size_t i1) { bf16_from_float(data + i0, o + i0, i1 - i0); });
     return out;
+}
+
+Bf16 to_bf16(const Tensor& t) {
+    const float* data = t.const_data_ptr<float>();
+    const std::size_t size = t.numel();
+    const std::uint64_t version = t.version();
+    auto same = [&](const RememberedCopy& r) {
+        return r.copy && r.data == data && r.size == size && r.version == version && r.node.lock() == t.node_ptr();
+    };
+    if (same(t_copies[0])) return t_copies[0].copy;
+    if (same(t_copies[1])) {
+        std::swap(t_copies[0], t_copies[1]);
+        return t_copies[0].copy;
+    }
+    Bf16 copy = to_bf16(data, size);
+    t_copies[1] = std::move(t_copies[0]);
+    t_copies[0] = RememberedCopy{t.node_ptr(), version, data, size, copy};
+    return copy;
 }
 
 Bf16 to_bf16_heads(const float* data, std::size_t batch, std::size_t length, std::size_t heads, std::size_t d) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/runtime/alloc.hpp"
+#include "core/tensor.hpp"
 #include "core/runtime/dnnl.hpp"
 
 namespace xgrad::autocast {
@@ -40,6 +41,13 @@ bool use_bf16(std::size_t multiply_adds);
 
 /// n values rounded to bfloat16 (to nearest, ties to even), converted over the pool.
 Bf16 to_bf16(const float* data, std::size_t n);
+
+/// A product operand rounded to bfloat16: to_bf16 of its values, or the copy this thread made
+/// of the same tensor moments ago. Self-attention's three projections multiply one input, and
+/// a step converted it three times. The copy is reused only while the tensor is alive with the
+/// same values (its version, data and size unchanged); this thread remembers its last two,
+/// until the outermost AutocastGuard ends.
+Bf16 to_bf16(const Tensor& t);
 
 /// A packed projection (batch, length, heads·d) rounded to bfloat16 as to_bf16, written
 /// head-packed, (batch·heads, length, d) with head (b, h) contiguous, in the same one pass. The

@@ -150,8 +150,8 @@ Tensor product_dnnl(const char* op, const Tensor& a, const Tensor& b, Plan p, dn
     const bool bf16 = in == dnnl::Input::bf16;
     const Shape out_shape = p.out_shape;  // p moves into the backward
     const AllocContext context(op, out_shape);
-    const Bf16 a16 = bf16 ? autocast::to_bf16(values<float>(a).data(), a.numel()) : nullptr;
-    const Bf16 b16 = bf16 ? autocast::to_bf16(values<float>(b).data(), b.numel()) : nullptr;
+    const Bf16 a16 = bf16 ? autocast::to_bf16(a) : nullptr;
+    const Bf16 b16 = bf16 ? autocast::to_bf16(b) : nullptr;
     xt::xarray<float> c = xt::empty<float>(out_shape);
     make_offsets(p);
     const std::size_t count = p.count, mn = p.m * p.n;

@@ -313,3 +313,53 @@ TEST_CASE("autocast: float64 and tiny products and other threads stay exact", "[
     std::thread([&] { from_thread = matmul(a, b); }).join();  // no guard on that thread
     CHECK(same(from_thread, plain));
 }
+
+TEST_CASE("autocast: an operand's bfloat16 copy is reused only while its tensor is unchanged", "[autocast]") {
+    if (!dnnl::available()) return;
+    Generator gen(12);
+    // A copy of t: the same values in another tensor, whose rounding no product has made yet.
+    auto fresh = [](const Tensor& t) { return t.detach(); };
+    Tensor x = randn({64, 64}, {}, gen).requires_grad_(true);
+    const Tensor w1 = randn({64, 64}, {}, gen), w2 = randn({64, 64}, {}, gen);
+    AutocastGuard guard(kBFloat16, allow());
+    SECTION("one input to three products, as self-attention's projections: same values and gradient") {
+        const Tensor y1 = matmul_t(x, w1, false, true), y2 = matmul_t(x, w2, false, true), y3 = matmul(x, w1);
+        const Tensor xa = fresh(x).requires_grad_(true), xb = fresh(x).requires_grad_(true), xc = fresh(x).requires_grad_(true);
+        const Tensor z1 = matmul_t(xa, w1, false, true), z2 = matmul_t(xb, w2, false, true), z3 = matmul(xc, w1);
+        CHECK(same(y1, z1));
+        CHECK(same(y2, z2));
+        CHECK(same(y3, z3));
+        (y1.sum() + y2.sum() + y3.sum()).backward();
+        (z1.sum() + z2.sum() + z3.sum()).backward();
+        // the same three gradients, summed in an order the graph picks
+        const auto g = x.grad().to_vector<double>(), want = (xa.grad() + xb.grad() + xc.grad()).to_vector<double>();
+        REQUIRE(g.size() == want.size());
+        for (std::size_t i = 0; i < g.size(); ++i) CHECK(std::abs(g[i] - want[i]) <= 1e-6 * (1 + std::abs(want[i])));
+    }
+    SECTION("written in place between two products: the second rounds the new values") {
+        // Each product under test runs right after the one that rounded its operand, before
+        // the product it is compared with.
+        (void)matmul(x, w1);
+        Tensor y = x.detach();
+        y.mutable_data_ptr<float>()[5] = 1000.0f;  // another tensor: x's copy must stay x's
+        const Tensor from_x = matmul(x, w2);
+        CHECK(same(from_x, matmul(fresh(x), w2)));
+        Tensor v = randn({64, 64}, {}, gen);
+        (void)matmul(v, w1);
+        v.mutable_data_ptr<float>()[5] = 1000.0f;  // bumps v's version
+        const Tensor from_v = matmul(v, w2);
+        CHECK(same(from_v, matmul(fresh(v), w2)));
+    }
+    SECTION("freed, and a new tensor in the same memory: the new values are rounded") {
+        const float* old_data = nullptr;
+        {
+            const Tensor t = randn({64, 64}, {}, gen);
+            old_data = t.const_data_ptr<float>();
+            (void)matmul(t, w1);
+        }
+        const Tensor u = randn({64, 64}, {}, gen);  // the caching allocator hands back the block
+        INFO("same memory as the freed tensor: " << (u.const_data_ptr<float>() == old_data));
+        const Tensor from_u = matmul(u, w1);
+        CHECK(same(from_u, matmul(fresh(u), w1)));
+    }
+}
