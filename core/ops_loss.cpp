@@ -1,11 +1,13 @@
 // The fused losses: cross-entropy (on the softmax kernel's logsumexp) and mean squared error.
 // Each is one op with its backward, where the composed forms made several passes and temporaries.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "core/node.hpp"
 #include "core/ops.hpp"
 #include "core/ops_util.hpp"
+#include "core/runtime/parallel.hpp"
 #include "core/softmax_row.hpp"
 
 namespace xgrad {
@@ -65,18 +67,24 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction redu
         // it would keep few of its digits. The total is summed in double too.
         xt::xarray<T> lse = xt::zeros<T>(Shape{rows});
         xt::xarray<T> loss = xt::zeros<T>(rows_shape);
-        std::vector<double> row(C), scratch(C);
+        // The rows over the pool (each lse is a row of double exps), the total then summed in
+        // row order on this thread, so that it does not depend on the threads.
+        std::vector<double> row_loss(rows, 0.0);
+        parallel_for(rows, std::max<std::size_t>(1, 2048 / std::max<std::size_t>(C, 1)), [&](std::size_t r0, std::size_t r1) {
+            std::vector<double> row(C), scratch(C);
+            for (std::size_t r = r0; r < r1; ++r) {
+                const T* src = x + (r / inner) * C * inner + r % inner;
+                for (std::size_t c = 0; c < C; ++c) row[c] = src[c * inner];
+                const double row_lse = kernel::logsumexp(row.data(), C, scratch.data());
+                lse.data()[r] = static_cast<T>(row_lse);
+                if (target[r] == ignore_index) continue;
+                row_loss[r] = row_lse - row[target[r]];
+                loss.data()[r] = static_cast<T>(row_loss[r]);
+            }
+        });
         double total = 0;
-        for (std::size_t r = 0; r < rows; ++r) {
-            const T* src = x + (r / inner) * C * inner + r % inner;
-            for (std::size_t c = 0; c < C; ++c) row[c] = src[c * inner];
-            const double row_lse = kernel::logsumexp(row.data(), C, scratch.data());
-            lse.data()[r] = static_cast<T>(row_lse);
-            if (target[r] == ignore_index) continue;
-            const double l = row_lse - row[target[r]];
-            loss.data()[r] = static_cast<T>(l);
-            total += l;
-        }
+        for (std::size_t r = 0; r < rows; ++r)
+            if (target[r] != ignore_index) total += row_loss[r];
         xt::xarray<T> value = xt::zeros<T>(Shape{});
         if (reduction == Reduction::none)
             value = std::move(loss);
@@ -90,28 +98,31 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction redu
             const std::int64_t* t = values<std::int64_t>(self.parents[1]).data();
             const auto& g = grad_as<T>(gs);
             xt::xarray<T> dx = xt::zeros<T>(xs.shape());
-            std::vector<T> in(inner == 1 ? 0 : C), out(inner == 1 ? 0 : C);
             const std::size_t n = lse.size();
-            for (std::size_t r = 0; r < n; ++r) {
-                if (t[r] == ignore_index) continue;
-                double scale = reduction == Reduction::none ? g.data()[r] : g();
-                if (reduction == Reduction::mean) scale /= static_cast<double>(count);
-                const std::size_t base = (r / inner) * C * inner + r % inner;
-                // A contiguous row (class axis last in memory) is worked in place; a strided one
-                // is gathered, worked, and scattered back.
-                const T* src = xs.data() + base;
-                T* dst = dx.data() + base;
-                if (inner != 1) {
-                    for (std::size_t c = 0; c < C; ++c) in[c] = src[c * inner];
-                    src = in.data();
-                    dst = out.data();
+            // Each row writes only its own values of dx: the rows split over the pool.
+            parallel_for(n, std::max<std::size_t>(1, 2048 / std::max<std::size_t>(C, 1)), [&](std::size_t r0, std::size_t r1) {
+                std::vector<T> in(inner == 1 ? 0 : C), out(inner == 1 ? 0 : C);
+                for (std::size_t r = r0; r < r1; ++r) {
+                    if (t[r] == ignore_index) continue;
+                    double scale = reduction == Reduction::none ? g.data()[r] : g();
+                    if (reduction == Reduction::mean) scale /= static_cast<double>(count);
+                    const std::size_t base = (r / inner) * C * inner + r % inner;
+                    // A contiguous row (class axis last in memory) is worked in place; a strided
+                    // one is gathered, worked, and scattered back.
+                    const T* src = xs.data() + base;
+                    T* dst = dx.data() + base;
+                    if (inner != 1) {
+                        for (std::size_t c = 0; c < C; ++c) in[c] = src[c * inner];
+                        src = in.data();
+                        dst = out.data();
+                    }
+                    kernel::exp_shifted_sum(src, lse.data()[r], dst, C);  // softmax_rc
+                    for (std::size_t c = 0; c < C; ++c) dst[c] = static_cast<T>(scale * dst[c]);
+                    dst[t[r]] -= static_cast<T>(scale);
+                    if (inner != 1)
+                        for (std::size_t c = 0; c < C; ++c) dx.data()[base + c * inner] = out[c];
                 }
-                kernel::exp_shifted_sum(src, lse.data()[r], dst, C);  // softmax_rc
-                for (std::size_t c = 0; c < C; ++c) dst[c] = static_cast<T>(scale * dst[c]);
-                dst[t[r]] -= static_cast<T>(scale);
-                if (inner != 1)
-                    for (std::size_t c = 0; c < C; ++c) dx.data()[base + c * inner] = out[c];
-            }
+            });
             accumulate<T>("cross_entropy", self.parents[0], std::move(dx));
         };
         return make_result<T>(std::move(value), {logits, targets}, op, std::move(backward), Saves::only_inputs(3u));

@@ -218,3 +218,24 @@ TEST_CASE("cross_entropy keeps a well-fitted token's small loss exact in float32
         CHECK(got == Approx(expected).epsilon(1e-6));
     }
 }
+
+TEST_CASE("cross_entropy over many rows gives each row's loss and gradient as that row alone", "[loss]") {
+    // The rows are split over the pool: a row's result must not depend on the rows beside it.
+    Generator gen(3);
+    const long rows = 700, classes = 11;
+    const Tensor logits = (randn({rows, classes}, {}, gen) * 4.0f).requires_grad_(true);
+    std::vector<std::int64_t> t(rows);
+    for (long r = 0; r < rows; ++r) t[r] = r % 13 == 0 ? -100 : (r * 7) % classes;  // some ignored
+    const Tensor targets = from_vector(std::vector<double>(t.begin(), t.end()), {static_cast<std::size_t>(rows)}, kInt64);
+    const Tensor all = cross_entropy(logits, targets, Reduction::none, -100);
+    all.sum().backward();
+    const auto loss = all.to_vector<float>(), grad = logits.grad().to_vector<float>();
+    for (long r = 0; r < rows; r += 37) {
+        const Tensor one = slice(logits.detach(), 0, r, r + 1).requires_grad_(true);
+        const Tensor l = cross_entropy(one, slice(targets, 0, r, r + 1), Reduction::none, -100);
+        l.sum().backward();
+        CHECK(l.item<float>() == loss[r]);
+        const auto g = one.grad().to_vector<float>();
+        for (long c = 0; c < classes; ++c) CHECK(g[c] == grad[r * classes + c]);
+    }
+}
