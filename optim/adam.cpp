@@ -114,6 +114,15 @@ void Adam::step() {
         fit_state(op, i, m_exp_avg_sq[i], "exp_avg_sq");
         if (m_amsgrad) fit_state(op, i, m_max_exp_avg_sq[i], "max_exp_avg_sq");
     }
+    // A first step's state, all of it before any count or parameter moves: running out of
+    // memory here leaves the step undone, not some parameters counted a step they never took.
+    for (std::size_t i = 0; i < m_params.size(); ++i) {
+        const Tensor& p = m_params[i];
+        if (m_step[i] != 0 || !p.has_grad()) continue;
+        m_exp_avg[i] = zeros(p.shape(), p.dtype());
+        m_exp_avg_sq[i] = zeros(p.shape(), p.dtype());
+        if (m_amsgrad) m_max_exp_avg_sq[i] = zeros(p.shape(), p.dtype());
+    }
     AdamJobs<float> jobs_f;
     AdamJobs<double> jobs_d;
     for (std::size_t i = 0; i < m_params.size(); ++i) {
@@ -121,12 +130,7 @@ void Adam::step() {
         if (!p.has_grad()) continue;
         dispatch_floating("Adam.step", p.dtype(), [&](auto tag) {
             using T = typename decltype(tag)::type;
-            if (m_step[i] == 0) {
-                m_exp_avg[i] = zeros(p.shape(), p.dtype());
-                m_exp_avg_sq[i] = zeros(p.shape(), p.dtype());
-                if (m_amsgrad) m_max_exp_avg_sq[i] = zeros(p.shape(), p.dtype());
-            }
-            const auto t = static_cast<double>(++m_step[i]);
+            const auto t = static_cast<double>(m_step[i] + 1);
             // The scalars are worked out in double, as torch does in Python, then used in T.
             const double bias_correction1 = 1 - std::pow(m_beta1, t);
             const double bias_correction2 = 1 - std::pow(m_beta2, t);
@@ -160,6 +164,8 @@ void Adam::step() {
             });
         });
     });
+    for (std::size_t i = 0; i < m_params.size(); ++i)
+        if (m_params[i].has_grad()) ++m_step[i];
 }
 
 Optimizer::HyperParameters Adam::hyper_parameters() const {

@@ -226,11 +226,15 @@ TEST_CASE("SGD matches a scalar loop bit for bit for every flag combination", "[
     SECTION("float64") { sgd_matches_scalar_loop<double>(f.momentum, f.dampening, weight_decay, f.nesterov); }
 }
 
-TEST_CASE("Adam over many parameters of both dtypes, its chunks spanning parameters, matches a scalar loop", "[optim][kernels]") {
+// Run by the test below in processes with 1, 2 and 3 threads.
+TEST_CASE("Adam child: many parameters of both dtypes against the scalar loop", "[.adam-threads-child]") {
     // One step's elements are split over the pool as one range, float32 and float64 apart, so a
-    // chunk ends inside a parameter and the next one starts there.
+    // chunk ends inside a parameter and the next one starts there (each dtype over 2^16 values).
+    const bool decoupled = GENERATE(false, true);
+    const bool amsgrad = GENERATE(false, true);
+    CAPTURE(decoupled, amsgrad);
     std::mt19937_64 rng(9);
-    const std::vector<std::size_t> sizes = {3, 20000, 1, 9, 15000, 7, 40000, 33000, 0, 2};
+    const std::vector<std::size_t> sizes = {3, 20000, 40000, 9, 15000, 30000, 40000, 33000, 0, 2};
     std::vector<Tensor> params;
     std::vector<AdamReference<float>> refs_f;
     std::vector<AdamReference<double>> refs_d;
@@ -243,24 +247,36 @@ TEST_CASE("Adam over many parameters of both dtypes, its chunks spanning paramet
             params.push_back(leaf(refs_f.back().p));
         }
     }
-    Adam opt(params, AdamOptions(3e-3).betas({0.9, 0.98}).eps(1e-8).weight_decay(0.01));
+    std::unique_ptr<Optimizer> opt;
+    if (decoupled)
+        opt = std::make_unique<AdamW>(params, AdamWOptions(3e-3).betas({0.9, 0.98}).eps(1e-8).weight_decay(0.01).amsgrad(amsgrad));
+    else
+        opt = std::make_unique<Adam>(params, AdamOptions(3e-3).betas({0.9, 0.98}).eps(1e-8).weight_decay(0.01).amsgrad(amsgrad));
     for (int s = 0; s < 3; ++s) {
         for (std::size_t i = 0, f = 0, d = 0; i < params.size(); ++i) {
             if (i % 3 == 2) {
                 const std::vector<double> g = random_values<double>(sizes[i], rng);
                 params[i].set_grad(plain(g));
-                refs_d[d++].step(g, 3e-3, 0.9, 0.98, 1e-8, 0.01, false, false);
+                refs_d[d++].step(g, 3e-3, 0.9, 0.98, 1e-8, 0.01, decoupled, amsgrad);
             } else {
                 const std::vector<float> g = random_values<float>(sizes[i], rng);
                 params[i].set_grad(plain(g));
-                refs_f[f++].step(g, 3e-3, 0.9, 0.98, 1e-8, 0.01, false, false);
+                refs_f[f++].step(g, 3e-3, 0.9, 0.98, 1e-8, 0.01, decoupled, amsgrad);
             }
         }
-        opt.step();
+        opt->step();
     }
     for (std::size_t i = 0, f = 0, d = 0; i < params.size(); ++i) {
         const std::string at = "parameter " + std::to_string(i) + " (" + std::to_string(sizes[i]) + " elements)";
         if (i % 3 == 2) require_same_bits(params[i], refs_d[d++].p, at);
         else require_same_bits(params[i], refs_f[f++].p, at);
+    }
+}
+
+TEST_CASE("Adam over many parameters of both dtypes matches the scalar loop on 1, 2 and 3 threads", "[optim][kernels]") {
+    for (const char* threads : {"XGRAD_NUM_THREADS=1", "XGRAD_NUM_THREADS=2", "XGRAD_NUM_THREADS=3"}) {
+        const std::string out = run_this_binary(threads, "[.adam-threads-child]");
+        INFO(threads << "\n" << out);
+        CHECK(out.find("All tests passed") != std::string::npos);
     }
 }
