@@ -33,6 +33,7 @@ namespace simd_detail {
 template <class Body> XGRAD_AVX512_VARIANT auto on_avx512(const Body& body) {
     return body();
 }
+#undef XGRAD_AVX512_VARIANT
 }  // namespace simd_detail
 #endif
 

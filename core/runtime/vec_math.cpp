@@ -82,7 +82,7 @@ void exp_shifted_rows(const float* x, std::size_t stride, const float* m, const 
                       float* sums, std::size_t rows) {
     simd_dispatch([&]() XGRAD_SIMD_BODY {
         for (std::size_t i = 0; i < rows; ++i)
-            sums[i] = exp_row(x + i * stride, m[i], y + i * stride, len[i], (rows - i - 1) * stride + len[i]);
+            sums[i] = exp_row(x + i * stride, m[i], y + i * stride, len[i], (rows - 1 - i) * stride + len[rows - 1]);
     });
 }
 

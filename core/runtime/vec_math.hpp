@@ -13,9 +13,11 @@ namespace xgrad::vec {
 /// j ≡ l mod 8) combined pairwise, then the tail; a NaN sum is always the same quiet NaN.
 float exp_shifted_sum(const float* x, float m, float* y, std::size_t n);
 
-/// exp_shifted_sum of `rows` rows at once, row i being the len[i] values at x + i·stride, shifted
-/// by m[i], written at y + i·stride, its sum in sums[i]: the same bits as one call per row, but
-/// the exps of short rows (a few keys each) overlap instead of each row waiting out its own.
+/// exp_shifted_sum of `rows` rows at once, row i being the len[i] ≤ stride values at
+/// x + i·stride, shifted by m[i], written at y + i·stride, its sum in sums[i]: the same bits as
+/// one call per row, but the exps of short rows (a few keys each) overlap instead of each row
+/// waiting out its own. A row may read on into the rows after it (never their results), so all
+/// of x from x to x + (rows − 1)·stride + len[rows − 1] must be readable; y is x or apart from it.
 void exp_shifted_rows(const float* x, std::size_t stride, const float* m, const std::size_t* len, float* y,
                       float* sums, std::size_t rows);
 
