@@ -7,6 +7,7 @@
 #include "core/node.hpp"
 #include "core/ops.hpp"
 #include "core/ops_util.hpp"
+#include "core/runtime/alloc.hpp"
 #include "core/runtime/parallel.hpp"
 #include "core/softmax_row.hpp"
 
@@ -65,11 +66,12 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction redu
         // Per row: lse = log Σ exp(x) on the softmax kernel, in double whatever T is: a well-fitted
         // token's loss lse − x[target] is a difference of two near-equal numbers, and in float
         // it would keep few of its digits. The total is summed in double too.
+        const AllocContext context(op, rows_shape);
         xt::xarray<T> lse = xt::zeros<T>(Shape{rows});
         xt::xarray<T> loss = xt::zeros<T>(rows_shape);
         // The rows over the pool (each lse is a row of double exps), the total then summed in
         // row order on this thread, so that it does not depend on the threads.
-        std::vector<double> row_loss(rows, 0.0);
+        CachedBuffer<double> row_loss(rows);  // ignored rows are skipped when summing
         parallel_for(rows, std::max<std::size_t>(1, 2048 / std::max<std::size_t>(C, 1)), [&](std::size_t r0, std::size_t r1) {
             std::vector<double> row(C), scratch(C);
             for (std::size_t r = r0; r < r1; ++r) {
@@ -78,13 +80,13 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction redu
                 const double row_lse = kernel::logsumexp(row.data(), C, scratch.data());
                 lse.data()[r] = static_cast<T>(row_lse);
                 if (target[r] == ignore_index) continue;
-                row_loss[r] = row_lse - row[target[r]];
-                loss.data()[r] = static_cast<T>(row_loss[r]);
+                row_loss.data()[r] = row_lse - row[target[r]];
+                loss.data()[r] = static_cast<T>(row_loss.data()[r]);
             }
         });
         double total = 0;
         for (std::size_t r = 0; r < rows; ++r)
-            if (target[r] != ignore_index) total += row_loss[r];
+            if (target[r] != ignore_index) total += row_loss.data()[r];
         xt::xarray<T> value = xt::zeros<T>(Shape{});
         if (reduction == Reduction::none)
             value = std::move(loss);

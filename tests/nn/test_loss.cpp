@@ -1,5 +1,6 @@
 // Losses: values by hand and from torch, gradients by gradcheck, bad targets.
 #include <cmath>
+#include <cstdio>
 
 #include "helpers.hpp"
 #include "nn/functional.hpp"
@@ -238,4 +239,45 @@ TEST_CASE("cross_entropy over many rows gives each row's loss and gradient as th
         const auto g = one.grad().to_vector<float>();
         for (long c = 0; c < classes; ++c) CHECK(g[c] == grad[r * classes + c]);
     }
+}
+
+TEST_CASE("cross_entropy with the class axis in the middle: each position as that position alone", "[loss]") {
+    // (N, C, d): a row's classes are d apart, and the rows of a chunk interleave in the gradient
+    Generator gen(4);
+    const long n = 40, classes = 11, d = 7;
+    const Tensor logits = (randn({n, classes, d}, {}, gen) * 4.0f).requires_grad_(true);
+    std::vector<double> t(n * d);
+    for (long i = 0; i < n * d; ++i) t[i] = i % 17 == 0 ? -100 : (i * 5) % classes;
+    const Tensor targets = from_vector(t, {static_cast<std::size_t>(n), static_cast<std::size_t>(d)}, kInt64);
+    const Tensor all = cross_entropy(logits, targets, Reduction::none, -100);
+    all.sum().backward();
+    const auto loss = all.to_vector<float>(), grad = logits.grad().to_vector<float>();
+    for (long i = 0; i < n; i += 9)
+        for (long j = 0; j < d; j += 3) {
+            const Tensor one = slice(slice(logits.detach(), 0, i, i + 1), 2, j, j + 1).requires_grad_(true);
+            const Tensor l = cross_entropy(one, slice(slice(targets, 0, i, i + 1), 1, j, j + 1), Reduction::none, -100);
+            l.sum().backward();
+            CHECK(l.item<float>() == loss[i * d + j]);
+            const auto g = one.grad().to_vector<float>();
+            for (long c = 0; c < classes; ++c) CHECK(g[c] == grad[(i * classes + c) * d + j]);
+        }
+}
+
+// Run by the test below in processes with different pool sizes: the losses in hexadecimal.
+TEST_CASE("cross_entropy child: prints the mean and sum losses of many rows", "[.cross-entropy-threads-child]") {
+    Generator gen(5);
+    const Tensor logits = randn({5000, 11}, {}, gen) * 3.0f;
+    std::vector<double> t(5000);
+    for (std::size_t i = 0; i < t.size(); ++i) t[i] = i % 11 == 0 ? -100 : double((i * 7) % 11);
+    const Tensor targets = from_vector(t, {t.size()}, kInt64);
+    std::printf("mean %a\n", cross_entropy(logits, targets, Reduction::mean, -100).item<double>());
+    std::printf("sum %a\n", cross_entropy(logits, targets, Reduction::sum, -100).item<double>());
+}
+
+TEST_CASE("cross_entropy's mean and sum are the same bits whatever the number of threads", "[loss]") {
+    const std::string one = run_this_binary("XGRAD_NUM_THREADS=1", "[.cross-entropy-threads-child]");
+    const std::string three = run_this_binary("XGRAD_NUM_THREADS=3", "[.cross-entropy-threads-child]");
+    INFO(one);
+    REQUIRE(one.find("mean 0x") != std::string::npos);
+    CHECK(one == three);
 }
