@@ -43,10 +43,11 @@ bool use_bf16(std::size_t multiply_adds);
 Bf16 to_bf16(const float* data, std::size_t n);
 
 /// A product operand rounded to bfloat16: to_bf16 of its values, or the copy this thread made
-/// of the same tensor moments ago. Self-attention's three projections multiply one input, and
-/// a step converted it three times. The copy is reused only while the tensor is alive with the
-/// same values (its version, data and size unchanged); this thread remembers its last two,
-/// until the outermost AutocastGuard ends.
+/// of the same tensor moments ago, so that self-attention's three projections round their one
+/// input once. The copy is reused only while the tensor is alive with the same values (its
+/// version, data and size unchanged; a write through a pointer kept from an earlier
+/// mutable_data_ptr() is not seen, as everywhere versions are checked); this thread remembers
+/// its last two, until the outermost AutocastGuard ends.
 Bf16 to_bf16(const Tensor& t);
 
 /// A packed projection (batch, length, heads·d) rounded to bfloat16 as to_bf16, written

@@ -73,9 +73,9 @@ Tensor without_products(const char* op, const char* backward_op, xt::xarray<T>&&
 //
 // (b, h) pairs per parallel chunk: about 2^20 multiply-adds each, as the batched products. A
 // pair also costs a fixed amount per product call and per softmax row, which decides for small
-// heads: the demo's (8 queries, 8 keys, 16 dims) take about 0.6 µs a pair, 30 times their 1024
-// multiply-adds, and counted by those alone all 256 pairs of a step made one chunk, on one
-// thread. The call and the row are counted as 4096 and 2048 multiply-adds (what they measure).
+// heads (a few queries and keys take many times their multiply-adds); counted by those alone,
+// a whole batch of such heads would make one chunk, on one thread. The call and the row count
+// as 4096 and 2048 multiply-adds, about what they cost.
 std::size_t pair_grain(std::size_t rows, std::size_t cols, std::size_t inner) {
     const std::size_t cost = rows * cols * inner + 2048 * rows + 4096;
     return std::max<std::size_t>(1, (std::size_t(1) << 20) / cost);

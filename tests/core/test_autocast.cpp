@@ -337,13 +337,8 @@ TEST_CASE("autocast: an operand's bfloat16 copy is reused only while its tensor 
         for (std::size_t i = 0; i < g.size(); ++i) CHECK(std::abs(g[i] - want[i]) <= 1e-6 * (1 + std::abs(want[i])));
     }
     SECTION("written in place between two products: the second rounds the new values") {
-        // Each product under test runs right after the one that rounded its operand, before
+        // The product under test runs right after the one that rounded its operand, before
         // the product it is compared with.
-        (void)matmul(x, w1);
-        Tensor y = x.detach();
-        y.mutable_data_ptr<float>()[5] = 1000.0f;  // another tensor: x's copy must stay x's
-        const Tensor from_x = matmul(x, w2);
-        CHECK(same(from_x, matmul(fresh(x), w2)));
         Tensor v = randn({64, 64}, {}, gen);
         (void)matmul(v, w1);
         v.mutable_data_ptr<float>()[5] = 1000.0f;  // bumps v's version
@@ -351,15 +346,21 @@ TEST_CASE("autocast: an operand's bfloat16 copy is reused only while its tensor 
         CHECK(same(from_v, matmul(fresh(v), w2)));
     }
     SECTION("freed, and a new tensor in the same memory: the new values are rounded") {
+        // 256 KiB: a block the caching allocator keeps and hands back to the next request of its
+        // size (smaller ones come from malloc, which need not).
+        const Tensor wide = randn({64, 64}, {}, gen);
         const float* old_data = nullptr;
         {
-            const Tensor t = randn({64, 64}, {}, gen);
+            const Tensor t = randn({1024, 64}, {}, gen);
             old_data = t.const_data_ptr<float>();
-            (void)matmul(t, w1);
+            (void)matmul(t, wide);
         }
-        const Tensor u = randn({64, 64}, {}, gen);  // the caching allocator hands back the block
-        INFO("same memory as the freed tensor: " << (u.const_data_ptr<float>() == old_data));
-        const Tensor from_u = matmul(u, w1);
-        CHECK(same(from_u, matmul(fresh(u), w1)));
+        const Tensor u = randn({1024, 64}, {}, gen);
+        if (u.const_data_ptr<float>() != old_data) {
+            WARN("the allocator did not reuse the freed block (a sanitizer build holds freed memory back): "
+                 "the stale-copy case is not reached here");
+        }
+        const Tensor from_u = matmul(u, wide);
+        CHECK(same(from_u, matmul(fresh(u), wide)));
     }
 }
