@@ -9,6 +9,7 @@
 #include "core/dispatch.hpp"
 #include "core/runtime/kernel_loops.hpp"
 #include "core/runtime/parallel.hpp"
+#include "parameter_ranges.hpp"
 
 namespace xgrad::optim {
 
@@ -52,21 +53,12 @@ template <class T> struct AdamJob {
 };
 template <class T> using AdamJobs = std::vector<AdamJob<T>>;
 
-// The jobs' elements as one range split over the pool, each chunk updating the parts of the
-// parameters it covers: a model's many small parameters, each under a chunk's worth, would
-// otherwise run one after another on the calling thread. Parameters never share storage (each
-// leaf owns its values), so no two chunks write one element.
 template <class T, bool kL2, bool kDecoupled, bool kAmsgrad> void run_jobs(const AdamJobs<T>& jobs) {
-    std::vector<std::size_t> start(jobs.size() + 1, 0);
-    for (std::size_t i = 0; i < jobs.size(); ++i) start[i + 1] = start[i] + jobs[i].n;
-    parallel_for(start.back(), 1 << 15, [&](std::size_t a, std::size_t b) {
-        // the last job starting at or before a, then each job that starts before b
-        std::size_t i = static_cast<std::size_t>(std::upper_bound(start.begin(), start.end(), a) - start.begin()) - 1;
-        for (; i < jobs.size() && start[i] < b; ++i) {
-            const AdamJob<T>& job = jobs[i];
-            const std::size_t j0 = std::max(a, start[i]) - start[i], j1 = std::min(b, start[i + 1]) - start[i];
-            if (j0 < j1) adam_update<T, kL2, kDecoupled, kAmsgrad>(job.p, job.g, job.m, job.v, job.vmax, job.c, j0, j1);
-        }
+    std::vector<std::size_t> sizes(jobs.size());
+    for (std::size_t i = 0; i < jobs.size(); ++i) sizes[i] = jobs[i].n;
+    for_parameter_ranges(sizes, [&](std::size_t i, std::size_t j0, std::size_t j1) {
+        const AdamJob<T>& job = jobs[i];
+        adam_update<T, kL2, kDecoupled, kAmsgrad>(job.p, job.g, job.m, job.v, job.vmax, job.c, j0, j1);
     });
 }
 

@@ -1,10 +1,14 @@
 #include "sgd.hpp"
 
 #include <cmath>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "core/creation.hpp"
 #include "core/dispatch.hpp"
 #include "core/runtime/kernel_loops.hpp"
+#include "parameter_ranges.hpp"
 
 namespace xgrad::optim {
 
@@ -34,6 +38,39 @@ void sgd_momentum(T* __restrict pd, const T* __restrict gd, T* __restrict bd, st
         if constexpr (kNesterov) update = d + momentum * bd[j];
         pd[j] += -lr * update;
     }
+}
+
+// One parameter's update, ready to run; `first`: its momentum buffer starts this step.
+template <class T> struct SGDJob {
+    T* p;
+    const T* g;
+    T* b;
+    std::size_t n;
+    bool first;
+};
+template <class T> using SGDJobs = std::vector<SGDJob<T>>;
+
+// The step's hyper-parameters, rounded to each parameter's type where used.
+struct SGDScalars {
+    double lr, wd, momentum, keep;
+};
+
+template <class T, bool kDecay, bool kMomentum, bool kNesterov> void run_jobs(const SGDJobs<T>& jobs, const SGDScalars& s) {
+    std::vector<std::size_t> sizes(jobs.size());
+    for (std::size_t i = 0; i < jobs.size(); ++i) sizes[i] = jobs[i].n;
+    const T lr = static_cast<T>(s.lr), wd = static_cast<T>(s.wd);
+    const T momentum = static_cast<T>(s.momentum), keep = static_cast<T>(s.keep);
+    for_parameter_ranges(sizes, [&](std::size_t i, std::size_t j0, std::size_t j1) {
+        const SGDJob<T>& job = jobs[i];
+        const std::size_t n = j1 - j0;
+        if constexpr (!kMomentum) {
+            sgd_plain<T, kDecay>(job.p + j0, job.g + j0, n, lr, wd);
+        } else if (job.first) {
+            sgd_momentum<T, kDecay, true, kNesterov>(job.p + j0, job.g + j0, job.b + j0, n, lr, wd, momentum, keep);
+        } else {
+            sgd_momentum<T, kDecay, false, kNesterov>(job.p + j0, job.g + j0, job.b + j0, n, lr, wd, momentum, keep);
+        }
+    });
 }
 
 }  // namespace
@@ -70,35 +107,40 @@ void SGD::step() {
     for (std::size_t i = 0; i < m_params.size(); ++i)
         if (m_momentum_buffer[i].defined() && m_params[i].has_grad())
             fit_state("SGD.step", i, m_momentum_buffer[i], "momentum_buffer");
+    // A first step's buffers, all made before anything moves and kept only after the updates: a
+    // buffer kept from a step that ran out of memory would mark its parameter as started.
+    std::vector<Tensor> started(m_params.size());
+    if (m_momentum != 0)
+        for (std::size_t i = 0; i < m_params.size(); ++i)
+            if (!m_momentum_buffer[i].defined() && m_params[i].has_grad())
+                started[i] = zeros(m_params[i].shape(), m_params[i].dtype());
+    SGDJobs<float> jobs_f;
+    SGDJobs<double> jobs_d;
     for (std::size_t i = 0; i < m_params.size(); ++i) {
         Tensor& p = m_params[i];
         if (!p.has_grad()) continue;
         dispatch_floating("SGD.step", p.dtype(), [&](auto tag) {
             using T = typename decltype(tag)::type;
-            T* pd = p.mutable_data_ptr<T>();
-            const T* gd = p.grad_ptr<T>();
-            const std::size_t n = p.numel();
-            const T lr = static_cast<T>(m_lr);
-            const T wd = static_cast<T>(m_weight_decay);
-            if (m_momentum == 0) {
-                with_flag(m_weight_decay != 0, [&](auto decay) { sgd_plain<T, decay>(pd, gd, n, lr, wd); });
-                return;
-            }
             // torch starts the buffer as a plain copy of the (decayed) gradient: no dampening on step 1.
-            const bool first = !m_momentum_buffer[i].defined();
-            if (first) m_momentum_buffer[i] = zeros(p.shape(), p.dtype());
-            T* bd = m_momentum_buffer[i].mutable_data_ptr<T>();
-            const T momentum = static_cast<T>(m_momentum);
-            const T keep = static_cast<T>(1 - m_dampening);
-            with_flag(m_weight_decay != 0, [&](auto decay) {
-                with_flag(first, [&](auto first_step) {
-                    with_flag(m_nesterov, [&](auto nesterov) {
-                        sgd_momentum<T, decay, first_step, nesterov>(pd, gd, bd, n, lr, wd, momentum, keep);
-                    });
-                });
-            });
+            const bool first = started[i].defined();
+            Tensor& buffer = first ? started[i] : m_momentum_buffer[i];
+            SGDJob<T> job{p.mutable_data_ptr<T>(), p.grad_ptr<T>(),
+                          m_momentum != 0 ? buffer.mutable_data_ptr<T>() : nullptr, p.numel(), first};
+            if constexpr (std::is_same_v<T, float>) jobs_f.push_back(job);
+            else jobs_d.push_back(job);
         });
     }
+    const SGDScalars c{m_lr, m_weight_decay, m_momentum, 1 - m_dampening};
+    with_flag(m_weight_decay != 0, [&](auto decay) {
+        with_flag(m_momentum != 0, [&](auto momentum) {
+            with_flag(m_nesterov, [&](auto nesterov) {
+                run_jobs<float, decay, momentum, nesterov>(jobs_f, c);
+                run_jobs<double, decay, momentum, nesterov>(jobs_d, c);
+            });
+        });
+    });
+    for (std::size_t i = 0; i < m_params.size(); ++i)
+        if (started[i].defined()) m_momentum_buffer[i] = std::move(started[i]);
 }
 
 Optimizer::HyperParameters SGD::hyper_parameters() const {
