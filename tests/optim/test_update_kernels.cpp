@@ -226,51 +226,70 @@ TEST_CASE("SGD matches a scalar loop bit for bit for every flag combination", "[
     SECTION("float64") { sgd_matches_scalar_loop<double>(f.momentum, f.dampening, weight_decay, f.nesterov); }
 }
 
+// Parameters whose elements, as one step's range split over the pool, give chunks that end
+// inside a parameter and the next one starting there: every third float64, the rest float32,
+// each dtype over 2^16 values, one empty. Each has its scalar-loop reference (Ref<T>).
+template <template <class> class Ref> struct ManyParameters {
+    const std::vector<std::size_t> sizes = {3, 20000, 40000, 9, 15000, 30000, 40000, 33000, 0, 2};
+    std::vector<Tensor> params;
+    std::vector<Ref<float>> f;
+    std::vector<Ref<double>> d;
+
+    explicit ManyParameters(std::mt19937_64& rng) {
+        for (std::size_t i = 0; i < sizes.size(); ++i) {
+            if (wide(i)) {
+                d.push_back({random_values<double>(sizes[i], rng)});
+                params.push_back(leaf(d.back().p));
+            } else {
+                f.push_back({random_values<float>(sizes[i], rng)});
+                params.push_back(leaf(f.back().p));
+            }
+        }
+    }
+    static bool wide(std::size_t i) { return i % 3 == 2; }
+    // Each parameter a random gradient, its reference stepped by step(ref, g); `skip` gets none.
+    template <class Step> void gradients(std::mt19937_64& rng, Step step, std::size_t skip = std::size_t(-1)) {
+        for (std::size_t i = 0, nf = 0, nd = 0; i < params.size(); ++i) {
+            if (i == skip) {
+                params[i].set_grad(Tensor());
+                (wide(i) ? nd : nf)++;
+            } else if (wide(i)) {
+                const std::vector<double> g = random_values<double>(sizes[i], rng);
+                params[i].set_grad(plain(g));
+                step(d[nd++], g);
+            } else {
+                const std::vector<float> g = random_values<float>(sizes[i], rng);
+                params[i].set_grad(plain(g));
+                step(f[nf++], g);
+            }
+        }
+    }
+    void require_same() const {
+        for (std::size_t i = 0, nf = 0, nd = 0; i < params.size(); ++i) {
+            const std::string at = "parameter " + std::to_string(i) + " (" + std::to_string(sizes[i]) + " elements)";
+            if (wide(i)) require_same_bits(params[i], d[nd++].p, at);
+            else require_same_bits(params[i], f[nf++].p, at);
+        }
+    }
+};
+
 // Run by the test below in processes with 1, 2 and 3 threads.
 TEST_CASE("Adam child: many parameters of both dtypes against the scalar loop", "[.adam-threads-child]") {
-    // One step's elements are split over the pool as one range, float32 and float64 apart, so a
-    // chunk ends inside a parameter and the next one starts there (each dtype over 2^16 values).
     const bool decoupled = GENERATE(false, true);
     const bool amsgrad = GENERATE(false, true);
     CAPTURE(decoupled, amsgrad);
     std::mt19937_64 rng(9);
-    const std::vector<std::size_t> sizes = {3, 20000, 40000, 9, 15000, 30000, 40000, 33000, 0, 2};
-    std::vector<Tensor> params;
-    std::vector<AdamReference<float>> refs_f;
-    std::vector<AdamReference<double>> refs_d;
-    for (std::size_t i = 0; i < sizes.size(); ++i) {
-        if (i % 3 == 2) {
-            refs_d.push_back({random_values<double>(sizes[i], rng)});
-            params.push_back(leaf(refs_d.back().p));
-        } else {
-            refs_f.push_back({random_values<float>(sizes[i], rng)});
-            params.push_back(leaf(refs_f.back().p));
-        }
-    }
+    ManyParameters<AdamReference> m(rng);
     std::unique_ptr<Optimizer> opt;
     if (decoupled)
-        opt = std::make_unique<AdamW>(params, AdamWOptions(3e-3).betas({0.9, 0.98}).eps(1e-8).weight_decay(0.01).amsgrad(amsgrad));
+        opt = std::make_unique<AdamW>(m.params, AdamWOptions(3e-3).betas({0.9, 0.98}).eps(1e-8).weight_decay(0.01).amsgrad(amsgrad));
     else
-        opt = std::make_unique<Adam>(params, AdamOptions(3e-3).betas({0.9, 0.98}).eps(1e-8).weight_decay(0.01).amsgrad(amsgrad));
+        opt = std::make_unique<Adam>(m.params, AdamOptions(3e-3).betas({0.9, 0.98}).eps(1e-8).weight_decay(0.01).amsgrad(amsgrad));
     for (int s = 0; s < 3; ++s) {
-        for (std::size_t i = 0, f = 0, d = 0; i < params.size(); ++i) {
-            if (i % 3 == 2) {
-                const std::vector<double> g = random_values<double>(sizes[i], rng);
-                params[i].set_grad(plain(g));
-                refs_d[d++].step(g, 3e-3, 0.9, 0.98, 1e-8, 0.01, decoupled, amsgrad);
-            } else {
-                const std::vector<float> g = random_values<float>(sizes[i], rng);
-                params[i].set_grad(plain(g));
-                refs_f[f++].step(g, 3e-3, 0.9, 0.98, 1e-8, 0.01, decoupled, amsgrad);
-            }
-        }
+        m.gradients(rng, [&](auto& ref, const auto& g) { ref.step(g, 3e-3, 0.9, 0.98, 1e-8, 0.01, decoupled, amsgrad); });
         opt->step();
     }
-    for (std::size_t i = 0, f = 0, d = 0; i < params.size(); ++i) {
-        const std::string at = "parameter " + std::to_string(i) + " (" + std::to_string(sizes[i]) + " elements)";
-        if (i % 3 == 2) require_same_bits(params[i], refs_d[d++].p, at);
-        else require_same_bits(params[i], refs_f[f++].p, at);
-    }
+    m.require_same();
 }
 
 // Run by the test below in processes with 1, 2 and 3 threads.
@@ -280,45 +299,16 @@ TEST_CASE("SGD child: many parameters of both dtypes against the scalar loop", "
     if (nesterov && momentum == 0) return;  // refused
     CAPTURE(momentum, nesterov);
     std::mt19937_64 rng(10);
-    const std::vector<std::size_t> sizes = {3, 20000, 40000, 9, 15000, 30000, 40000, 33000, 0, 2};
-    std::vector<Tensor> params;
-    std::vector<SGDReference<float>> refs_f;
-    std::vector<SGDReference<double>> refs_d;
-    for (std::size_t i = 0; i < sizes.size(); ++i) {
-        if (i % 3 == 2) {
-            refs_d.push_back({random_values<double>(sizes[i], rng)});
-            params.push_back(leaf(refs_d.back().p));
-        } else {
-            refs_f.push_back({random_values<float>(sizes[i], rng)});
-            params.push_back(leaf(refs_f.back().p));
-        }
-    }
+    ManyParameters<SGDReference> m(rng);
     const double dampening = nesterov ? 0.0 : 0.1;
-    SGD opt(params, SGDOptions(0.05).momentum(momentum).dampening(dampening).weight_decay(0.01).nesterov(nesterov));
+    SGD opt(m.params, SGDOptions(0.05).momentum(momentum).dampening(dampening).weight_decay(0.01).nesterov(nesterov));
     for (int s = 0; s < 3; ++s) {
-        for (std::size_t i = 0, f = 0, d = 0; i < params.size(); ++i) {
-            if (s == 1 && i == 4) {  // a parameter without a gradient skips a step, its buffer starting late
-                params[i].set_grad(Tensor());
-                (i % 3 == 2 ? d : f)++;
-                continue;
-            }
-            if (i % 3 == 2) {
-                const std::vector<double> g = random_values<double>(sizes[i], rng);
-                params[i].set_grad(plain(g));
-                refs_d[d++].step(g, 0.05, momentum, dampening, 0.01, nesterov);
-            } else {
-                const std::vector<float> g = random_values<float>(sizes[i], rng);
-                params[i].set_grad(plain(g));
-                refs_f[f++].step(g, 0.05, momentum, dampening, 0.01, nesterov);
-            }
-        }
+        // parameter 4 has no gradient at step 1: it skips that step, its buffer starting late
+        m.gradients(rng, [&](auto& ref, const auto& g) { ref.step(g, 0.05, momentum, dampening, 0.01, nesterov); },
+                    s == 1 ? 4 : std::size_t(-1));
         opt.step();
     }
-    for (std::size_t i = 0, f = 0, d = 0; i < params.size(); ++i) {
-        const std::string at = "parameter " + std::to_string(i) + " (" + std::to_string(sizes[i]) + " elements)";
-        if (i % 3 == 2) require_same_bits(params[i], refs_d[d++].p, at);
-        else require_same_bits(params[i], refs_f[f++].p, at);
-    }
+    m.require_same();
 }
 
 TEST_CASE("Adam and SGD over many parameters of both dtypes match the scalar loop on 1, 2 and 3 threads", "[optim][kernels]") {
