@@ -344,21 +344,10 @@ Tensor attention_combine_dnnl(const Tensor& weights, const Tensor& values, std::
         bf16 ? Saves::none() : Saves::only_inputs(3u));
 }
 
-}  // namespace
-
-Tensor head_attention_weights(const Tensor& queries, const Tensor& keys, std::size_t num_heads, double scale,
-                              const AttentionMask& mask) {
+// head_attention_weights once its arguments are checked (check_weights_args gave w_shape).
+Tensor attention_weights(const Tensor& queries, const Tensor& keys, std::size_t num_heads, double scale,
+                         const ResolvedMask& mask, const Shape& w_shape) {
     constexpr const char* op = "head_attention_weights";
-    // Checked before the mask is resolved: its table has a row per (batch, query).
-    check_weights_args(op, queries, keys, num_heads);
-    return head_attention_weights(queries, keys, num_heads, scale,
-                                  mask.resolve(op, queries.size(0), queries.size(1), keys.size(1)));
-}
-
-Tensor head_attention_weights(const Tensor& queries, const Tensor& keys, std::size_t num_heads, double scale,
-                              const ResolvedMask& mask) {
-    constexpr const char* op = "head_attention_weights";
-    const Shape w_shape = check_weights_args(op, queries, keys, num_heads);
     const std::size_t B = queries.size(0), Lq = queries.size(1), Lk = keys.size(1), D = queries.size(2);
     const std::size_t H = num_heads, d = D / H;
     mask.check_fits(op, B, Lq, Lk);
@@ -427,6 +416,23 @@ Tensor head_attention_weights(const Tensor& queries, const Tensor& keys, std::si
                 if (need_k) accumulate<T>("head_attention_weights", self.parents[1], std::move(dk));
             });
     });
+}
+
+}  // namespace
+
+Tensor head_attention_weights(const Tensor& queries, const Tensor& keys, std::size_t num_heads, double scale,
+                              const AttentionMask& mask) {
+    constexpr const char* op = "head_attention_weights";
+    // Checked before the mask is resolved: its table has a row per (batch, query).
+    const Shape w_shape = check_weights_args(op, queries, keys, num_heads);
+    return attention_weights(queries, keys, num_heads, scale,
+                             mask.resolve(op, queries.size(0), queries.size(1), keys.size(1)), w_shape);
+}
+
+Tensor head_attention_weights(const Tensor& queries, const Tensor& keys, std::size_t num_heads, double scale,
+                              const ResolvedMask& mask) {
+    const Shape w_shape = check_weights_args("head_attention_weights", queries, keys, num_heads);
+    return attention_weights(queries, keys, num_heads, scale, mask, w_shape);
 }
 
 Tensor head_attention_combine(const Tensor& weights, const Tensor& values, std::size_t num_heads) {
