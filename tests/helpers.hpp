@@ -31,6 +31,15 @@ inline std::string run_this_binary(const std::string& env, const std::string& ta
     return out;
 }
 
+/// What the tests tagged `tag` write when run on 1 thread and on 3 (XGRAD_NUM_THREADS): a child
+/// that prints a result in hexadecimal, for a check that it does not depend on the pool's size.
+struct OnThreads {
+    std::string one, three;
+};
+inline OnThreads run_on_1_and_3_threads(const std::string& tag) {
+    return {run_this_binary("XGRAD_NUM_THREADS=1", tag), run_this_binary("XGRAD_NUM_THREADS=3", tag)};
+}
+
 /// Runs gradcheck with the project's tolerances under a name for the report.
 inline GradcheckResult run_gradcheck(const GradcheckFn& f, const std::vector<Tensor>& inputs,
                                      const std::string& name) {

@@ -275,8 +275,7 @@ TEST_CASE("cross_entropy child: prints the mean and sum losses of many rows", "[
 }
 
 TEST_CASE("cross_entropy's mean and sum are the same bits whatever the number of threads", "[loss]") {
-    const std::string one = run_this_binary("XGRAD_NUM_THREADS=1", "[.cross-entropy-threads-child]");
-    const std::string three = run_this_binary("XGRAD_NUM_THREADS=3", "[.cross-entropy-threads-child]");
+    const auto [one, three] = run_on_1_and_3_threads("[.cross-entropy-threads-child]");
     INFO(one);
     REQUIRE(one.find("mean 0x") != std::string::npos);
     CHECK(one == three);

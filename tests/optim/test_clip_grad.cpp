@@ -173,8 +173,7 @@ TEST_CASE("clip_grad_norm child: prints the norms of random gradients", "[.clip-
 }
 
 TEST_CASE("clip_grad_norm gives the same bits whatever the number of threads", "[optim][clip]") {
-    const std::string one = run_this_binary("XGRAD_NUM_THREADS=1", "[.clip-threads-child]");
-    const std::string three = run_this_binary("XGRAD_NUM_THREADS=3", "[.clip-threads-child]");
+    const auto [one, three] = run_on_1_and_3_threads("[.clip-threads-child]");
     INFO(one);
     REQUIRE(one.find("norm 0x") != std::string::npos);
     CHECK(one == three);
