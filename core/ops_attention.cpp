@@ -3,6 +3,9 @@
 // row length H·d, so neither d2l's transpose_qkv nor transpose_output copy is made. Head (b, h)
 // is row b·H + h of the weights, the order of transpose_qkv.
 #include "core/ops.hpp"
+
+#include <cmath>
+
 #include "core/autocast_product.hpp"
 #include "core/node.hpp"
 #include "core/runtime/bfloat16.hpp"
@@ -34,7 +37,10 @@ constexpr const char* kCombineBackward = "head_attention_combine backward";
 // head_attention_weights' arguments checked, and the weights' shape (B·H, Lq, Lk), counted as
 // (B, H, Lq, Lk) before anything is allocated: without features every num_heads divides them,
 // so B·H alone can wrap.
-Shape check_weights_args(const char* op, const Tensor& queries, const Tensor& keys, std::size_t num_heads) {
+Shape check_weights_args(const char* op, const Tensor& queries, const Tensor& keys, std::size_t num_heads,
+                         double scale) {
+    // A NaN or infinite scale makes every weight NaN, silently.
+    if (!std::isfinite(scale)) throw Error(fmt::format("{}: scale must be finite, got {}", op, scale));
     check_3d(op, "queries", queries);
     check_3d(op, "keys", keys);
     if (queries.size(0) != keys.size(0))
@@ -424,14 +430,14 @@ Tensor head_attention_weights(const Tensor& queries, const Tensor& keys, std::si
                               const AttentionMask& mask) {
     constexpr const char* op = "head_attention_weights";
     // Checked before the mask is resolved: its table has a row per (batch, query).
-    const Shape w_shape = check_weights_args(op, queries, keys, num_heads);
+    const Shape w_shape = check_weights_args(op, queries, keys, num_heads, scale);
     return attention_weights(queries, keys, num_heads, scale,
                              mask.resolve(op, queries.size(0), queries.size(1), keys.size(1)), w_shape);
 }
 
 Tensor head_attention_weights(const Tensor& queries, const Tensor& keys, std::size_t num_heads, double scale,
                               const ResolvedMask& mask) {
-    const Shape w_shape = check_weights_args("head_attention_weights", queries, keys, num_heads);
+    const Shape w_shape = check_weights_args("head_attention_weights", queries, keys, num_heads, scale);
     return attention_weights(queries, keys, num_heads, scale, mask, w_shape);
 }
 

@@ -1,6 +1,8 @@
 // Matrix products on BLAS gemm. Forward and backward use gemm's transpose flags, so no
 // transposed copy is ever made, and accumulate with beta = 1 where a broadcast operand's
 // gradient sums over batches.
+#include <cmath>
+
 #include "core/runtime/blas.hpp"
 #include "core/autocast_product.hpp"
 #include "core/broadcast.hpp"
@@ -299,6 +301,8 @@ Tensor matmul_t(const Tensor& a, const Tensor& b, bool transpose_a, bool transpo
     if (a.dim() < 2 || b.dim() < 2)
         throw Error(fmt::format("matmul_t: both operands need at least two axes, got shapes {} and {}",
                                 shape_str(a.shape()), shape_str(b.shape())));
+    // A NaN or infinite alpha makes every element NaN or infinite, silently.
+    if (!std::isfinite(alpha)) throw Error(fmt::format("matmul_t: alpha must be finite, got {}", alpha));
     Plan p = plan_product("matmul_t", a.shape(), b.shape(), transpose_a, transpose_b, alpha, a.shape(), b.shape());
     p.out_shape.push_back(transpose_a ? a.size(-1) : a.size(-2));
     p.out_shape.push_back(transpose_b ? b.size(-2) : b.size(-1));

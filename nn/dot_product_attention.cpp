@@ -39,8 +39,11 @@ Tensor DotProductAttention::forward_heads(const Tensor& queries, const Tensor& k
 
 Tensor DotProductAttention::forward_heads(const Tensor& queries, const Tensor& keys, const Tensor& values,
                                           std::size_t num_heads, const ResolvedMask& mask) {
+    // 1/√d; without features (d = 0) every score sums nothing and is 0 whatever the scale, and
+    // head_attention_weights refuses an infinite one.
     const double d = static_cast<double>(queries.size(2) / num_heads);
-    m_attention_weights = head_attention_weights(queries, keys, num_heads, 1.0 / std::sqrt(d), mask);
+    const double scale = d > 0 ? 1.0 / std::sqrt(d) : 1.0;
+    m_attention_weights = head_attention_weights(queries, keys, num_heads, scale, mask);
     return head_attention_combine(m_dropout->forward(m_attention_weights), values, num_heads);  // (batch, Tq, H·v)
 }
 

@@ -190,6 +190,16 @@ TEST_CASE("DotProductAttention reproduces d2l's example", "[attention]") {
     CHECK_THAT(std::vector<double>(w.begin() + 10, w.end()), approx({s, s, s, s, s, s, 0, 0, 0, 0}, 1e-6));
 }
 
+TEST_CASE("DotProductAttention over queries and keys without features weighs the kept keys alike", "[attention]") {
+    // d = 0: every score sums nothing; the scale 1/√d would be infinite, so it is not used
+    DotProductAttention attention(0.0);
+    const Tensor out = attention.forward(rand({2, 3, 0}), rand({2, 4, 0}), rand({2, 4, 2}), lens({2, 4}));
+    CHECK(out.shape() == Shape{2, 3, 2});
+    const auto w = vals(attention.attention_weights());
+    CHECK_THAT(std::vector<double>(w.begin(), w.begin() + 4), approx({0.5, 0.5, 0, 0}, 1e-6));
+    CHECK_THAT(std::vector<double>(w.begin() + 12, w.begin() + 16), approx({0.25, 0.25, 0.25, 0.25}, 1e-6));
+}
+
 TEST_CASE("DotProductAttention keeps the weights from before dropout", "[attention]") {
     DotProductAttention attention(0.5);
     const Tensor out = attention.forward(rand({3, 4, 5}), rand({3, 6, 5}), rand({3, 6, 2}), lens({1, 6, 3}));

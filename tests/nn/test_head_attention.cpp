@@ -370,3 +370,18 @@ TEST_CASE("bad input: DotProductAttention::forward_heads with heads that do not 
     CHECK_THROWS_WITH(attention.forward_heads(q, ones({2, 4, 6}), ones({2, 5, 4}), 2),
                       Catch::Contains("DotProductAttention: keys and values must have the same length"));
 }
+
+TEST_CASE("head_attention_weights and matmul_t refuse a scale that is NaN or infinite, naming it", "[heads]") {
+    // Every weight or element would come out NaN or infinite without a word.
+    const Tensor q = randn({2, 3, 4}), k = randn({2, 5, 4});
+    for (double bad : {std::nan(""), std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity()}) {
+        CAPTURE(bad);
+        CHECK_THROWS_WITH(head_attention_weights(q, k, 2, bad, AttentionMask()),
+                          Catch::Contains("head_attention_weights: scale must be finite, got"));
+        const ResolvedMask all = AttentionMask().resolve("test", 2, 3, 5);
+        CHECK_THROWS_WITH(head_attention_weights(q, k, 2, bad, all),
+                          Catch::Contains("head_attention_weights: scale must be finite, got"));
+        CHECK_THROWS_WITH(matmul_t(q, k, false, true, bad), Catch::Contains("matmul_t: alpha must be finite, got"));
+    }
+    CHECK_NOTHROW(head_attention_weights(q, k, 2, 0.0, AttentionMask()));  // zero: uniform weights, allowed
+}
