@@ -29,11 +29,6 @@ void check_heads(const char* op, const char* arg, const Tensor& t, std::size_t n
                                 t.size(2), num_heads, shape_str(t.shape())));
 }
 
-// What running out of memory names (AllocContext) while the gradients are made. Contexts are
-// per thread: the loops that allocate on the pool set their own.
-constexpr const char* kWeightsBackward = "head_attention_weights backward";
-constexpr const char* kCombineBackward = "head_attention_combine backward";
-
 // head_attention_weights' arguments checked, and the weights' shape (B·H, Lq, Lk), counted as
 // (B, H, Lq, Lk) before anything is allocated: without features every num_heads divides them,
 // so B·H alone can wrap.
@@ -63,10 +58,9 @@ Shape check_weights_args(const char* op, const Tensor& queries, const Tensor& ke
 // inputs' gradients are zeros, made without a pass over the (batch, head) pairs, of which an
 // empty axis leaves room for 2^40 and more.
 template <class T>
-Tensor without_products(const char* op, const char* backward_op, xt::xarray<T>&& value, const Tensor& a,
+Tensor without_products(const char* op, xt::xarray<T>&& value, const Tensor& a,
                         const Tensor& b) {
-    return make_result<T>(std::move(value), {a, b}, op, [op, backward_op](Node& self, const Storage&) {
-        const AllocContext context(backward_op, self.shape);
+    return make_result<T>(std::move(value), {a, b}, op, [op](Node& self, const Storage&) {
         for (std::size_t i = 0; i < 2; ++i)
             if (needs_grad(self, i))
                 accumulate<T>(op, self.parents[i], xt::xarray<T>(xt::zeros<T>(self.parents[i].shape())));
@@ -233,7 +227,6 @@ Tensor attention_weights_dnnl(const Tensor& queries, const Tensor& keys, std::si
             const float* G = grad_as<float>(gs).data();
             const void* Q = bf16 ? static_cast<const void*>(keep_q ? keep_q->data() : nullptr) : values<float>(self.parents[0]).data();
             const void* K = bf16 ? static_cast<const void*>(keep_k ? keep_k->data() : nullptr) : values<float>(self.parents[1]).data();
-            const AllocContext context(kWeightsBackward, self.shape);
             xt::xarray<float> dq, dk;
             if (need_q) dq = xt::empty<float>(Shape{B, Lq, D});
             if (need_k) dk = xt::empty<float>(Shape{B, Lk, D});
@@ -249,14 +242,12 @@ Tensor attention_weights_dnnl(const Tensor& queries, const Tensor& keys, std::si
             pk.trans_a = true, pk.m = Lk, pk.n = d, pk.k = Lq;
             set_b(pk, head_layout(bf16, Lq, H, d)), set_c(pk, Lk, H, d);
             pair_blocks(B, H, grain, block, [&](std::size_t p0, std::size_t p1) {
-                const AllocContext block_context(kWeightsBackward, self.shape);
                 // The softmax's backward for the block: float32, or rounded to bfloat16 row by
                 // row as it is written. From the caching allocator: a block-sized buffer from
                 // malloc would come from mmap and fault its pages in on every block.
                 CachedBuffer<float> dS(bf16 ? 0 : (p1 - p0) * Lq * Lk);
                 CachedBuffer<std::uint16_t> dS16(bf16 ? (p1 - p0) * Lq * Lk : 0);
                 row_loop(p0 * Lq, p1 * Lq, Lk, [&](std::size_t r0, std::size_t r1) {
-                    const AllocContext rows_context(kWeightsBackward, self.shape);
                     CachedBuffer<float> one_row(bf16 ? Lk : 0);  // a float32 row before its rounding
                     for (std::size_t r = r0; r < r1; ++r) {
                         const std::size_t b = r / (H * Lq), i = r % Lq, at = (r - p0 * Lq) * Lk;
@@ -322,7 +313,6 @@ Tensor attention_combine_dnnl(const Tensor& weights, const Tensor& values, std::
             const bool need_w = needs_grad(self, 0), need_v = needs_grad(self, 1);
             if (!need_w && !need_v) return;
             const bool bf16 = in == dnnl::Input::bf16;
-            const AllocContext context(kCombineBackward, self.shape);
             const xt::xarray<float>& g = grad_as<float>(gs);
             const autocast::Bf16 g16 = bf16 ? autocast::to_bf16_heads(g.data(), B, Lq, H, dv) : nullptr;
             const void* G = bf16 ? static_cast<const void*>(g16->data()) : g.data();
@@ -365,7 +355,7 @@ Tensor attention_weights(const Tensor& queries, const Tensor& keys, std::size_t 
     }
     return dispatch_floating(op, queries.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
-        if (empty) return without_products<T>(op, kWeightsBackward, xt::empty<T>(w_shape), queries, keys);
+        if (empty) return without_products<T>(op, xt::empty<T>(w_shape), queries, keys);
         const T* Q = values<T>(queries).data();
         const T* K = values<T>(keys).data();
         const T alpha = static_cast<T>(scale);
@@ -396,14 +386,12 @@ Tensor attention_weights(const Tensor& queries, const Tensor& keys, std::size_t 
                 const T* G = grad_as<T>(gs).data();
                 const T* Q = values<T>(self.parents[0]).data();
                 const T* K = values<T>(self.parents[1]).data();
-                const AllocContext context(kWeightsBackward, self.shape);
                 // every element of dQ and dK is added by exactly one (b, h) product, into zeros
                 xt::xarray<T> dq, dk;
                 if (need_q) dq = xt::zeros<T>(Shape{B, Lq, D});
                 if (need_k) dk = xt::zeros<T>(Shape{B, Lk, D});
                 // Without features dQ and dK are empty: no dS to make, pair by pair.
                 if (D != 0) parallel_for(B * H, grain, [&](std::size_t p0, std::size_t p1) {
-                    const AllocContext chunk_context(kWeightsBackward, self.shape);
                     CachedBuffer<T> dS(Lq * Lk);  // one (b, h) at a time
                     for (std::size_t p = p0; p < p1; ++p) {
                         const std::size_t b = p / H, h = p % H;
@@ -471,7 +459,7 @@ Tensor head_attention_combine(const Tensor& weights, const Tensor& values, std::
         using T = typename decltype(tag)::type;
         // Without keys each head's product sums nothing: zeros, with no pass over the pairs.
         if (empty || Lk == 0)
-            return without_products<T>(op, kCombineBackward, xt::xarray<T>(xt::zeros<T>(out_shape)), weights, values);
+            return without_products<T>(op, xt::xarray<T>(xt::zeros<T>(out_shape)), weights, values);
         const T* W = xgrad::values<T>(weights).data();
         const T* V = xgrad::values<T>(values).data();  // qualified: the argument hides the function
         const std::size_t grain = pair_grain(Lq, dv, Lk);
@@ -489,7 +477,6 @@ Tensor head_attention_combine(const Tensor& weights, const Tensor& values, std::
             const T* W = xgrad::values<T>(self.parents[0]).data();
             const T* V = xgrad::values<T>(self.parents[1]).data();
             const T* G = grad_as<T>(gs).data();
-            const AllocContext context(kCombineBackward, self.shape);
             xt::xarray<T> dw, dval;
             if (need_w) dw = xt::empty<T>(Shape{B * H, Lq, Lk});
             if (need_v) dval = xt::zeros<T>(Shape{B, Lk, E});

@@ -12,6 +12,7 @@
 #include "core/node.hpp"
 #include "core/ops.hpp"
 #include "core/ops_util.hpp"
+#include "core/runtime/alloc.hpp"
 
 namespace xgrad {
 
@@ -520,7 +521,10 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
             }
             if (n.retains_grad) add_into(n.grad, Storage(g));
             running = n.op;
-            n.backward(n, g);
+            {
+                const AllocContext context(n.op, n.shape, AllocContext::Phase::backward);
+                n.backward(n, g);
+            }
             if (!retain_graph) {
                 n.backward = nullptr;
                 n.parents.clear();

@@ -188,14 +188,14 @@ Cache& cache() {
 }
 
 // What the allocations of this thread are for (AllocContext), read only when one fails.
-struct Context {
-    const char* op = nullptr;
-    const std::vector<std::size_t>* shape = nullptr;
-};
-thread_local Context t_context;
+thread_local AllocContext::State t_context;
 
 [[noreturn]] void out_of_memory(const std::string& request) {
-    const Context& c = t_context;
+    const AllocContext::State& c = t_context;
+    if (c.op && c.shape && c.phase == AllocContext::Phase::backward)
+        throw Error(fmt::format("{} backward: out of memory making the gradients of a result of shape {}: cannot "
+                                "allocate {}",
+                                c.op, shape_str(*c.shape), request));
     if (c.op && c.shape)
         throw Error(fmt::format("{}: out of memory for a result of shape {}: cannot allocate {}", c.op,
                                 shape_str(*c.shape), request));
@@ -233,12 +233,14 @@ void throw_out_of_memory(std::size_t count, std::size_t size) {
                               format_bytes(static_cast<double>(count) * static_cast<double>(size))));
 }
 
-AllocContext::AllocContext(const char* op, const std::vector<std::size_t>& shape) noexcept
-    : m_previous_op(t_context.op), m_previous_shape(t_context.shape) {
-    t_context = {op, &shape};
-}
+AllocContext::AllocContext(const char* op, const std::vector<std::size_t>& shape, Phase phase) noexcept
+    : AllocContext(State{op, &shape, phase}) {}
 
-AllocContext::~AllocContext() { t_context = {m_previous_op, m_previous_shape}; }
+AllocContext::AllocContext(const State& state) noexcept : m_previous(t_context) { t_context = state; }
+
+AllocContext::~AllocContext() { t_context = m_previous; }
+
+AllocContext::State AllocContext::current() noexcept { return t_context; }
 
 void cached_free(void* p, std::size_t bytes) noexcept { cache().free(p, bytes); }
 AllocCacheStats alloc_cache_stats() { return cache().stats(); }

@@ -59,17 +59,31 @@ std::string format_bytes(double bytes);
 [[noreturn]] void throw_out_of_memory(std::size_t count, std::size_t size);
 
 /// While alive, says what this thread's allocations are for, so that running out of memory
-/// names the op and the shape it was making. Costs two thread-local stores; nests.
+/// names the op and the shape it was making ("matmul: out of memory for a result of shape
+/// (8, 8)") or, in backward, the op whose gradients it was making and that op's result ("mul
+/// backward: out of memory making the gradients of a result of shape (8, 8)"): the autograd
+/// engine sets one around every op's backward. parallel_for hands the caller's to its chunks.
+/// Costs a few thread-local stores; nests.
 class AllocContext {
 public:
-    AllocContext(const char* op, const std::vector<std::size_t>& shape) noexcept;
+    enum class Phase { forward, backward };
+    /// What a thread's context holds; `shape` must outlive the context that holds it.
+    struct State {
+        const char* op = nullptr;
+        const std::vector<std::size_t>* shape = nullptr;
+        Phase phase = Phase::forward;
+    };
+    AllocContext(const char* op, const std::vector<std::size_t>& shape, Phase phase = Phase::forward) noexcept;
+    /// Another thread's context, taken with current(): a pool thread working for that thread.
+    explicit AllocContext(const State& state) noexcept;
     ~AllocContext();
     AllocContext(const AllocContext&) = delete;
     AllocContext& operator=(const AllocContext&) = delete;
+    /// The calling thread's context now.
+    static State current() noexcept;
 
 private:
-    const char* m_previous_op;
-    const std::vector<std::size_t>* m_previous_shape;
+    State m_previous;
 };
 
 /// A standard allocator over cached_alloc, for xt::xarray's storage.

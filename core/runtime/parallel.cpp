@@ -1,5 +1,7 @@
 #include "core/runtime/parallel.hpp"
 
+#include "core/runtime/alloc.hpp"
+
 #include <fmt/format.h>
 #include <sched.h>
 
@@ -225,7 +227,13 @@ void parallel_for(std::size_t n, std::size_t grain, const std::function<void(std
         ChunkScope scope;
         return f(0, n);
     }
-    const std::function<void(std::size_t)> chunk = [&](std::size_t i) { f(n * i / chunks, n * (i + 1) / chunks); };
+    // Each chunk allocates under the caller's AllocContext: running out of memory on a pool
+    // thread names the op as on the caller.
+    const AllocContext::State context = AllocContext::current();
+    const std::function<void(std::size_t)> chunk = [&](std::size_t i) {
+        const AllocContext caller(context);
+        f(n * i / chunks, n * (i + 1) / chunks);
+    };
     if (pool().try_run(chunks, chunk)) return;
     // Another thread's loop has the pool: the same chunks, one after another, on this thread.
     // Waiting for the pool instead would stall, or deadlock on a lock the caller holds.

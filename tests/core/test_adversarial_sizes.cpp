@@ -2,13 +2,18 @@
 // and every conversion of a double to an integer count, index or value. Each must end in an
 // xgrad::Error naming the op (and the shape or argument), never a wrapped count, an impossible
 // 0-element shape, std::bad_alloc or a crash. Zero-length axes keep the huge shapes free to make.
+#include <sys/resource.h>
+
 #include <climits>
+#include <cstdio>
 #include <cmath>
 #include <functional>
 #include <limits>
 #include <string>
+#include <thread>
 
 #include "core/runtime/alloc.hpp"
+#include "core/runtime/parallel.hpp"
 #include "helpers.hpp"
 
 using namespace xgrad;
@@ -376,4 +381,81 @@ TEST_CASE("valid_lens of any value either resolve to a count of keys or throw", 
     CHECK_THAT(w, approx({1. / 3, 1. / 3, 1. / 3, 1, 0, 0, 1. / 3, 1. / 3, 1. / 3, 1, 0, 0}));
     CHECK_THROWS_WITH(head_attention_weights(Q, K, 2, 1.0, AttentionMask::valid_lens(tensor({{1, NAN}}))),
                       Contains("head_attention_weights: valid_lens must be whole numbers, got nan at [0, 1]"));
+}
+
+// --- running out of memory in backward and on the pool's threads --------------------------
+
+namespace {
+
+// The process's address space now, from /proc/self/status, in bytes.
+std::size_t address_space_bytes() {
+    std::FILE* f = std::fopen("/proc/self/status", "r");
+    REQUIRE(f);
+    char line[256];
+    std::size_t kib = 0;
+    while (std::fgets(line, sizeof line, f))
+        if (std::sscanf(line, "VmSize: %zu kB", &kib) == 1) break;
+    std::fclose(f);
+    REQUIRE(kib > 0);
+    return kib * 1024;
+}
+
+}  // namespace
+
+TEST_CASE("child: backward runs out of memory", "[.child-backward-oom]") {
+    // x·x and its sum fit; the backward's two gradients of 256 MiB do not.
+    const std::size_t n = std::size_t(1) << 26;
+    const Tensor x = ones({n}).requires_grad_();
+    Tensor loss = sum(x * x);
+    (void)num_threads();  // the pool's threads and stacks exist before the limit
+    struct rlimit saved {};
+    REQUIRE(::getrlimit(RLIMIT_AS, &saved) == 0);
+    struct rlimit low = saved;
+    low.rlim_cur = address_space_bytes() + (std::size_t(384) << 20);
+    REQUIRE(::setrlimit(RLIMIT_AS, &low) == 0);
+    try {
+        loss.backward();
+        std::printf("no error\n");
+    } catch (const Error& e) {
+        std::printf("error: %s\n", e.what());
+    }
+    REQUIRE(::setrlimit(RLIMIT_AS, &saved) == 0);
+    // Nothing half-made reached x, and the engine still works.
+    std::printf("grad defined: %d\n", x.grad().defined() ? 1 : 0);
+    const Tensor z = ones({3}).requires_grad_();
+    sum(z * z).backward();
+    std::printf("after: %g %g %g\n", vals(z.grad())[0], vals(z.grad())[1], vals(z.grad())[2]);
+}
+
+TEST_CASE("child: a pool thread runs out of memory", "[.child-pool-oom]") {
+    const Shape shape{7, 9};
+    const AllocContext context("pooled_op", shape);
+    const auto caller = std::this_thread::get_id();
+    try {
+        // Only the pool's own threads allocate: the error comes from one of them.
+        parallel_for(3, 1, [&](std::size_t, std::size_t) {
+            if (std::this_thread::get_id() != caller) cached_alloc(std::size_t(1) << 52);
+        });
+        std::printf("no error\n");
+    } catch (const Error& e) {
+        std::printf("error: %s\n", e.what());
+    }
+}
+
+TEST_CASE("running out of memory in backward, or on a pool thread, names the op", "[sizes]") {
+#if defined(__SANITIZE_ADDRESS__)
+    // AddressSanitizer reserves terabytes of address space and aborts on failed requests.
+    WARN("skipped under AddressSanitizer, which aborts when an allocation fails");
+    return;
+#endif
+    const std::string backward = run_this_binary("XGRAD_ALLOC_CACHE_MB=0 XGRAD_NUM_THREADS=1", "[.child-backward-oom]");
+    INFO(backward);
+    CHECK_THAT(backward, Contains("error: mul backward: out of memory making the gradients of a result of shape "
+                                  "(67108864,): cannot allocate 268435456 bytes (256.0 MiB)"));
+    CHECK_THAT(backward, Contains("grad defined: 0"));
+    CHECK_THAT(backward, Contains("after: 2 2 2"));
+    const std::string pooled = run_this_binary("XGRAD_NUM_THREADS=3", "[.child-pool-oom]");
+    INFO(pooled);
+    CHECK_THAT(pooled, Contains("error: pooled_op: out of memory for a result of shape (7, 9): cannot allocate "
+                                "4503599627370496 bytes"));
 }
