@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -83,15 +84,18 @@ std::chrono::microseconds spin_wanted() {
     return std::chrono::microseconds(100);
 }
 
-// A loop hands chunk i to worker i - 1 and the caller runs chunk 0, then waits for the count
-// of finished chunks. Both sides spin for a short while (m_spin) before sleeping on a
-// condition variable: in a training step one parallel loop follows another within
-// microseconds, and waking a sleeping thread costs tens of microseconds in a VM, more than
-// a small loop's whole chunk.
+// A loop's chunks are claimed one at a time, by the caller and by the workers alike, and the
+// caller then waits for the count of finished chunks. So a worker that has not yet woken, or
+// that another process holds off its core, delays nothing: the caller runs the chunks left
+// unclaimed (with a worker per chunk, a descheduled one had held every loop up until its next
+// time slice). Which thread runs a chunk never changes what it computes. Both sides spin for a
+// short while (m_spin) before sleeping on a condition variable: in a training step one
+// parallel loop follows another within microseconds, and waking a sleeping thread costs tens of
+// microseconds in a VM, more than a small loop's whole chunk.
 class Pool {
 public:
     explicit Pool(std::size_t threads, std::chrono::microseconds spin) : m_spin(spin) {
-        for (std::size_t i = 1; i < threads; ++i) m_workers.emplace_back([this, i] { work(i); });
+        for (std::size_t i = 1; i < threads; ++i) m_workers.emplace_back([this] { work(); });
     }
     ~Pool() {
         {
@@ -108,20 +112,23 @@ public:
     bool try_run(std::size_t chunks, const std::function<void(std::size_t)>& chunk) {
         std::unique_lock<std::mutex> one_loop(m_loop_mutex, std::try_to_lock);
         if (!one_loop.owns_lock()) return false;
+        std::uint64_t generation;
         {
             std::lock_guard<std::mutex> lock(m_mutex);
             m_chunk = &chunk;
             m_chunks = chunks;
             m_error = nullptr;
-            m_done.store(1);
-            m_generation.fetch_add(1);
+            m_done.store(0);
+            generation = m_generation.load() + 1;
+            m_claims.store(generation << kClaimBits);
+            m_generation.store(generation);
         }
         m_wake.notify_all();
         {
             ChunkScope scope;
-            run_chunk(chunk, 0);
+            run_claimed(generation, chunks, chunk);
         }
-        // Also after a failed chunk 0: the workers are still reading `chunk`.
+        // Also after a failed chunk: the workers may still be running theirs.
         if (!spin_until([&] { return m_done.load() == chunks; })) {
             std::unique_lock<std::mutex> lock(m_mutex);
             m_finished.wait(lock, [&] { return m_done.load() == chunks; });
@@ -137,15 +144,34 @@ public:
     }
 
 private:
-    // chunk(index), keeping the loop's first exception for the caller: one escaping a worker
-    // would end the process, one escaping the caller early would leave the workers running a
+    // m_claims: the loop's generation above kClaimBits, the next unclaimed chunk below. A claim
+    // is a compare-and-swap on both, so a thread still holding an earlier loop's `chunk` can
+    // never take a chunk of a later loop.
+    static constexpr unsigned kClaimBits = 16;
+    static_assert(kMaxThreads < (std::size_t(1) << kClaimBits), "a loop's chunk indices fit below kClaimBits");
+
+    // Runs chunks of loop `generation` until none is left unclaimed, counting each one done.
+    // chunk(index) keeps the loop's first exception for the caller: one escaping a worker would
+    // end the process, one escaping the caller early would leave the workers running a
     // destroyed `chunk`.
-    void run_chunk(const std::function<void(std::size_t)>& chunk, std::size_t index) {
-        try {
-            chunk(index);
-        } catch (...) {
-            std::lock_guard<std::mutex> lock(m_mutex);
-            if (!m_error) m_error = std::current_exception();
+    void run_claimed(std::uint64_t generation, std::size_t chunks, const std::function<void(std::size_t)>& chunk) {
+        std::uint64_t claims = m_claims.load();
+        for (;;) {
+            const std::size_t index = static_cast<std::size_t>(claims & ((std::uint64_t(1) << kClaimBits) - 1));
+            if ((claims >> kClaimBits) != generation || index >= chunks) return;
+            if (!m_claims.compare_exchange_weak(claims, claims + 1)) continue;  // claims reloaded
+            try {
+                chunk(index);
+            } catch (...) {
+                std::lock_guard<std::mutex> lock(m_mutex);
+                if (!m_error) m_error = std::current_exception();
+            }
+            {
+                std::lock_guard<std::mutex> lock(m_mutex);
+                m_done.fetch_add(1);
+            }
+            m_finished.notify_one();
+            claims = m_claims.load();
         }
     }
 
@@ -163,26 +189,23 @@ private:
         }
     }
 
-    void work(std::size_t index) {
+    void work() {
         inside_chunk = true;
-        std::size_t seen = 0;
+        std::uint64_t seen = 0;
         for (;;) {
             const std::function<void(std::size_t)>* chunk;
+            std::size_t chunks;
             spin_until([&] { return m_generation.load() != seen || m_stop_flag.load(); });
             {
                 std::unique_lock<std::mutex> lock(m_mutex);
                 m_wake.wait(lock, [&] { return m_stop || m_generation.load() != seen; });
                 if (m_stop) return;
                 seen = m_generation.load();
-                if (index >= m_chunks) continue;
                 chunk = m_chunk;
+                chunks = m_chunks;
             }
-            run_chunk(*chunk, index);
-            {
-                std::lock_guard<std::mutex> lock(m_mutex);
-                m_done.fetch_add(1);
-            }
-            m_finished.notify_one();
+            // null: the loop ended before this thread woke, its chunks all run by others
+            if (chunk) run_claimed(seen, chunks, *chunk);
         }
     }
 
@@ -192,7 +215,8 @@ private:
     const std::function<void(std::size_t)>* m_chunk = nullptr;
     std::size_t m_chunks = 0;
     std::exception_ptr m_error;  // the loop's first exception; guarded by m_mutex
-    std::atomic<std::size_t> m_done{0}, m_generation{0};
+    std::atomic<std::size_t> m_done{0};
+    std::atomic<std::uint64_t> m_generation{0}, m_claims{0};
     bool m_stop = false;
     std::atomic<bool> m_stop_flag{false};
     const std::chrono::microseconds m_spin;

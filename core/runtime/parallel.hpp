@@ -1,7 +1,9 @@
 #pragma once
 /// A small fixed pool of worker threads for xgrad's kernels (products, row loops).
-/// parallel_for(n, f) calls f(begin, end) on contiguous chunks of [0, n), one per thread, the
-/// caller taking the first; calls made from inside a chunk run inline, so kernels nest safely.
+/// parallel_for(n, f) calls f(begin, end) on contiguous chunks of [0, n), as many as threads;
+/// the caller and the pool's threads each claim the next chunk left until none is, so a loop
+/// never waits for a thread that has not started (asleep, or held off its core by another
+/// process). Calls made from inside a chunk run inline, so kernels nest safely.
 /// Threads: XGRAD_NUM_THREADS if set, else the CPUs this process may run on, at most 8. OpenBLAS
 /// is then kept to 1 thread of its own (core/runtime/blas.cpp) so the two pools never oversubscribe.
 /// Between loops the threads poll for XGRAD_POOL_SPIN_US microseconds (default 100, 0 for

@@ -4,6 +4,8 @@
 // 0-element shape, std::bad_alloc or a crash. Zero-length axes keep the huge shapes free to make.
 #include <sys/resource.h>
 
+#include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cmath>
@@ -431,10 +433,18 @@ TEST_CASE("child: a pool thread runs out of memory", "[.child-pool-oom]") {
     const Shape shape{7, 9};
     const AllocContext context("pooled_op", shape);
     const auto caller = std::this_thread::get_id();
+    std::atomic<bool> worker_started{false};
     try {
-        // Only the pool's own threads allocate: the error comes from one of them.
+        // Only the pool's own threads allocate, so the error comes from one of them; the
+        // caller's chunk waits for one to start, as it would otherwise run every chunk itself.
         parallel_for(3, 1, [&](std::size_t, std::size_t) {
-            if (std::this_thread::get_id() != caller) cached_alloc(std::size_t(1) << 52);
+            if (std::this_thread::get_id() == caller) {
+                const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+                while (!worker_started.load() && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+                return;
+            }
+            worker_started.store(true);
+            cached_alloc(std::size_t(1) << 52);
         });
         std::printf("no error\n");
     } catch (const Error& e) {

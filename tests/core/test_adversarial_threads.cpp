@@ -4,9 +4,13 @@
 //
 // Catch2's assertions are not thread-safe: the threads record what they saw, the test thread
 // checks it after joining them.
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -304,6 +308,64 @@ TEST_CASE("a thread holding a lock that another thread's chunks wait for can sti
     held.unlock();
     a.join();
     CHECK(std::all_of(hits.begin(), hits.end(), [](int h) { return h == 1; }));
+}
+
+namespace held_worker {
+// A pool thread held inside a signal handler until the test lets go: a worker that another
+// process keeps off its core, as far as the pool can tell.
+std::atomic<bool> holding{false}, release{false}, left{false};
+void hold(int) {
+    holding.store(true);
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!release.load() && std::chrono::steady_clock::now() < give_up) {
+    }
+    left.store(true);
+}
+}  // namespace held_worker
+
+TEST_CASE("child: a loop runs while its only worker is held", "[.held-worker-child]") {
+    // Find the worker: the caller's chunk waits until the other chunk has run on it.
+    const pthread_t caller = pthread_self();
+    std::atomic<bool> found{false};
+    pthread_t worker{};
+    parallel_for(2, 1, [&](std::size_t, std::size_t) {
+        if (pthread_equal(pthread_self(), caller)) {
+            while (!found.load()) std::this_thread::yield();
+            return;
+        }
+        worker = pthread_self();
+        found.store(true);
+    });
+    struct sigaction action {};
+    action.sa_handler = held_worker::hold;
+    REQUIRE(sigaction(SIGUSR1, &action, nullptr) == 0);
+    REQUIRE(pthread_kill(worker, SIGUSR1) == 0);
+    while (!held_worker::holding.load()) std::this_thread::yield();
+    // Every chunk runs, on the caller, while the worker is held.
+    std::vector<int> hits(64, 0);
+    std::atomic<int> on_worker{0};
+    parallel_for(hits.size(), 1, [&](std::size_t b, std::size_t e) {
+        if (!pthread_equal(pthread_self(), caller)) ++on_worker;
+        for (std::size_t i = b; i < e; ++i) ++hits[i];
+    });
+    const bool finished_while_held = !held_worker::left.load();
+    held_worker::release.store(true);
+    std::printf("covered %d, on the held worker %d, finished while held %d\n",
+                std::all_of(hits.begin(), hits.end(), [](int h) { return h == 1; }) ? 1 : 0, on_worker.load(),
+                finished_while_held ? 1 : 0);
+    // and the worker takes chunks again once it is back
+    std::vector<int> again(1000, 0);
+    parallel_for(again.size(), 1, [&](std::size_t b, std::size_t e) {
+        for (std::size_t i = b; i < e; ++i) ++again[i];
+    });
+    std::printf("covered again %d\n", std::all_of(again.begin(), again.end(), [](int h) { return h == 1; }) ? 1 : 0);
+}
+
+TEST_CASE("a loop does not wait for a worker that cannot start: the caller runs what is unclaimed", "[threads]") {
+    const std::string out = test::run_this_binary("XGRAD_NUM_THREADS=2", "[.held-worker-child]");
+    INFO(out);
+    CHECK_THAT(out, Catch::Matchers::Contains("covered 1, on the held worker 0, finished while held 1"));
+    CHECK_THAT(out, Catch::Matchers::Contains("covered again 1"));
 }
 
 TEST_CASE("products computed on two threads at once equal the same products computed alone", "[threads]") {
