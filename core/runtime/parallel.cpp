@@ -84,18 +84,20 @@ std::chrono::microseconds spin_wanted() {
     return std::chrono::microseconds(100);
 }
 
-// A loop's chunks are claimed one at a time, by the caller and by the workers alike, and the
-// caller then waits for the count of finished chunks. So a worker that has not yet woken, or
-// that another process holds off its core, delays nothing: the caller runs the chunks left
-// unclaimed (with a worker per chunk, a descheduled one had held every loop up until its next
-// time slice). Which thread runs a chunk never changes what it computes. Both sides spin for a
-// short while (m_spin) before sleeping on a condition variable: in a training step one
-// parallel loop follows another within microseconds, and waking a sleeping thread costs tens of
-// microseconds in a VM, more than a small loop's whole chunk.
+// Thread i (the caller is 0) claims chunk i of a loop first, then any chunk still unclaimed,
+// and the caller then waits for the count of finished chunks. Keeping chunk i on thread i
+// keeps each half of a tensor in the same core's cache from one loop to the next; claiming the
+// rest means a worker that has not yet woken, or that another process holds off its core,
+// delays nothing: the caller runs its chunk (with a fixed chunk per worker, a descheduled one
+// held every loop up until its next time slice). Which thread runs a chunk never changes what
+// it computes. Both sides spin for a short while (m_spin) before sleeping on a condition
+// variable: in a training step one parallel loop follows another within microseconds, and
+// waking a sleeping thread costs tens of microseconds in a VM, more than a small loop's whole
+// chunk.
 class Pool {
 public:
     explicit Pool(std::size_t threads, std::chrono::microseconds spin) : m_spin(spin) {
-        for (std::size_t i = 1; i < threads; ++i) m_workers.emplace_back([this] { work(); });
+        for (std::size_t i = 1; i < threads; ++i) m_workers.emplace_back([this, i] { work(i); });
     }
     ~Pool() {
         {
@@ -120,13 +122,12 @@ public:
             m_error = nullptr;
             m_done.store(0);
             generation = m_generation.load() + 1;
-            m_claims.store(generation << kClaimBits);
             m_generation.store(generation);
         }
         m_wake.notify_all();
         {
             ChunkScope scope;
-            run_claimed(generation, chunks, chunk);
+            run_claimed(0, generation, chunks, chunk);
         }
         // Also after a failed chunk: the workers may still be running theirs.
         if (!spin_until([&] { return m_done.load() == chunks; })) {
@@ -144,22 +145,26 @@ public:
     }
 
 private:
-    // m_claims: the loop's generation above kClaimBits, the next unclaimed chunk below. A claim
-    // is a compare-and-swap on both, so a thread still holding an earlier loop's `chunk` can
-    // never take a chunk of a later loop.
-    static constexpr unsigned kClaimBits = 16;
-    static_assert(kMaxThreads < (std::size_t(1) << kClaimBits), "a loop's chunk indices fit below kClaimBits");
+    // Chunk i of loop `generation`, if no thread has claimed it yet. m_claimed[i] holds the
+    // latest loop whose chunk i was claimed: loops are numbered upwards and every chunk of a
+    // loop is claimed before the next loop starts, so a thread still holding an earlier loop's
+    // `chunk` can never take a chunk of a later one.
+    bool claim(std::size_t i, std::uint64_t generation) {
+        std::uint64_t seen = m_claimed[i].load();
+        while (seen < generation)
+            if (m_claimed[i].compare_exchange_weak(seen, generation)) return true;
+        return false;
+    }
 
-    // Runs chunks of loop `generation` until none is left unclaimed, counting each one done.
-    // chunk(index) keeps the loop's first exception for the caller: one escaping a worker would
-    // end the process, one escaping the caller early would leave the workers running a
-    // destroyed `chunk`.
-    void run_claimed(std::uint64_t generation, std::size_t chunks, const std::function<void(std::size_t)>& chunk) {
-        std::uint64_t claims = m_claims.load();
-        for (;;) {
-            const std::size_t index = static_cast<std::size_t>(claims & ((std::uint64_t(1) << kClaimBits) - 1));
-            if ((claims >> kClaimBits) != generation || index >= chunks) return;
-            if (!m_claims.compare_exchange_weak(claims, claims + 1)) continue;  // claims reloaded
+    // Runs chunk `own` of loop `generation` if it is still unclaimed, then every other chunk
+    // still unclaimed, counting each one done. chunk(index) keeps the loop's first exception
+    // for the caller: one escaping a worker would end the process, one escaping the caller
+    // early would leave the workers running a destroyed `chunk`.
+    void run_claimed(std::size_t own, std::uint64_t generation, std::size_t chunks,
+                     const std::function<void(std::size_t)>& chunk) {
+        for (std::size_t k = 0; k < chunks; ++k) {
+            const std::size_t index = (own + k) % chunks;
+            if (!claim(index, generation)) continue;
             try {
                 chunk(index);
             } catch (...) {
@@ -171,7 +176,6 @@ private:
                 m_done.fetch_add(1);
             }
             m_finished.notify_one();
-            claims = m_claims.load();
         }
     }
 
@@ -189,7 +193,7 @@ private:
         }
     }
 
-    void work() {
+    void work(std::size_t index) {
         inside_chunk = true;
         std::uint64_t seen = 0;
         for (;;) {
@@ -205,7 +209,7 @@ private:
                 chunks = m_chunks;
             }
             // null: the loop ended before this thread woke, its chunks all run by others
-            if (chunk) run_claimed(seen, chunks, *chunk);
+            if (chunk && index < chunks) run_claimed(index, seen, chunks, *chunk);
         }
     }
 
@@ -216,7 +220,8 @@ private:
     std::size_t m_chunks = 0;
     std::exception_ptr m_error;  // the loop's first exception; guarded by m_mutex
     std::atomic<std::size_t> m_done{0};
-    std::atomic<std::uint64_t> m_generation{0}, m_claims{0};
+    std::atomic<std::uint64_t> m_generation{0};
+    std::atomic<std::uint64_t> m_claimed[kMaxThreads] = {};
     bool m_stop = false;
     std::atomic<bool> m_stop_flag{false};
     const std::chrono::microseconds m_spin;
