@@ -50,6 +50,12 @@ Bf16 to_bf16(const float* data, std::size_t n);
 /// its last two, until the outermost AutocastGuard ends.
 Bf16 to_bf16(const Tensor& t);
 
+/// Whether a product keeps its bfloat16 copy of one operand for the gradient of `other`: when
+/// `other` requires grad, or is a leaf, whose requires_grad_() may still be turned on between
+/// the forward and the backward (the backward asks the inputs then, as the float32 one does,
+/// and would find no copy to multiply).
+inline bool keep_for(const Tensor& other) { return other.requires_grad() || other.is_leaf(); }
+
 /// A packed projection (batch, length, heads·d) rounded to bfloat16 as to_bf16, written
 /// head-packed, (batch·heads, length, d) with head (b, h) contiguous, in the same one pass. The
 /// attention products read their bfloat16 copies this way: oneDNN's bfloat16 kernels run a

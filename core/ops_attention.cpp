@@ -215,8 +215,8 @@ Tensor attention_weights_dnnl(const Tensor& queries, const Tensor& keys, std::si
     });
     std::vector<Tensor> inputs{queries, keys};
     if (mask.by_mask()) inputs.push_back(mask.where());
-    const autocast::Bf16 keep_q = bf16 && keys.requires_grad() ? q16 : nullptr;
-    const autocast::Bf16 keep_k = bf16 && queries.requires_grad() ? k16 : nullptr;
+    const autocast::Bf16 keep_q = bf16 && autocast::keep_for(keys) ? q16 : nullptr;
+    const autocast::Bf16 keep_k = bf16 && autocast::keep_for(queries) ? k16 : nullptr;
     return make_result<float>(std::move(out), std::move(inputs), op,
         [mask, B, H, Lq, Lk, D, d, scale, in, keep_q, keep_k, grain, block](Node& self, const Storage& gs) {
             const bool need_q = needs_grad(self, 0), need_k = needs_grad(self, 1);
@@ -306,8 +306,8 @@ Tensor attention_combine_dnnl(const Tensor& weights, const Tensor& values, std::
         });
     });
     const autocast::Bf16 w16 = std::move(w_copy);
-    const autocast::Bf16 keep_w = bf16 && values.requires_grad() ? w16 : nullptr;
-    const autocast::Bf16 keep_v = bf16 && weights.requires_grad() ? v16 : nullptr;
+    const autocast::Bf16 keep_w = bf16 && autocast::keep_for(values) ? w16 : nullptr;
+    const autocast::Bf16 keep_v = bf16 && autocast::keep_for(weights) ? v16 : nullptr;
     return make_result<float>(std::move(out), {weights, values}, op,
         [B, H, Lq, Lk, E, dv, in, keep_w, keep_v](Node& self, const Storage& gs) {
             const bool need_w = needs_grad(self, 0), need_v = needs_grad(self, 1);

@@ -168,7 +168,7 @@ Tensor product_dnnl(const char* op, const Tensor& a, const Tensor& b, Plan p, dn
     autocast::batched(shape, bf16 ? static_cast<const void*>(a16->data()) : values<float>(a).data(), p.a_off,
                       bf16 ? static_cast<const void*>(b16->data()) : values<float>(b).data(), p.b_off, c.data(), c_off);
     // Each copy is kept only for the other operand's gradient.
-    const Bf16 keep_a = bf16 && b.requires_grad() ? a16 : nullptr, keep_b = bf16 && a.requires_grad() ? b16 : nullptr;
+    const Bf16 keep_a = bf16 && autocast::keep_for(b) ? a16 : nullptr, keep_b = bf16 && autocast::keep_for(a) ? b16 : nullptr;
     return make_result<float>(std::move(c), {a, b}, op, [op, p = std::move(p), c_off = std::move(c_off), in, keep_a,
                                                          keep_b](Node& self, const Storage& gs) {
         const bool need_a = needs_grad(self, 0), need_b = needs_grad(self, 1);

@@ -364,3 +364,34 @@ TEST_CASE("autocast: an operand's bfloat16 copy is reused only while its tensor 
         CHECK(same(from_u, matmul(fresh(u), wide)));
     }
 }
+
+TEST_CASE("autocast: an input given requires_grad_() after a product's forward gets its gradient", "[autocast]") {
+    if (!dnnl::available()) return;
+    Generator gen(13);
+    // The backward asks the inputs whether they need a gradient when it runs, as the float32 one
+    // does; the bfloat16 copy that gradient multiplies must still be there.
+    const Tensor a = randn({2, 64, 64}, {}, gen), b = randn({2, 64, 64}, {}, gen);
+    using Product = std::function<Tensor(const Tensor&, const Tensor&)>;
+    const std::vector<std::pair<const char*, Product>> products{
+        {"matmul", [](const Tensor& x, const Tensor& y) { return matmul(x, y); }},
+        {"head_attention_weights", [](const Tensor& x, const Tensor& y) { return head_attention_weights(x, y, 2, 0.125); }},
+        {"head_attention_combine", [](const Tensor& x, const Tensor& y) { return head_attention_combine(x, y, 1); }}};
+    for (const auto& [name, f] : products)
+        for (int late : {0, 1}) {
+            INFO(name << ", input " << late << " turned on after the forward");
+            Tensor early_x = a.detach().requires_grad_(), early_y = b.detach().requires_grad_();
+            Tensor x = a.detach(), y = b.detach();
+            (late == 0 ? y : x).requires_grad_();
+            Tensor out, want;
+            {
+                AutocastGuard guard(kBFloat16, allow());
+                out = f(x, y);
+                want = f(early_x, early_y);
+            }
+            (late == 0 ? x : y).requires_grad_();
+            out.sum().backward();
+            want.sum().backward();
+            CHECK(same(x.grad(), early_x.grad()));
+            CHECK(same(y.grad(), early_y.grad()));
+        }
+}
