@@ -233,6 +233,8 @@ void throw_out_of_memory(std::size_t count, std::size_t size) {
                               format_bytes(static_cast<double>(count) * static_cast<double>(size))));
 }
 
+void throw_out_of_memory(const std::string& request) { out_of_memory(request); }
+
 AllocContext::AllocContext(const char* op, const std::vector<std::size_t>& shape, Phase phase) noexcept
     : AllocContext(State{op, &shape, phase}) {}
 

@@ -57,6 +57,10 @@ std::string format_bytes(double bytes);
 /// Throws the out-of-memory xgrad::Error for a request of `count` elements of `size` bytes
 /// each whose byte count does not even fit in a size_t.
 [[noreturn]] void throw_out_of_memory(std::size_t count, std::size_t size);
+/// Throws the out-of-memory xgrad::Error for memory a library could not get for this thread
+/// (oneDNN's kernels and buffers): `request` says what it was ("cannot allocate <request>"),
+/// and the message names the op as an allocation of the op's own would.
+[[noreturn]] void throw_out_of_memory(const std::string& request);
 
 /// While alive, says what this thread's allocations are for, so that running out of memory
 /// names the op and the shape it was making ("matmul: out of memory for a result of shape

@@ -13,9 +13,11 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <tuple>
 #include <vector>
 
+#include "core/runtime/alloc.hpp"
 #include "core/runtime/blas.hpp"
 #include "core/runtime/parallel.hpp"
 
@@ -155,7 +157,7 @@ std::string version() {
 
 namespace {
 
-void run(const Matmul& p, const void* a, const void* b, float* c) {
+void run_unchecked(const Matmul& p, const void* a, const void* b, float* c) {
     use_one_openmp_thread();
     const std::shared_ptr<const Cached> held = primitive_for(p);
     const Cached& prim = *held;
@@ -170,6 +172,22 @@ void run(const Matmul& p, const void* a, const void* b, float* c) {
     prim.primitive.execute(stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc},
                                     {DNNL_ARG_SCRATCHPAD, ms}});
     stream.wait();
+}
+
+// One call, whose failures are xgrad's Errors: oneDNN reports memory it could not get for its
+// kernels' code or its own buffers as a dnnl::error (and a cache entry or our scratch space as
+// std::bad_alloc), which would reach the caller naming no op. Out of memory it is the
+// allocator's Error, naming the op this thread (or, on the pool, its caller) is running.
+void run(const Matmul& p, const void* a, const void* b, float* c) {
+    try {
+        run_unchecked(p, a, b, c);
+    } catch (const ::dnnl::error& e) {
+        if (e.status == dnnl_out_of_memory) throw_out_of_memory("oneDNN's kernels or working memory");
+        throw Error(fmt::format("dnnl matmul: oneDNN failed ({}, status {}) on a product of batch {} heads {} m {} n {} k {}",
+                                e.what(), static_cast<int>(e.status), p.batch, p.heads, p.m, p.n, p.k));
+    } catch (const std::bad_alloc&) {
+        throw_out_of_memory("oneDNN's kernels or working memory");
+    }
 }
 
 // Products below this many multiply-adds run as one call, as blas::gemm's split threshold.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/runtime/alloc.hpp"
 #include "core/runtime/bfloat16.hpp"
 #include "core/runtime/dnnl.hpp"
 
@@ -129,4 +130,24 @@ TEST_CASE("oneDNN matmul matches a plain loop for every layout", "[bfloat16][dnn
     dnnl::Matmul empty;
     float x[1] = {};
     CHECK_THROWS_AS(dnnl::matmul(empty, x, x, x), Error);
+}
+
+TEST_CASE("oneDNN's failures reach the caller as Errors, out of memory naming the op", "[bfloat16][dnnl]") {
+    using Catch::Matchers::Contains;
+    if (dnnl::available()) {
+        // Rows 1 apart, closer than a row is long: a layout oneDNN refuses with a dnnl::error.
+        dnnl::Matmul p;
+        p.m = p.n = p.k = 8;
+        p.lda = 1;
+        std::vector<float> a(64, 1.0f), b(64, 1.0f), c(64);
+        CHECK_THROWS_AS(dnnl::matmul(p, a.data(), b.data(), c.data()), Error);
+        CHECK_THROWS_WITH(dnnl::matmul(p, a.data(), b.data(), c.data()),
+                          Contains("dnnl matmul: oneDNN failed") && Contains("m 8 n 8 k 8"));
+    }
+    // Memory oneDNN could not get (its out_of_memory status) is reported as the allocator's own.
+    const Shape shape{3, 4};
+    const AllocContext context("some_op", shape);
+    CHECK_THROWS_WITH(throw_out_of_memory(std::string("oneDNN's kernels or working memory")),
+                      "some_op: out of memory for a result of shape (3, 4): cannot allocate oneDNN's kernels or "
+                      "working memory");
 }
