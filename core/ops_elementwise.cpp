@@ -20,6 +20,7 @@ constexpr Saves kReadsNone = Saves::none();
 // One unary op: y = fwd(x); dx = bwd(x, y, g). Both are generic lambdas over xtensor
 // expressions, instantiated here for float and double. `reads` must name every array bwd reads.
 template <class Fwd, class Bwd> Tensor unary(const char* op, const Tensor& a, Saves reads, Fwd fwd, Bwd bwd) {
+    const AllocContext context(op, a.shape());
     return dispatch_floating(op, a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         xt::xarray<T> y = fwd(values<T>(a));
@@ -309,6 +310,7 @@ Tensor relu(const Tensor& a) {
     // with 0 would turn it into 0 and hide it), and so does its gradient. Plain loops over the
     // pool: both directions are one comparison per element.
     check_defined("relu", a);
+    const AllocContext context("relu", a.shape());
     return dispatch_floating("relu", a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         const xt::xarray<T>& xv = values<T>(a);
@@ -502,6 +504,7 @@ Tensor rdiv(Scalar s, const Tensor& a) {
 Tensor cast(const Tensor& a, Dtype d) {
     if (a.dtype() == d) return a;
     if (a.dtype() == kBFloat16 || d == kBFloat16) return cast_bfloat16(a, d);
+    const AllocContext context("cast", a.shape());
     return dispatch_all(d, [&](auto to_tag) {
         using To = typename decltype(to_tag)::type;
         xt::xarray<To> y = std::visit(

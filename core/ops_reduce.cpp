@@ -269,6 +269,8 @@ Tensor moments(const char* op, const Tensor& a, const std::vector<long>& axes_in
     for (std::size_t ax : axes) count *= a.shape()[ax];
     // torch divides by max(0, N − correction): a zero divisor gives inf, or NaN for 0/0.
     const double denom = std::max(0.0, static_cast<double>(count) - correction);
+    // Its temporaries have the input's size, the result only the reduced shape it names.
+    const AllocContext context(op, out_shape);
     return dispatch_floating(op, a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         const xt::xarray<T>& x = values<T>(a);
@@ -318,6 +320,7 @@ Tensor std(const Tensor& a, const std::vector<long>& axes, Correction correction
 Tensor cumsum(const Tensor& a, long axis) {
     const Shape& in = a.shape();
     const std::size_t ax = normalize_axis("cumsum", axis, in);
+    const AllocContext context("cumsum", in);
     const axis_split s = split_at(in, ax);
     // Running sums along the middle axis of (outer, n, inner), forward or reversed.
     auto run = [s](auto* p, bool reverse) {

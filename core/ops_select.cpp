@@ -51,6 +51,7 @@ Tensor masked_fill(const Tensor& a, const Tensor& mask, double value) {
                                 shape_str(mask.shape()), shape_str(a.shape())));
     // As torch: the fill value rounds to bfloat16 (through float32, exact for the kept values).
     if (a.dtype() == kBFloat16) return cast(masked_fill(cast(a, kFloat32), mask, value), kBFloat16);
+    const AllocContext context("masked_fill", a.shape());
     return dispatch_computable("masked_fill", a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         // Into int64 the value must fit (NaN or 1e30 would be undefined behaviour, as a cast).

@@ -17,6 +17,7 @@ std::string dims_str(const std::vector<long>& dims) {
 
 // The same values under another shape (reshape, squeeze, unsqueeze).
 Tensor reshaped(const char* op, const Tensor& a, const Shape& shape) {
+    const AllocContext context(op, shape);
     return dispatch_all(a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         xt::xarray<T> y = values<T>(a);
@@ -74,6 +75,9 @@ template <class T> xt::xarray<T> permuted(const xt::xarray<T>& x, const std::vec
 }
 
 Tensor permute_impl(const char* op, const Tensor& a, std::vector<std::size_t> perm) {
+    Shape out_shape(perm.size());
+    for (std::size_t i = 0; i < perm.size(); ++i) out_shape[i] = a.shape()[perm[i]];
+    const AllocContext context(op, out_shape);
     return dispatch_all(a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         xt::xarray<T> y = permuted(values<T>(a), perm);
@@ -259,6 +263,7 @@ Tensor slice(const Tensor& a, long axis, long start, long end, long step) {
     const std::size_t count = stop > first ? static_cast<std::size_t>((stop - first - 1) / step + 1) : 0;
     Shape out_shape = in;
     out_shape[ax] = count;
+    const AllocContext context("slice", out_shape);
     const axis_split s = split_at(in, ax);
     const std::size_t from = static_cast<std::size_t>(first), stride = static_cast<std::size_t>(step);
     return dispatch_all(a.dtype(), [&](auto tag) {
@@ -377,6 +382,7 @@ Tensor triangle(const char* op, const Tensor& a, long k, bool lower) {
         throw Error(fmt::format("{}: expected a tensor of at least 2 dimensions, got shape {}", op,
                                 a.defined() ? shape_str(a.shape()) : "undefined"));
     const Shape& in = a.shape();
+    const AllocContext context(op, in);
     const std::size_t rows = in[in.size() - 2], cols = in.back();
     // keep(i, j): j − i ≤ k for the lower triangle, j − i ≥ k for the upper.
     auto keep = [k, lower](std::size_t i, std::size_t j) {

@@ -51,6 +51,7 @@ void for_each_row(const axis_split& l, const std::array<const T*, K>& in, T* out
 
 Tensor softmax(const Tensor& a, long axis) {
     const axis_split l = split_at(a.shape(), normalize_axis("softmax", axis, a.shape()));
+    const AllocContext context("softmax", a.shape());
     return dispatch_floating("softmax", a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         xt::xarray<T> out = xt::empty<T>(a.shape());
@@ -68,6 +69,7 @@ Tensor softmax(const Tensor& a, long axis) {
 
 Tensor log_softmax(const Tensor& a, long axis) {
     const axis_split l = split_at(a.shape(), normalize_axis("log_softmax", axis, a.shape()));
+    const AllocContext context("log_softmax", a.shape());
     return dispatch_floating("log_softmax", a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         xt::xarray<T> out = xt::empty<T>(a.shape());

@@ -25,6 +25,7 @@ ValuesIndices sorted_prefix(const char* op, const Tensor& a, long axis, std::siz
                                 shape_str(shape)));
     Shape out_shape = shape;
     out_shape[ax] = k;
+    const AllocContext context(op, out_shape);
     return dispatch_all(in.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         const T* x = values<T>(in).data();

@@ -281,6 +281,7 @@ std::string Tensor::op_name() const { return node().op; }
 
 Tensor Tensor::detach() const {
     // Shares nothing with the graph; the values are copied once (xarray owns its buffer).
+    const AllocContext context("detach", shape());
     return make_leaf(node().data);
 }
 
@@ -550,6 +551,7 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
 // --- method forms -------------------------------------------------------------------------
 
 Tensor Tensor::clone() const {
+    const AllocContext context("clone", shape());
     // A float copy is differentiable (identity gradient); other dtypes are a plain copy.
     if (!is_floating(dtype())) return make_leaf(node().data);
     return dispatch_all(dtype(), [&](auto tag) {

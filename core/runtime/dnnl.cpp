@@ -183,7 +183,8 @@ void run(const Matmul& p, const void* a, const void* b, float* c) {
         run_unchecked(p, a, b, c);
     } catch (const ::dnnl::error& e) {
         if (e.status == dnnl_out_of_memory) throw_out_of_memory("oneDNN's kernels or working memory");
-        throw Error(fmt::format("dnnl matmul: oneDNN failed ({}, status {}) on a product of batch {} heads {} m {} n {} k {}",
+        throw Error(fmt::format("dnnl matmul: oneDNN failed ({}, status {}) on a product of batch {} heads {} m {} "
+                                "n {} k {}",
                                 e.what(), static_cast<int>(e.status), p.batch, p.heads, p.m, p.n, p.k));
     } catch (const std::bad_alloc&) {
         throw_out_of_memory("oneDNN's kernels or working memory");

@@ -13,6 +13,10 @@
 #include <limits>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
 
 #include "core/runtime/alloc.hpp"
 #include "core/runtime/parallel.hpp"
@@ -450,6 +454,63 @@ TEST_CASE("child: a pool thread runs out of memory", "[.child-pool-oom]") {
     } catch (const Error& e) {
         std::printf("error: %s\n", e.what());
     }
+}
+
+TEST_CASE("child: each op runs out of memory", "[.child-op-oom]") {
+    // Results of 128 MiB with 96 MiB of address space left: each op's first allocation fails.
+    const std::size_t rows = std::size_t(1) << 15;
+    const Tensor x = ones({rows, 1024}), x1 = ones({1, rows, 1024});
+    const Tensor mask = zeros({1024}, kBool);
+    (void)num_threads();
+    const std::vector<std::pair<const char*, std::function<Tensor()>>> ops{
+        {"reshape", [&] { return x.reshape({-1}); }},
+        {"permute", [&] { return x.permute({1, 0}); }},
+        {"transpose", [&] { return x.transpose(0, 1); }},
+        {"unsqueeze", [&] { return x.unsqueeze(0); }},
+        {"squeeze", [&] { return x1.squeeze(0); }},
+        {"clone", [&] { return x.clone(); }},
+        {"detach", [&] { return x.detach(); }},
+        {"exp", [&] { return exp(x); }},
+        {"neg", [&] { return -x; }},
+        {"mul", [&] { return x * 2.0; }},
+        {"softmax", [&] { return softmax(x, -1); }},
+        {"log_softmax", [&] { return log_softmax(x, -1); }},
+        {"cumsum", [&] { return cumsum(x, 1); }},
+        {"sort", [&] { return sort(x, 1).values; }},
+        {"tril", [&] { return tril(x); }},
+        {"cast", [&] { return x.to(kFloat64); }},
+        {"masked_fill", [&] { return masked_fill(x, mask, 0.0); }},
+        {"slice", [&] { return slice(x, 1, 0, 1023); }},
+        {"relu", [&] { return relu(x); }},
+        {"var", [&] { return var(x, {0}); }},
+    };
+    struct rlimit saved {};
+    REQUIRE(::getrlimit(RLIMIT_AS, &saved) == 0);
+    struct rlimit low = saved;
+    low.rlim_cur = address_space_bytes() + (std::size_t(96) << 20);
+    REQUIRE(::setrlimit(RLIMIT_AS, &low) == 0);
+    for (const auto& [name, f] : ops) {
+        try {
+            (void)f();
+            std::printf("%s -> no error\n", name);
+        } catch (const Error& e) {
+            std::printf("%s -> %s\n", name, e.what());
+        }
+    }
+    REQUIRE(::setrlimit(RLIMIT_AS, &saved) == 0);
+}
+
+TEST_CASE("running out of memory names the op for shape, softmax, sort, scan, unary and moment ops", "[sizes]") {
+#if defined(__SANITIZE_ADDRESS__)
+    WARN("skipped under AddressSanitizer, which aborts when an allocation fails");
+    return;
+#endif
+    const std::string out = run_this_binary("XGRAD_ALLOC_CACHE_MB=0 XGRAD_NUM_THREADS=1", "[.child-op-oom]");
+    INFO(out);
+    for (const char* op : {"reshape", "permute", "transpose", "unsqueeze", "squeeze", "clone", "detach", "exp", "neg",
+                           "mul", "softmax", "log_softmax", "cumsum", "sort", "tril", "cast", "masked_fill", "slice",
+                           "relu", "var"})
+        CHECK_THAT(out, Contains(fmt::format("{} -> {}: out of memory for a result of shape (", op, op)));
 }
 
 TEST_CASE("running out of memory in backward, or on a pool thread, names the op", "[sizes]") {
