@@ -393,39 +393,44 @@ XGRAD_INSTANTIATE(bfloat16)
 
 namespace {
 
-// Refuses, before any backward runs, a graph one of whose ops would read values written in place
-// since its forward pass (a saved input, or its own output), or whose input set_data gave a new
-// shape or dtype (every backward builds its gradients to its inputs' layouts). New values in a
-// tensor an op did not save (add's inputs) are fine: its backward does not read them.
-void check_versions(const std::vector<std::shared_ptr<Node>>& order) {
-    for (const auto& n : order) {
-        if (n->is_leaf || n->saved_versions.empty()) continue;
-        const std::size_t k = n->parents.size();
-        for (std::size_t i = 0; i <= k; ++i) {
-            if (i < k && !n->parents[i].defined()) continue;
-            const Node& input = i < k ? n->parents[i].node() : *n;
-            const std::string what =
-                i < k ? fmt::format("its input {} ({} of shape {})", i, *input.op ? fmt::format("a '{}' result", input.op)
-                                                                                    : std::string("a leaf"),
-                                    shape_str(input.shape))
-                      : fmt::format("its output (of shape {})", shape_str(input.shape));
-            const bool saved = i < k ? n->saves.reads_input(i) : n->saves.output;
-            if (!saved) {
-                if (i == k || input.layout_version == n->saved_versions[i]) continue;
-                throw Error(fmt::format("backward: {} was given another shape or dtype by set_data() after the "
-                                        "forward pass of '{}'; run the forward pass again after changing it",
-                                        what, n->op));
-            }
-            if (input.version == n->saved_versions[i]) continue;
-            const std::string how = *input.last_write ? fmt::format(", last through {}", input.last_write) : "";
-            const char* hint = std::string_view(input.last_write) == "data_ptr()"
-                                   ? "; data_ptr() hands out write access and counts as a write, read with const_data_ptr()"
-                                   : "";
-            throw Error(fmt::format("backward: {} was modified in place after it was saved for backward by '{}' "
-                                    "(version {} -> {}{}); clone it first, or call backward before changing it{}",
-                                    what, n->op, n->saved_versions[i], input.version, how, hint));
+// Refuses an op whose backward would read values written in place since its forward pass (a
+// saved input, or its own output), or whose input set_data gave a new shape or dtype (every
+// backward builds its gradients to its inputs' layouts). New values in a tensor an op did not
+// save (add's inputs) are fine: its backward does not read them.
+void check_versions(const std::shared_ptr<Node>& n) {
+    if (n->is_leaf || n->saved_versions.empty()) return;
+    const std::size_t k = n->parents.size();
+    for (std::size_t i = 0; i <= k; ++i) {
+        if (i < k && !n->parents[i].defined()) continue;
+        const Node& input = i < k ? n->parents[i].node() : *n;
+        // Formatted only for a refusal: with hooks this runs before every op's backward.
+        auto what = [&] {
+            return i < k ? fmt::format("its input {} ({} of shape {})", i,
+                                       *input.op ? fmt::format("a '{}' result", input.op) : std::string("a leaf"),
+                                       shape_str(input.shape))
+                         : fmt::format("its output (of shape {})", shape_str(input.shape));
+        };
+        const bool saved = i < k ? n->saves.reads_input(i) : n->saves.output;
+        if (!saved) {
+            if (i == k || input.layout_version == n->saved_versions[i]) continue;
+            throw Error(fmt::format("backward: {} was given another shape or dtype by set_data() after the "
+                                    "forward pass of '{}'; run the forward pass again after changing it",
+                                    what(), n->op));
         }
+        if (input.version == n->saved_versions[i]) continue;
+        const std::string how = *input.last_write ? fmt::format(", last through {}", input.last_write) : "";
+        const char* hint = std::string_view(input.last_write) == "data_ptr()"
+                               ? "; data_ptr() hands out write access and counts as a write, read with const_data_ptr()"
+                               : "";
+        throw Error(fmt::format("backward: {} was modified in place after it was saved for backward by '{}' "
+                                "(version {} -> {}{}); clone it first, or call backward before changing it{}",
+                                what(), n->op, n->saved_versions[i], input.version, how, hint));
     }
+}
+
+// The same for every op of a graph, before any backward runs.
+void check_versions(const std::vector<std::shared_ptr<Node>>& order) {
+    for (const auto& n : order) check_versions(n);
 }
 
 // Nodes reachable from `root` through nodes that require grad, parents before children.
@@ -505,6 +510,7 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
     root.flow = std::move(seed);
     NoGradGuard no_grad;  // backward computations are not themselves recorded
     const char* running = "";  // the op whose backward is running, for the message below
+    bool hooks_ran = false;
     try {
         for (auto it = order.rbegin(); it != order.rend(); ++it) {
             Node& n = **it;
@@ -517,9 +523,13 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
                     Tensor leaf(*it);
                     auto hooks = n.post_grad_hooks;  // a hook may remove itself
                     for (auto& h : hooks) h.second(leaf);
+                    hooks_ran = true;
                 }
                 continue;
             }
+            // A hook is user code run in the middle of the sweep: it may have written a tensor
+            // that an op still to come saved, after the check above.
+            if (hooks_ran) check_versions(*it);
             if (n.retains_grad) add_into(n.grad, Storage(g));
             running = n.op;
             {

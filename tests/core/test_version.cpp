@@ -282,3 +282,25 @@ TEST_CASE("add_layer_norm saves its own sum and the weight: x y and the bias may
     loss2.backward();
     CHECK(b2.grad().to_vector<double>() == std::vector<double>{1, 1});
 }
+
+TEST_CASE("a hook that writes a saved tensor during the backward sweep is refused", "[autograd][version]") {
+    // The hook on a runs after the graph was checked and before B * B's backward reads b.
+    for (const std::string writer : {"set_data()", "mutable_data_ptr()", "none"}) {
+        INFO(writer);
+        Tensor a = tensor({1.0, 2.0}).requires_grad_();
+        Tensor b = tensor({3.0, 4.0}).requires_grad_();
+        a.register_post_accumulate_grad_hook([&](Tensor&) {
+            NoGradGuard no_grad;
+            if (writer == "set_data()") b.set_data(tensor({100.0, 100.0}));
+            if (writer == "mutable_data_ptr()") b.mutable_data_ptr<float>()[0] = 100.0f;
+        });
+        const Tensor loss = (b * b).sum() + (a * 1.0).sum();
+        if (writer == "none") {
+            loss.backward();
+            CHECK(vals(b.grad()) == std::vector<double>{6.0, 8.0});
+        } else {
+            // Without the check the gradient was 2·100 where the forward used 3 and 4.
+            CHECK_THROWS_WITH(loss.backward(), STALE("mul") && Catch::Contains("last through " + writer));
+        }
+    }
+}
