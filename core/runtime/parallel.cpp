@@ -3,6 +3,7 @@
 #include "core/runtime/alloc.hpp"
 
 #include <fmt/format.h>
+#include <pthread.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -26,6 +27,11 @@ namespace xgrad {
 namespace {
 
 thread_local bool inside_chunk = false;
+
+// Set in a child process made by fork() after the pool started: the pool's threads stayed in
+// the parent (and its locks may be held by threads the child does not have), so a loop handed
+// to it would wait for them forever. The child runs every loop's chunks itself instead.
+std::atomic<bool> forked_child{false};
 
 // Marks the calling thread as inside a chunk while it lives, restoring the flag on unwind.
 class ChunkScope {
@@ -98,6 +104,7 @@ class Pool {
 public:
     explicit Pool(std::size_t threads, std::chrono::microseconds spin) : m_spin(spin) {
         for (std::size_t i = 1; i < threads; ++i) m_workers.emplace_back([this, i] { work(i); });
+        pthread_atfork(nullptr, nullptr, [] { forked_child.store(true); });
     }
     ~Pool() {
         {
@@ -230,8 +237,16 @@ private:
 // A bad setting throws from here on every call (a static whose initialiser throws is tried
 // again next time), so no loop ever runs on a pool the user did not ask for.
 Pool& pool() {
-    static Pool p(threads_wanted(), spin_wanted());
-    return p;
+    // A forked child leaves the pool alone at exit too: its threads, and the waiters its
+    // condition variables would wait for, are the parent's.
+    struct Owner {
+        Pool* pool;
+        ~Owner() {
+            if (!forked_child.load()) delete pool;
+        }
+    };
+    static Owner p{new Pool(threads_wanted(), spin_wanted())};
+    return *p.pool;
 }
 
 }  // namespace
@@ -263,9 +278,10 @@ void parallel_for(std::size_t n, std::size_t grain, const std::function<void(std
         const AllocContext caller(context);
         f(n * i / chunks, n * (i + 1) / chunks);
     };
-    if (pool().try_run(chunks, chunk)) return;
-    // Another thread's loop has the pool: the same chunks, one after another, on this thread.
-    // Waiting for the pool instead would stall, or deadlock on a lock the caller holds.
+    if (!forked_child.load() && pool().try_run(chunks, chunk)) return;
+    // Another thread's loop has the pool, or it is a parent's: the same chunks, one after
+    // another, on this thread. Waiting for the pool instead would stall, or deadlock on a lock
+    // the caller holds.
     ChunkScope scope;
     for (std::size_t i = 0; i < chunks; ++i) chunk(i);
 }

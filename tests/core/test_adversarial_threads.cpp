@@ -6,6 +6,7 @@
 // checks it after joining them.
 #include <pthread.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -503,4 +504,38 @@ TEST_CASE("XGRAD_NUM_THREADS is checked when the pool starts, in a fresh process
     CHECK_THAT(capped, Catch::Contains("threads=" + std::to_string(kMaxThreads)) &&
                            Catch::Contains("XGRAD_NUM_THREADS=100000000000000000000000 is more than the " +
                                            std::to_string(kMaxThreads) + " threads xgrad uses at most"));
+}
+
+TEST_CASE("child: fork after the pool started", "[.threads-fork-child]") {
+    // The pool's threads stay in the parent: the forked child's loops must not wait for them,
+    // and its exit must not either. A hang ends in SIGALRM instead of stalling the suite.
+    const Tensor a = randn({256, 256});
+    const double before = relu(a * 2.0).sum().item<double>();
+    std::printf("threads=%zu\n", num_threads());
+    std::fflush(stdout);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        alarm(20);
+        std::vector<int> seen(1000, 0);
+        parallel_for(seen.size(), 1, [&](std::size_t i0, std::size_t i1) {
+            for (std::size_t i = i0; i < i1; ++i) ++seen[i];
+        });
+        bool once = true;
+        for (int s : seen) once = once && s == 1;
+        const double after = relu(a * 2.0).sum().item<double>();
+        std::printf("child: loop covered once %d, same sum %d\n", once ? 1 : 0, after == before ? 1 : 0);
+        std::exit(0);  // static destructors included
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    std::printf("child ended: %s %d\n", WIFSIGNALED(status) ? "signal" : "exit",
+                WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+}
+
+TEST_CASE("a process forked after the pool started runs its loops and exits", "[threads]") {
+    const std::string out = test::run_this_binary("XGRAD_NUM_THREADS=3", "[.threads-fork-child]");
+    INFO(out);
+    CHECK_THAT(out, Catch::Contains("threads=3"));
+    CHECK_THAT(out, Catch::Contains("child: loop covered once 1, same sum 1"));
+    CHECK_THAT(out, Catch::Contains("child ended: exit 0"));
 }
