@@ -1,5 +1,6 @@
 #include "core/runtime/alloc.hpp"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -55,6 +56,9 @@ struct Block {
     std::size_t bytes;  // its size class
 };
 
+class Cache;
+Cache& cache();
+
 // Free blocks: `order` from most to least recently freed; `by_class` the same blocks per size
 // class, oldest first, so both the newest of a class (to reuse) and the oldest overall (to
 // release) are found without a search.
@@ -68,6 +72,11 @@ public:
             if (end != env && *end == '\0') mb = static_cast<std::size_t>(std::min<unsigned long long>(v, SIZE_MAX >> 20));
         }
         m_limit = mb << 20;
+        // fork() copies the lists with whatever lock another thread held at that moment, and
+        // the child, which has only the forking thread, would wait for it forever: the lock is
+        // held across the fork, so that both copies start unlocked and consistent.
+        pthread_atfork([] { cache().m_mutex.lock(); }, [] { cache().m_mutex.unlock(); },
+                       [] { cache().m_mutex.unlock(); });
     }
 
     void* alloc(std::size_t bytes) {
