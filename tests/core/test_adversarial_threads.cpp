@@ -541,6 +541,12 @@ TEST_CASE("a process forked after the pool started runs its loops and exits", "[
 }
 
 TEST_CASE("a process forked while another thread allocates can allocate", "[threads]") {
+#if defined(__SANITIZE_ADDRESS__)
+    // AddressSanitizer's own allocator (GCC 12's) has the same flaw: its size-class lock,
+    // copied held, hangs the child inside aligned_alloc (seen under gdb). The plain build runs this.
+    WARN("skipped under AddressSanitizer, whose allocator is not fork-safe while another thread allocates");
+    return;
+#endif
     // The allocator cache's lock, copied held by a thread the child does not have, hung most
     // such children at their first large allocation. A hang ends in SIGALRM.
     std::atomic<bool> stop{false};
