@@ -196,6 +196,10 @@ Cache& cache() {
     return *c;
 }
 
+// Made before main, while the process has one thread: a fork() while another thread was making
+// it on first use would leave the child waiting forever on the half-done initialisation.
+[[maybe_unused]] const Cache& g_cache_made_before_main = cache();
+
 // What the allocations of this thread are for (AllocContext), read only when one fails.
 thread_local AllocContext::State t_context;
 
