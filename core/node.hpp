@@ -49,6 +49,7 @@ struct Node {
     bool is_leaf = true;
     bool retains_grad = false;
     bool graph_freed = false;      // backward ran without retain_graph: fn and parents are gone
+    bool freed_by_failure = false; // ... by a backward that then threw part way (for its message)
     const char* op = "";           // name of the op that made it ("" for leaves)
     std::uint64_t version = 0;     // bumped by every in-place write (set_data, data_ptr, mutable_data_ptr)
     std::uint64_t layout_version = 0;  // bumped by a set_data that changes the shape or the dtype

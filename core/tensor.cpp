@@ -433,6 +433,28 @@ void check_versions(const std::vector<std::shared_ptr<Node>>& order) {
     for (const auto& n : order) check_versions(n);
 }
 
+// Why a second backward through `n` is refused: its graph was freed by a backward that finished,
+// or by one that threw part way (out of memory, anomaly detection), whose caller may simply
+// retry.
+std::string freed_how(const Node& n) {
+    return n.freed_by_failure
+               ? "freed by an earlier backward() that failed part way through; run the forward pass again "
+                 "(retain_graph = true keeps a graph through a failed backward)"
+               : "already freed by an earlier backward(); pass retain_graph = true to the first call to go "
+                 "through it twice";
+}
+
+// After a backward that throws (anomaly detection, running out of memory, a bad op): the
+// gradients half delivered to the nodes still waiting are dropped, so that a later backward
+// starts clean, and the nodes already freed remember how.
+void abandon(const std::vector<std::shared_ptr<Node>>& order) {
+    for (const auto& n : order) {
+        n->flow.reset();
+        // Before this sweep none of them was freed (it refuses to start otherwise).
+        if (n->graph_freed) n->freed_by_failure = true;
+    }
+}
+
 // Nodes reachable from `root` through nodes that require grad, parents before children.
 // Iterative DFS (explicit stack), so depth is bounded by memory, not by the call stack.
 std::vector<std::shared_ptr<Node>> topological_order(const std::shared_ptr<Node>& root) {
@@ -479,10 +501,7 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
         throw Error("backward: this tensor does not require grad and was not made from one that does; "
                     "call requires_grad_() on the inputs you want gradients for");
     if (root.graph_freed)
-        throw Error(fmt::format("backward: the graph behind this '{}' result was already freed by an "
-                                "earlier backward(); pass retain_graph = true to the first call to "
-                                "go through it twice",
-                                root.op));
+        throw Error(fmt::format("backward: the graph behind this '{}' result was {}", root.op, freed_how(root)));
     Storage seed;
     if (!gradient.defined()) {
         if (numel() != 1)
@@ -503,9 +522,7 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
     // A node whose graph an earlier backward freed cannot pass gradients on.
     for (const auto& n : order)
         if (n->graph_freed)
-            throw Error(fmt::format("backward: part of this graph (a '{}' result) was already freed by an "
-                                    "earlier backward(); pass retain_graph = true to the first call",
-                                    n->op));
+            throw Error(fmt::format("backward: part of this graph (a '{}' result) was {}", n->op, freed_how(*n)));
     check_versions(order);
     root.flow = std::move(seed);
     NoGradGuard no_grad;  // backward computations are not themselves recorded
@@ -545,15 +562,13 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
     } catch (const std::bad_variant_access&) {
         // A backward lambda reads its inputs with the dtype they had in forward; converting
         // them in between (module.to(kFloat64) after the forward pass) leaves them unreadable.
-        for (const auto& n : order) n->flow.reset();
+        abandon(order);
         throw Error(fmt::format("backward: an input of '{}' changed dtype after the forward pass (e.g. "
                                 "module.to() between forward and backward); run the forward pass again "
                                 "after converting",
                                 running));
     } catch (...) {
-        // A backward that throws (anomaly detection, a bad op) leaves half-delivered gradients
-        // in the nodes still waiting; drop them so a later backward starts clean.
-        for (const auto& n : order) n->flow.reset();
+        abandon(order);
         throw;
     }
 }

@@ -50,6 +50,23 @@ TEST_CASE("anomaly detection names the op whose backward made a NaN or Inf", "[a
     CHECK(std::isinf(vals(x.grad())[1]));
 }
 
+TEST_CASE("a backward that failed part way without retain_graph says so when run again", "[anomaly]") {
+    Tensor x = tensor({4.0, 0.0}, TensorOptions(kFloat64).requires_grad(true));
+    Tensor y = (sqrt(x) * 3.0).sum();  // sum and mul run their backward, sqrt's fails
+    {
+        DetectAnomalyGuard guard;
+        CHECK_THROWS_WITH(y.backward(), Catch::Contains("sqrt backward"));
+    }
+    CHECK_FALSE(x.grad().defined());
+    CHECK_THROWS_WITH(y.backward(), Catch::Contains("the graph behind this 'sum' result was freed by an earlier "
+                                                    "backward() that failed part way through; run the forward "
+                                                    "pass again"));
+    // A graph freed by a backward that finished still says so.
+    Tensor z = (x * 2.0).sum();
+    z.backward();
+    CHECK_THROWS_WITH(z.backward(), Catch::Contains("already freed by an earlier backward(); pass retain_graph"));
+}
+
 TEST_CASE("anomaly guards nest, restore the previous mode and stay on their thread", "[anomaly]") {
     set_detect_anomaly(true);
     {
