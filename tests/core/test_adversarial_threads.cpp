@@ -506,6 +506,16 @@ TEST_CASE("XGRAD_NUM_THREADS is checked when the pool starts, in a fresh process
                                            std::to_string(kMaxThreads) + " threads xgrad uses at most"));
 }
 
+// GCC 12's AddressSanitizer allocator is not fork-safe: a lock of its size classes that another
+// thread holds at the fork stays held in the child, which hangs in its next allocation or in the
+// leak check at exit (both seen under gdb, now and then, on a loaded machine). The plain build
+// runs the fork tests.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAsanForkHangs = true;
+#else
+constexpr bool kAsanForkHangs = false;
+#endif
+
 TEST_CASE("child: fork after the pool started", "[.threads-fork-child]") {
     // The pool's threads stay in the parent: the forked child's loops must not wait for them,
     // and its exit must not either. A hang ends in SIGALRM instead of stalling the suite.
@@ -533,6 +543,10 @@ TEST_CASE("child: fork after the pool started", "[.threads-fork-child]") {
 }
 
 TEST_CASE("a process forked after the pool started runs its loops and exits", "[threads]") {
+    if (kAsanForkHangs) {
+        WARN("skipped under AddressSanitizer, whose allocator is not fork-safe");
+        return;
+    }
     const std::string out = test::run_this_binary("XGRAD_NUM_THREADS=3", "[.threads-fork-child]");
     INFO(out);
     CHECK_THAT(out, Catch::Contains("threads=3"));
@@ -541,12 +555,10 @@ TEST_CASE("a process forked after the pool started runs its loops and exits", "[
 }
 
 TEST_CASE("a process forked while another thread allocates can allocate", "[threads]") {
-#if defined(__SANITIZE_ADDRESS__)
-    // AddressSanitizer's own allocator (GCC 12's) has the same flaw: its size-class lock,
-    // copied held, hangs the child inside aligned_alloc (seen under gdb). The plain build runs this.
-    WARN("skipped under AddressSanitizer, whose allocator is not fork-safe while another thread allocates");
-    return;
-#endif
+    if (kAsanForkHangs) {
+        WARN("skipped under AddressSanitizer, whose allocator is not fork-safe");
+        return;
+    }
     // The allocator cache's lock, copied held by a thread the child does not have, hung most
     // such children at their first large allocation. A hang ends in SIGALRM.
     std::atomic<bool> stop{false};
