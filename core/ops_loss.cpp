@@ -72,7 +72,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction redu
         // The rows over the pool (each lse is a row of double exps), the total then summed in
         // row order on this thread, so that it does not depend on the threads.
         CachedBuffer<double> row_loss(rows);  // ignored rows are skipped when summing
-        parallel_for(rows, std::max<std::size_t>(1, 2048 / std::max<std::size_t>(C, 1)), [&](std::size_t r0, std::size_t r1) {
+        const std::size_t row_grain = std::max<std::size_t>(1, 2048 / std::max<std::size_t>(C, 1));
+        parallel_for(rows, row_grain, [&](std::size_t r0, std::size_t r1) {
             std::vector<double> row(C), scratch(C);
             for (std::size_t r = r0; r < r1; ++r) {
                 const T* src = x + (r / inner) * C * inner + r % inner;
@@ -93,7 +94,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction redu
         else
             value() = static_cast<T>(reduction == Reduction::sum ? total : total / static_cast<double>(count));
 
-        auto backward = [lse = std::move(lse), reduction, ignore_index, count, C, inner](Node& self,
+        auto backward = [lse = std::move(lse), reduction, ignore_index, count, C, inner, row_grain](Node& self,
                                                                                         const Storage& gs) {
             // d loss_r / d x_rc = softmax_rc − [c == target_r], softmax_rc = exp(x_rc − lse_r).
             const auto& xs = values<T>(self.parents[0]);
@@ -102,7 +103,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction redu
             xt::xarray<T> dx = xt::zeros<T>(xs.shape());
             const std::size_t n = lse.size();
             // Each row writes only its own values of dx: the rows split over the pool.
-            parallel_for(n, std::max<std::size_t>(1, 2048 / std::max<std::size_t>(C, 1)), [&](std::size_t r0, std::size_t r1) {
+            parallel_for(n, row_grain, [&](std::size_t r0, std::size_t r1) {
                 std::vector<T> in(inner == 1 ? 0 : C), out(inner == 1 ? 0 : C);
                 for (std::size_t r = r0; r < r1; ++r) {
                     if (t[r] == ignore_index) continue;

@@ -434,8 +434,8 @@ void check_versions(const std::vector<std::shared_ptr<Node>>& order) {
 }
 
 // Why a second backward through `n` is refused: its graph was freed by a backward that finished,
-// or by one that threw part way (out of memory, anomaly detection), whose caller may simply
-// retry.
+// or by one that threw part way (out of memory, anomaly detection), after which only a new
+// forward pass helps, though the caller may well think a retry would.
 std::string freed_how(const Node& n) {
     return n.freed_by_failure
                ? "freed by an earlier backward() that failed part way through; run the forward pass again "

@@ -54,10 +54,7 @@ template <class T> struct AdamJob {
 template <class T> using AdamJobs = std::vector<AdamJob<T>>;
 
 template <class T, bool kL2, bool kDecoupled, bool kAmsgrad> void run_jobs(const AdamJobs<T>& jobs) {
-    std::vector<std::size_t> sizes(jobs.size());
-    for (std::size_t i = 0; i < jobs.size(); ++i) sizes[i] = jobs[i].n;
-    for_parameter_ranges(sizes, [&](std::size_t i, std::size_t j0, std::size_t j1) {
-        const AdamJob<T>& job = jobs[i];
+    for_parameter_ranges(jobs, [](const AdamJob<T>& job, std::size_t j0, std::size_t j1) {
         adam_update<T, kL2, kDecoupled, kAmsgrad>(job.p, job.g, job.m, job.v, job.vmax, job.c, j0, j1);
     });
 }

@@ -56,12 +56,9 @@ struct SGDScalars {
 };
 
 template <class T, bool kDecay, bool kMomentum, bool kNesterov> void run_jobs(const SGDJobs<T>& jobs, const SGDScalars& s) {
-    std::vector<std::size_t> sizes(jobs.size());
-    for (std::size_t i = 0; i < jobs.size(); ++i) sizes[i] = jobs[i].n;
     const T lr = static_cast<T>(s.lr), wd = static_cast<T>(s.wd);
     const T momentum = static_cast<T>(s.momentum), keep = static_cast<T>(s.keep);
-    for_parameter_ranges(sizes, [&](std::size_t i, std::size_t j0, std::size_t j1) {
-        const SGDJob<T>& job = jobs[i];
+    for_parameter_ranges(jobs, [&](const SGDJob<T>& job, std::size_t j0, std::size_t j1) {
         const std::size_t n = j1 - j0;
         if constexpr (!kMomentum) {
             sgd_plain<T, kDecay>(job.p + j0, job.g + j0, n, lr, wd);
