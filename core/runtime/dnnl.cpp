@@ -6,6 +6,7 @@
 
 #ifdef XGRAD_WITH_DNNL
 #include <dlfcn.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <chrono>
@@ -87,10 +88,29 @@ void use_one_openmp_thread() {
     done = true;
 }
 
+// The primitives made so far, by shape. fork() copies the map with whatever lock another thread
+// held at that moment (it is held while a primitive is made, for milliseconds), and the child,
+// which has only the forking thread, would wait for it forever: the lock is held across the
+// fork, so that both copies start unlocked and consistent. Made on first use, after the
+// allocator cache, so its fork handler takes this lock first, in the order a thread making a
+// primitive takes the two.
+struct PrimitiveCache {
+    std::mutex mutex;
+    std::map<Key, std::shared_ptr<const Cached>> map;
+    PrimitiveCache() {
+        pthread_atfork([] { get().mutex.lock(); }, [] { get().mutex.unlock(); }, [] { get().mutex.unlock(); });
+    }
+    static PrimitiveCache& get() {
+        static PrimitiveCache c;
+        return c;
+    }
+};
+
 // Shared, so that a primitive another thread is running outlives the cache dropping it.
 std::shared_ptr<const Cached> primitive_for(const Matmul& p) {
-    static std::mutex mutex;
-    static std::map<Key, std::shared_ptr<const Cached>> cache;
+    PrimitiveCache& primitives = PrimitiveCache::get();
+    std::mutex& mutex = primitives.mutex;
+    std::map<Key, std::shared_ptr<const Cached>>& cache = primitives.map;
     std::uint32_t alpha_bits;
     std::memcpy(&alpha_bits, &p.alpha, sizeof alpha_bits);
     const Key key{static_cast<int>(p.input), p.trans_a, p.trans_b, p.batch, p.m, p.n, p.k, p.stride_a, p.stride_b,

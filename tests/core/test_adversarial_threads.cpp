@@ -542,6 +542,38 @@ TEST_CASE("child: fork after the pool started", "[.threads-fork-child]") {
                 WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
 }
 
+TEST_CASE("a process forked while another thread makes products can make products", "[threads]") {
+    if (kAsanForkHangs) {
+        WARN("skipped under AddressSanitizer, whose allocator is not fork-safe");
+        return;
+    }
+    // A product of a new shape makes its oneDNN primitive under the primitive cache's lock; a
+    // child forked meanwhile hung at its own first product (2 of 54 children, seen under gdb).
+    // The busy thread's shapes are all new, so it is nearly always making one. A hang ends in
+    // SIGALRM. The process's first product is made before: its one-time set-up (the BLAS
+    // loaded, oneDNN's engine) is a window of its own, which this does not cover.
+    (void)matmul(ones({200, 128}), ones({128, 128}));
+    std::atomic<bool> stop{false};
+    std::thread busy([&] {
+        for (std::size_t m = 256; !stop.load(); ++m) (void)matmul(ones({m, 128}), ones({128, 128}));
+    });
+    int hung = 0;
+    for (int i = 0; i < 40; ++i) {
+        const pid_t pid = fork();
+        if (pid == 0) {
+            alarm(10);
+            const Tensor c = matmul(ones({200, 129}), ones({129, 100}));
+            _exit(test::vals(c)[0] == 129.0 ? 0 : 1);  // sums of 129 ones
+        }
+        int status = 0;
+        waitpid(pid, &status, 0);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++hung;
+    }
+    stop = true;
+    busy.join();
+    CHECK(hung == 0);
+}
+
 TEST_CASE("a process forked after the pool started runs its loops and exits", "[threads]") {
     if (kAsanForkHangs) {
         WARN("skipped under AddressSanitizer, whose allocator is not fork-safe");
