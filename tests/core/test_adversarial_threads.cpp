@@ -516,6 +516,30 @@ constexpr bool kAsanForkHangs = true;
 constexpr bool kAsanForkHangs = false;
 #endif
 
+// Children forked, 40 times, while another thread runs `busy` over and over, each running
+// `child` (true: it worked) under an alarm of `seconds`: how many did not end well (a hang ends
+// in SIGALRM).
+template <class Busy, class Child> int children_failing_beside(Busy busy, Child child, unsigned seconds) {
+    std::atomic<bool> stop{false};
+    std::thread other([&] {
+        while (!stop.load()) busy();
+    });
+    int failed = 0;
+    for (int i = 0; i < 40; ++i) {
+        const pid_t pid = fork();
+        if (pid == 0) {
+            alarm(seconds);
+            _exit(child() ? 0 : 1);
+        }
+        int status = 0;
+        waitpid(pid, &status, 0);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
+    }
+    stop = true;
+    other.join();
+    return failed;
+}
+
 TEST_CASE("child: fork after the pool started", "[.threads-fork-child]") {
     // The pool's threads stay in the parent: the forked child's loops must not wait for them,
     // and its exit must not either. A hang ends in SIGALRM instead of stalling the suite.
@@ -549,29 +573,18 @@ TEST_CASE("a process forked while another thread makes products can make product
     }
     // A product of a new shape makes its oneDNN primitive under the primitive cache's lock; a
     // child forked meanwhile hung at its own first product (2 of 54 children, seen under gdb).
-    // The busy thread's shapes are all new, so it is nearly always making one. A hang ends in
-    // SIGALRM. The process's first product is made before: its one-time set-up (the BLAS
-    // loaded, oneDNN's engine) is a window of its own, which this does not cover.
+    // The busy thread's shapes are all new, so it is nearly always making one. The process's
+    // first product is made before: its one-time set-up (the BLAS loaded, oneDNN's engine) is a
+    // window of its own, which this does not cover.
     (void)matmul(ones({200, 128}), ones({128, 128}));
-    std::atomic<bool> stop{false};
-    std::thread busy([&] {
-        for (std::size_t m = 256; !stop.load(); ++m) (void)matmul(ones({m, 128}), ones({128, 128}));
-    });
-    int hung = 0;
-    for (int i = 0; i < 40; ++i) {
-        const pid_t pid = fork();
-        if (pid == 0) {
-            alarm(10);
-            const Tensor c = matmul(ones({200, 129}), ones({129, 100}));
-            _exit(test::vals(c)[0] == 129.0 ? 0 : 1);  // sums of 129 ones
-        }
-        int status = 0;
-        waitpid(pid, &status, 0);
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++hung;
-    }
-    stop = true;
-    busy.join();
-    CHECK(hung == 0);
+    std::size_t m = 256;
+    const int failed = children_failing_beside([&] { (void)matmul(ones({m++, 128}), ones({128, 128})); },
+                                               [] {
+                                                   const Tensor c = matmul(ones({200, 129}), ones({129, 100}));
+                                                   return test::vals(c)[0] == 129.0;  // sums of 129 ones
+                                               },
+                                               10);
+    CHECK(failed == 0);
 }
 
 TEST_CASE("a process forked after the pool started runs its loops and exits", "[threads]") {
@@ -592,28 +605,11 @@ TEST_CASE("a process forked while another thread allocates can allocate", "[thre
         return;
     }
     // The allocator cache's lock, copied held by a thread the child does not have, hung most
-    // such children at their first large allocation. A hang ends in SIGALRM.
-    std::atomic<bool> stop{false};
-    std::thread busy([&] {
-        while (!stop.load()) {
-            void* p = cached_alloc(std::size_t(96) << 10);
-            cached_free(p, std::size_t(96) << 10);
-        }
-    });
-    int hung = 0;
-    for (int i = 0; i < 40; ++i) {
-        const pid_t pid = fork();
-        if (pid == 0) {
-            alarm(5);
-            void* p = cached_alloc(std::size_t(96) << 10);
-            cached_free(p, std::size_t(96) << 10);
-            _exit(0);
-        }
-        int status = 0;
-        waitpid(pid, &status, 0);
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++hung;
-    }
-    stop = true;
-    busy.join();
-    CHECK(hung == 0);
+    // such children at their first large allocation.
+    auto alloc_and_free = [] {
+        void* p = cached_alloc(std::size_t(96) << 10);
+        cached_free(p, std::size_t(96) << 10);
+        return true;
+    };
+    CHECK(children_failing_beside(alloc_and_free, alloc_and_free, 5) == 0);
 }
