@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/autograd.hpp"
 #include "core/creation.hpp"
 #include "core/node.hpp"
 #include "core/ops.hpp"
@@ -79,6 +80,54 @@ GradcheckResult gradcheck(const GradcheckFn& f, const std::vector<Tensor>& input
         }
     }
     return result;
+}
+
+GradcheckResult gradgradcheck(const GradcheckFn& f, const std::vector<Tensor>& inputs, const GradcheckOptions& o) {
+    std::vector<std::size_t> checked;
+    std::vector<Tensor> x;
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+        const Tensor& in = inputs[i];
+        if (in.requires_grad() && is_floating(in.dtype())) checked.push_back(i);
+        x.push_back(is_floating(in.dtype()) ? cast(in.detach(), kFloat64).detach() : in.detach());
+    }
+    Shape out_shape;
+    {
+        NoGradGuard no_grad;
+        out_shape = f(x).shape();
+    }
+    Generator gen(o.seed + 1);
+    // v in [-1, 1) with no zeros near: the gradient flowing into f's output, checked too.
+    Tensor v = uniform(out_shape, 0.5, 1.5, kFloat64, gen);
+    v = mul(v, where(uniform(out_shape, 0, 1, kFloat64, gen) < 0.5, full({}, -1.0, kFloat64), full({}, 1.0, kFloat64)));
+    std::vector<Tensor> with_v = inputs;
+    with_v.push_back(v.detach().requires_grad_(true));
+    auto first_order = [&](const std::vector<Tensor>& xs) {
+        // gradcheck evaluates the function under NoGradGuard for its differences: the inner
+        // gradient needs its graph all the same.
+        AutoGradMode grad_mode(true);
+        std::vector<Tensor> xin(xs.begin(), xs.end() - 1);
+        std::vector<Tensor> wrt;
+        for (std::size_t i : checked) {
+            // The differences run on leaves that do not require grad: take the gradient
+            // with respect to a leaf that does, with the same values.
+            if (!xin[i].requires_grad()) xin[i] = xin[i].detach().requires_grad_(true);
+            wrt.push_back(xin[i]);
+        }
+        const Tensor y = f(xin);
+        std::vector<Tensor> parts;
+        std::vector<Tensor> grads;
+        if (y.requires_grad() && !wrt.empty())
+            grads = autograd::grad({y}, wrt, {xs.back()}, true, true, /*allow_unused=*/true);
+        for (std::size_t k = 0; k < wrt.size(); ++k) {
+            const Tensor& g = k < grads.size() ? grads[k] : Tensor();
+            parts.push_back(reshape(g.defined() ? g : zeros_like(wrt[k]), {-1}));
+        }
+        if (parts.empty()) return zeros({0}, kFloat64);
+        return concat(parts, 0);
+    };
+    GradcheckOptions inner = o;
+    inner.name = fmt::format("the gradient of {}", o.name);
+    return gradcheck(first_order, with_v, inner);
 }
 
 }  // namespace xgrad

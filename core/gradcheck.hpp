@@ -37,4 +37,12 @@ using GradcheckFn = std::function<Tensor(const std::vector<Tensor>&)>;
 GradcheckResult gradcheck(const GradcheckFn& f, const std::vector<Tensor>& inputs,
                           const GradcheckOptions& options = {});
 
+/// Checks `f`'s second derivatives, as torch.autograd.gradgradcheck: gradcheck of the function
+/// (inputs, v) -> the gradients of sum(f(inputs) ⊙ v) with respect to the checked inputs, made
+/// by autograd::grad with create_graph, v a fixed random tensor of f's output shape that is
+/// itself checked. So every op on the way must have a gradient that is differentiable again
+/// (one that is not throws, naming itself, and the check reports it).
+GradcheckResult gradgradcheck(const GradcheckFn& f, const std::vector<Tensor>& inputs,
+                              const GradcheckOptions& options = {});
+
 }  // namespace xgrad

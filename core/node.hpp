@@ -22,8 +22,34 @@ namespace xgrad {
 using Storage = std::variant<xt::xarray<float>, xt::xarray<double>, xt::xarray<std::int64_t>,
                              xt::xarray<bool>, xt::xarray<bfloat16>>;
 
-/// Backward of one op: `self` is the output node, `grad_out` its gradient (same dtype and
-/// shape as self.data). Adds into the inputs' gradients with accumulate().
+/// What an op's gradient formula is given (see Formula).
+struct GradArgs {
+    /// The gradient of each output: one for an op with one output, one per output of a custom
+    /// Function (undefined where no gradient reached an output and it is not materialised).
+    const std::vector<Tensor>& grads;
+    /// The op's inputs as they were at its forward pass, in argument order. An input written
+    /// in place since then is its value and history from before that write.
+    const std::vector<Tensor>& inputs;
+    /// The op's output, with its graph (a one-output op): what a formula like exp's g·y reads.
+    const Tensor& output;
+    /// The node the formula belongs to (its op name, for messages).
+    const Node& node;
+    const Tensor& grad() const { return grads[0]; }
+    /// Whether input i wants a gradient (skip the work when it does not).
+    bool needs(std::size_t i) const;
+};
+
+/// An op's gradient formula: one gradient per input (undefined for an input that needs none),
+/// each of that input's shape and dtype, written in differentiable ops. It is the only copy of
+/// the op's derivative: a first-order backward runs it with gradients off (a plain computation),
+/// and backward(create_graph = true) or autograd::grad runs it with gradients on, so that its
+/// result is itself differentiable. A fused kernel's backward is an op of its own, with its own
+/// formula, as torch's softmax_backward_data.
+using Formula = std::function<std::vector<Tensor>(const GradArgs& args)>;
+
+/// The older form of a backward, on raw arrays: `self` is the output node, `grad_out` its
+/// gradient; it adds into the inputs' gradients with accumulate(). It is first-order only: a
+/// graph that needs it under create_graph is refused, naming the op.
 using BackwardFn = std::function<void(Node& self, const Storage& grad_out)>;
 
 /// Which of an op's tensors its backward reads: inputs by position (bit i for input i) and its
@@ -43,24 +69,40 @@ struct Saves {
 struct Node {
     Storage data;
     Shape shape;                   // cached copy of data's shape (the handle returns a reference)
-    std::optional<Storage> grad;   // what the user reads as .grad(): leaves and retained non-leaves
-    std::optional<Storage> flow;   // gradient arriving during one backward sweep (engine only)
+    Tensor grad;                   // what .grad() hands out (the same handle): leaves and retained non-leaves
+    std::vector<Tensor> flow;      // gradient arriving during one sweep, one per output slot (engine only)
     bool requires_grad = false;
     bool is_leaf = true;
     bool retains_grad = false;
-    bool graph_freed = false;      // backward ran without retain_graph: fn and parents are gone
+    bool graph_freed = false;      // backward ran without retain_graph: its formula and parents are gone
     bool freed_by_failure = false; // ... by a backward that then threw part way (for its message)
+    bool overwritten = false;      // a past history (see `past`): its output was written in place since
     const char* op = "";           // name of the op that made it ("" for leaves)
-    std::uint64_t version = 0;     // bumped by every in-place write (set_data, data_ptr, mutable_data_ptr)
+    std::uint64_t version = 0;     // bumped by every in-place write (set_data, data_ptr, in-place ops)
     std::uint64_t layout_version = 0;  // bumped by a set_data that changes the shape or the dtype
     const char* last_write = "";   // the accessor of the latest in-place write, for the stale-graph error
+    std::uint64_t seq = 0;         // creation order (which nodes an in-place op made)
     std::vector<Tensor> parents;   // inputs of the op, in argument order
+    // For each parent, the history it had when this op read it (an in-place op on it since
+    // starts a new one, see `past`) and which of its outputs this op read (custom Functions).
+    std::vector<std::uint32_t> parent_history;
+    std::vector<std::uint32_t> parent_slot;
+    // An in-place op recorded in the graph gives this tensor a new history: the node keeps the
+    // new value and the in-place op as its maker, and a node of its own takes the old history
+    // (past[h] for history h), so that the ops that read the tensor before the write still send
+    // their gradients to what they read, as torch's saved grad_fn does.
+    std::uint32_t history = 0;
+    std::vector<std::shared_ptr<Node>> past;
+    std::uint32_t num_outputs = 1; // a custom Function's node: its outputs read their slot of it
     // At forward, for the parents and then the output: the version of each tensor the backward
     // reads (saves), the layout version of the others. Every backward uses its inputs' shapes
     // and dtypes, so a new layout is refused for all of them; new values only for saved ones.
     Saves saves;
     std::vector<std::uint64_t> saved_versions;
-    BackwardFn backward;
+    Formula formula;               // the op's gradient (see Formula)
+    BackwardFn backward;           // or an older first-order backward (see BackwardFn)
+    // Tensor hooks (register_hook): each may replace the gradient before it is used.
+    std::vector<std::pair<std::uint64_t, std::function<Tensor(const Tensor&)>>> grad_hooks;
     std::vector<std::pair<std::uint64_t, std::function<void(Tensor&)>>> post_grad_hooks;  // leaves only
 
     explicit Node(Storage values);
@@ -71,6 +113,7 @@ struct Node {
     ~Node();
 
     Dtype dtype() const { return static_cast<Dtype>(data.index()); }
+    bool has_backward() const { return formula || backward; }
 };
 
 /// Throws "<op>: dtypes differ: float32 and float64 (convert one with .to())".
@@ -85,6 +128,7 @@ template <class T> const xt::xarray<T>& grad_as(const Storage& g) { return std::
 
 /// Whether input i of this op needs a gradient (skip the work when it does not).
 inline bool needs_grad(const Node& self, std::size_t i) { return self.parents[i].requires_grad(); }
+inline bool GradArgs::needs(std::size_t i) const { return i < inputs.size() && inputs[i].requires_grad(); }
 
 /// Adds `g` into the gradient flowing to `input`. Its shape must equal the input's shape:
 /// broadcasting ops reduce first with sum_to(). A mismatch is a bug in an op's backward and
@@ -97,6 +141,25 @@ template <class T> void accumulate(const char* op, const Tensor& input, xt::xarr
 template <class T>
 Tensor make_result(xt::xarray<T>&& value, std::vector<Tensor> inputs, const char* op,
                    BackwardFn backward, Saves saves = Saves::all());
+/// The same with a gradient formula (see Formula).
+template <class T>
+Tensor make_result(xt::xarray<T>&& value, std::vector<Tensor> inputs, const char* op,
+                   Formula formula, Saves saves = Saves::all());
+
+/// Records `node` (already holding its value and op name) as made from `inputs` by `formula`
+/// when gradients are enabled and an input requires one: what make_result does after making
+/// the node, for code that builds nodes itself (custom Functions).
+void link_node(Node& node, std::vector<Tensor> inputs, Formula formula, Saves saves);
+
+/// An in-place op `op` on `self`, recorded in the graph as torch records one: `compute(old,
+/// others)` computes the new value out of place from `old`, a handle on self's value and
+/// history before the write (with every one of `others` that is self replaced by it too), and
+/// the result, of self's shape and dtype, becomes self's value and history. Ops that read self
+/// before keep their gradient path to the old history, and are refused at backward if they
+/// saved its value (version counter). Refuses a leaf that requires grad. The caller decides
+/// that the op is to be recorded (gradients on, and self or an operand requiring grad).
+const Tensor& record_in_place(const char* op, const Tensor& self, std::vector<Tensor> others,
+                              const std::function<Tensor(const Tensor& old, const std::vector<Tensor>& others)>& compute);
 
 /// A leaf that owns `value` (no graph).
 Tensor make_leaf(Storage value, bool requires_grad = false);

@@ -32,6 +32,8 @@ Tensor relu(const Tensor& a);
 Tensor gelu(const Tensor& a);
 Tensor sin(const Tensor& a);
 Tensor cos(const Tensor& a);
+/// -1, 0 or 1 by the sign of each element (NaN stays NaN); its gradient is 0, as torch's.
+Tensor sign(const Tensor& a);
 /// |a|; the gradient is sign(a), so 0 at 0 (as torch). int64 gives int64 (no gradient).
 Tensor abs(const Tensor& a);
 /// a limited to [min, max], either bound optional (not both missing), as torch.clamp: with
@@ -85,6 +87,10 @@ Tensor masked_fill(const Tensor& a, const Tensor& mask, double value);
 /// axes (nothing saved). int64 and bool inputs sum to int64, without gradient (as torch).
 Tensor sum(const Tensor& a);
 Tensor sum(const Tensor& a, const std::vector<long>& axes, bool keepdims = false);
+/// g summed over the axes that broadcasting stretched to reach g's shape from `shape`, so the
+/// result has `shape` (the reverse of expand, and each is the other's gradient). g itself when
+/// the shapes are equal. What every broadcasting op's gradient goes through.
+Tensor sum_to(const Tensor& g, const Shape& shape);
 /// sum / (number of elements summed); same axes rules as sum; float32/float64 only.
 Tensor mean(const Tensor& a);
 Tensor mean(const Tensor& a, const std::vector<long>& axes, bool keepdims = false);

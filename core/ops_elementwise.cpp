@@ -5,8 +5,10 @@
 #include <optional>
 
 #include "core/broadcast.hpp"
+#include "core/grad_ops.hpp"
 #include "core/ops.hpp"
 #include "core/ops_util.hpp"
+#include "core/creation.hpp"
 
 namespace xgrad {
 
@@ -17,33 +19,29 @@ constexpr Saves kReadsX = Saves::only_inputs(1u);
 constexpr Saves kReadsY = Saves::only_output();
 constexpr Saves kReadsNone = Saves::none();
 
-// One unary op: y = fwd(x); dx = bwd(x, y, g). Both are generic lambdas over xtensor
-// expressions, instantiated here for float and double. `reads` must name every array bwd reads.
-template <class Fwd, class Bwd> Tensor unary(const char* op, const Tensor& a, Saves reads, Fwd fwd, Bwd bwd) {
+// One unary op: y = fwd(x), an xtensor expression instantiated for float and double, and its
+// gradient formula dx = grad(x, y, g) in ops on Tensors (see Formula in node.hpp), the one copy
+// of the derivative, which both orders run. `reads` must name every tensor grad reads.
+template <class Fwd, class Grad> Tensor unary(const char* op, const Tensor& a, Saves reads, Fwd fwd, Grad grad) {
     const AllocContext context(op, a.shape());
     return dispatch_floating(op, a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         xt::xarray<T> y = fwd(values<T>(a));
         return make_result<T>(
             std::move(y), {a}, op,
-            [op, bwd](Node& self, const Storage& gs) {
-                // Fetching an unsaved array is harmless: the engine refused a new dtype or shape
-                // of every input before this runs, and bwd does not read it.
-                const auto& x = values<T>(self.parents[0]);
-                const auto& y = values<T>(self);
-                const auto& g = grad_as<T>(gs);
-                accumulate<T>(op, self.parents[0], xt::xarray<T>(bwd(x, y, g)));
-            },
+            Formula([grad](const GradArgs& in) -> std::vector<Tensor> {
+                return {grad(in.inputs[0], in.output, in.grad())};
+            }),
             reads);
     });
 }
 
-// One broadcasting binary op: y = fwd(a, b); (da, db) = (bwd_a(a, b, y, g), bwd_b(...)),
-// each at the broadcast shape, then reduced to its input's shape. With Scalar, the lambdas
-// also take plain T values, and the broadcasts plan_broadcast knows run as plain loops (the
-// reduction fused with bwd, no broadcast-shaped temporary); the others take xtensor's path.
-template <bool Scalar = false, class Fwd, class BwdA, class BwdB>
-Tensor binary(const char* op, const Tensor& a, const Tensor& b, Saves reads, Fwd fwd, BwdA bwd_a, BwdB bwd_b) {
+// One broadcasting binary op: y = fwd(a, b), and the gradient formulas grad_a(a, b, y, g) and
+// grad_b(...) in ops, each at the broadcast shape, then summed back to its input's shape. With
+// Scalar, fwd also takes plain T values, and the broadcasts plan_broadcast knows run as plain
+// loops; the others take xtensor's path.
+template <bool Scalar = false, class Fwd, class GradA, class GradB>
+Tensor binary(const char* op, const Tensor& a, const Tensor& b, Saves reads, Fwd fwd, GradA grad_a, GradB grad_b) {
     check_same_dtype(op, a, b);
     const Shape shape = broadcast_shapes(op, a.shape(), b.shape());
     const AllocContext context(op, shape);
@@ -62,37 +60,11 @@ Tensor binary(const char* op, const Tensor& a, const Tensor& b, Saves reads, Fwd
         if (!plan) y = fwd(values<T>(a), values<T>(b));
         return make_result<T>(
             std::move(y), {a, b}, op,
-            [op, bwd_a, bwd_b, plan](Node& self, const Storage& gs) {
-                const Tensor& ta = self.parents[0];
-                const Tensor& tb = self.parents[1];
-                // Fetching an unsaved array is harmless: the engine refused a new shape of
-                // every input before this runs, and bwd does not read it.
-                const auto& x0 = values<T>(ta);
-                const auto& x1 = values<T>(tb);
-                const auto& y = values<T>(self);
-                const auto& g = grad_as<T>(gs);
-                if constexpr (Scalar) {
-                    if (plan) {
-                        const Plan2D p = *plan;
-                        const T *pa = x0.data(), *pb = x1.data(), *py = y.data(), *pg = g.data();
-                        auto grad_of = [&](const Tensor& t, Steps steps, const auto& bwd) {
-                            xt::xarray<T> d = xt::xarray<T>::from_shape(t.shape());
-                            detail::with_col_steps(p, [&](auto ca, auto cb) {
-                                reduce_plan<T>(p.rows, p.cols, steps, d.data(), [&](std::size_t r, std::size_t c) {
-                                    const std::size_t i = r * p.cols + c;
-                                    return static_cast<T>(bwd(pa[r * p.a.row + c * ca], pb[r * p.b.row + c * cb], py[i], pg[i]));
-                                });
-                            });
-                            accumulate<T>(op, t, std::move(d));
-                        };
-                        if (needs_grad(self, 0)) grad_of(ta, p.a, bwd_a);
-                        if (needs_grad(self, 1)) grad_of(tb, p.b, bwd_b);
-                        return;
-                    }
-                }
-                if (needs_grad(self, 0)) accumulate<T>(op, ta, sum_to<T>(xt::xarray<T>(bwd_a(x0, x1, y, g)), ta.shape()));
-                if (needs_grad(self, 1)) accumulate<T>(op, tb, sum_to<T>(xt::xarray<T>(bwd_b(x0, x1, y, g)), tb.shape()));
-            },
+            Formula([grad_a, grad_b](const GradArgs& in) -> std::vector<Tensor> {
+                const Tensor &x0 = in.inputs[0], &x1 = in.inputs[1];
+                return {in.needs(0) ? sum_to(grad_a(x0, x1, in.output, in.grad()), x0.shape()) : Tensor(),
+                        in.needs(1) ? sum_to(grad_b(x0, x1, in.output, in.grad()), x1.shape()) : Tensor()};
+            }),
             reads);
     });
 }
@@ -214,30 +186,30 @@ Dtype result_type(const Tensor& a, const Scalar& s) {
 Tensor add(const Tensor& a, const Tensor& b) {
     return promoted("add", Arith::add, a, b, [](const Tensor& a, const Tensor& b) { return binary<true>(
         "add", a, b, Saves::none(), [](const auto& x, const auto& y) { return x + y; },
-        [](const auto&, const auto&, const auto&, const auto& g) { return g; },
-        [](const auto&, const auto&, const auto&, const auto& g) { return g; }); });
+        [](const Tensor&, const Tensor&, const Tensor&, const Tensor& g) { return g; },
+        [](const Tensor&, const Tensor&, const Tensor&, const Tensor& g) { return g; }); });
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
     return promoted("sub", Arith::sub, a, b, [](const Tensor& a, const Tensor& b) { return binary<true>(
         "sub", a, b, Saves::none(), [](const auto& x, const auto& y) { return x - y; },
-        [](const auto&, const auto&, const auto&, const auto& g) { return g; },
-        [](const auto&, const auto&, const auto&, const auto& g) { return -g; }); });
+        [](const Tensor&, const Tensor&, const Tensor&, const Tensor& g) { return g; },
+        [](const Tensor&, const Tensor&, const Tensor&, const Tensor& g) { return -g; }); });
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
     return promoted("mul", Arith::mul, a, b, [](const Tensor& a, const Tensor& b) { return binary<true>(
         "mul", a, b, Saves::only_inputs(3u), [](const auto& x, const auto& y) { return x * y; },
-        [](const auto&, const auto& x1, const auto&, const auto& g) { return g * x1; },
-        [](const auto& x0, const auto&, const auto&, const auto& g) { return g * x0; }); });
+        [](const Tensor&, const Tensor& x1, const Tensor&, const Tensor& g) { return g * x1; },
+        [](const Tensor& x0, const Tensor&, const Tensor&, const Tensor& g) { return g * x0; }); });
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
     // d(a/b)/da = 1/b; d(a/b)/db = -a/b² = -y/b.
     return promoted("div", Arith::div, a, b, [](const Tensor& a, const Tensor& b) { return binary<true>(
         "div", a, b, Saves{2u, true}, [](const auto& x, const auto& y) { return x / y; },
-        [](const auto&, const auto& x1, const auto&, const auto& g) { return g / x1; },
-        [](const auto&, const auto& x1, const auto& y, const auto& g) { return -g * y / x1; }); });
+        [](const Tensor&, const Tensor& x1, const Tensor&, const Tensor& g) { return g / x1; },
+        [](const Tensor&, const Tensor& x1, const Tensor& y, const Tensor& g) { return -g * y / x1; }); });
 }
 
 Tensor neg(const Tensor& a) {
@@ -251,46 +223,41 @@ Tensor neg(const Tensor& a) {
     }
     return unary(
         "neg", a, kReadsNone, [](const auto& x) { return -x; },
-        [](const auto&, const auto&, const auto& g) { return -g; });
+        [](const Tensor&, const Tensor&, const Tensor& g) { return -g; });
 }
 
 Tensor pow(const Tensor& a, double p) {
     return unary(
         "pow", a, kReadsX, [p](const auto& x) { return xt::pow(x, static_cast<value_t<decltype(x)>>(p)); },
-        [p](const auto& x, const auto&, const auto& g) {
-            using T = value_t<decltype(x)>;
+        [p](const Tensor& x, const Tensor&, const Tensor& g) {
             // x^0 is constant: its gradient is 0 even at x = 0, where p·x^(p-1) is 0·inf = NaN.
-            if (p == 0) return xt::xarray<T>(xt::zeros<T>(g.shape()));
-            return xt::xarray<T>(g * static_cast<T>(p) * xt::pow(x, static_cast<T>(p - 1)));
+            if (p == 0) return zeros_like(g);
+            return g * p * pow(x, p - 1);
         });
 }
 
 Tensor exp(const Tensor& a) {
     return unary(
         "exp", a, kReadsY, [](const auto& x) { return xt::exp(x); },
-        [](const auto&, const auto& y, const auto& g) { return g * y; });
+        [](const Tensor&, const Tensor& y, const Tensor& g) { return g * y; });
 }
 
 Tensor log(const Tensor& a) {
     return unary(
         "log", a, kReadsX, [](const auto& x) { return xt::log(x); },
-        [](const auto& x, const auto&, const auto& g) { return g / x; });
+        [](const Tensor& x, const Tensor&, const Tensor& g) { return g / x; });
 }
 
 Tensor sqrt(const Tensor& a) {
     return unary(
         "sqrt", a, kReadsY, [](const auto& x) { return xt::sqrt(x); },
-        [](const auto&, const auto& y, const auto& g) {
-            return g / (static_cast<value_t<decltype(y)>>(2) * y);
-        });
+        [](const Tensor&, const Tensor& y, const Tensor& g) { return g / (2.0 * y); });
 }
 
 Tensor tanh(const Tensor& a) {
     return unary(
         "tanh", a, kReadsY, [](const auto& x) { return xt::tanh(x); },
-        [](const auto&, const auto& y, const auto& g) {
-            return g * (static_cast<value_t<decltype(y)>>(1) - y * y);
-        });
+        [](const Tensor&, const Tensor& y, const Tensor& g) { return g * (1.0 - y * y); });
 }
 
 Tensor sigmoid(const Tensor& a) {
@@ -300,9 +267,7 @@ Tensor sigmoid(const Tensor& a) {
             using T = value_t<decltype(x)>;
             return static_cast<T>(1) / (static_cast<T>(1) + xt::exp(-x));
         },
-        [](const auto&, const auto& y, const auto& g) {
-            return g * y * (static_cast<value_t<decltype(y)>>(1) - y);
-        });
+        [](const Tensor&, const Tensor& y, const Tensor& g) { return g * y * (1.0 - y); });
 }
 
 Tensor relu(const Tensor& a) {
@@ -322,39 +287,77 @@ Tensor relu(const Tensor& a) {
         });
         return make_result<T>(
             std::move(y), {a}, "relu",
-            [](Node& self, const Storage& gs) {
-                const Tensor& in = self.parents[0];
-                const T* x = values<T>(in).data();
-                const T* g = grad_as<T>(gs).data();
-                xt::xarray<T> d = xt::xarray<T>::from_shape(in.shape());
-                T* pd = d.data();
-                parallel_for(in.numel(), kElementGrain, [&](std::size_t i0, std::size_t i1) {
-                    for (std::size_t i = i0; i < i1; ++i) {
-                        const T gi = g[i];  // read unconditionally, so the loop vectorises
-                        pd[i] = x[i] <= T(0) ? T(0) : gi;
-                    }
-                });
-                accumulate<T>("relu", in, std::move(d));
-            },
+            Formula([](const GradArgs& in) -> std::vector<Tensor> { return {threshold_backward(in.grad(), in.inputs[0])}; }),
             kReadsX);
     });
 }
 
+Tensor threshold_backward(const Tensor& g, const Tensor& x) {
+    // g where x > 0 (NaN included, as relu passes it), else 0: linear in g, so its gradient
+    // is itself for g, and 0 for x (a step).
+    check_same_dtype("threshold_backward", g, x);
+    if (g.shape() != x.shape())
+        throw Error(fmt::format("threshold_backward: gradient of shape {} for an input of shape {}",
+                                shape_str(g.shape()), shape_str(x.shape())));
+    const AllocContext context("threshold_backward", x.shape());
+    return dispatch_floating("threshold_backward", x.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* px = values<T>(x).data();
+        const T* pg = values<T>(g).data();
+        xt::xarray<T> d = xt::xarray<T>::from_shape(x.shape());
+        T* pd = d.data();
+        parallel_for(x.numel(), kElementGrain, [&](std::size_t i0, std::size_t i1) {
+            for (std::size_t i = i0; i < i1; ++i) {
+                const T gi = pg[i];  // read unconditionally, so the loop vectorises
+                pd[i] = px[i] <= T(0) ? T(0) : gi;
+            }
+        });
+        return make_result<T>(
+            std::move(d), {g, x}, "threshold_backward",
+            Formula([](const GradArgs& in) -> std::vector<Tensor> {
+                return {in.needs(0) ? threshold_backward(in.grad(), in.inputs[1]) : Tensor(), Tensor()};
+            }),
+            Saves::only_inputs(2u));
+    });
+}
+
 Tensor gelu(const Tensor& a) {
-    // gelu(x) = x·Φ(x); d/dx = Φ(x) + x·φ(x), Φ the normal CDF, φ its density.
+    // gelu(x) = x·Φ(x), Φ the normal CDF.
     return unary(
         "gelu", a, kReadsX,
         [](const auto& x) {
             using T = value_t<decltype(x)>;
             return static_cast<T>(0.5) * x * (static_cast<T>(1) + xt::erf(x * static_cast<T>(M_SQRT1_2)));
         },
-        [](const auto& x, const auto&, const auto& g) {
-            using T = value_t<decltype(x)>;
-            // Locals would be held by reference in the returned lazy expression: move them in.
-            auto cdf = static_cast<T>(0.5) * (static_cast<T>(1) + xt::erf(x * static_cast<T>(M_SQRT1_2)));
-            auto pdf = xt::exp(static_cast<T>(-0.5) * x * x) * static_cast<T>(0.5 * M_2_SQRTPI * M_SQRT1_2);
-            return g * (std::move(cdf) + x * std::move(pdf));
-        });
+        [](const Tensor& x, const Tensor&, const Tensor& g) { return gelu_backward(g, x); });
+}
+
+Tensor gelu_backward(const Tensor& g, const Tensor& x) {
+    // g·gelu'(x), gelu' = Φ(x) + x·φ(x), φ the normal density; gelu'' = φ(x)·(2 − x²).
+    check_same_dtype("gelu_backward", g, x);
+    if (g.shape() != x.shape())
+        throw Error(fmt::format("gelu_backward: gradient of shape {} for an input of shape {}", shape_str(g.shape()),
+                                shape_str(x.shape())));
+    const AllocContext context("gelu_backward", x.shape());
+    return dispatch_floating("gelu_backward", x.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const auto& xv = values<T>(x);
+        auto cdf = static_cast<T>(0.5) * (static_cast<T>(1) + xt::erf(xv * static_cast<T>(M_SQRT1_2)));
+        auto pdf = xt::exp(static_cast<T>(-0.5) * xv * xv) * static_cast<T>(0.5 * M_2_SQRTPI * M_SQRT1_2);
+        xt::xarray<T> d = values<T>(g) * (cdf + xv * pdf);
+        return make_result<T>(
+            std::move(d), {g, x}, "gelu_backward",
+            Formula([](const GradArgs& in) -> std::vector<Tensor> {
+                const Tensor &g = in.inputs[0], &x = in.inputs[1], &gg = in.grad();
+                Tensor dx;
+                if (in.needs(1)) {
+                    const Tensor pdf = exp(x * x * -0.5) * (0.5 * M_2_SQRTPI * M_SQRT1_2);
+                    dx = gg * g * pdf * (2.0 - x * x);
+                }
+                return {in.needs(0) ? gelu_backward(gg, x) : Tensor(), dx};
+            }),
+            Saves::all());
+    });
 }
 
 namespace {
@@ -375,13 +378,13 @@ template <class F> Tensor scalar_arith(const char* op, Arith k, const Tensor& a,
 Tensor sin(const Tensor& a) {
     return unary(
         "sin", a, kReadsX, [](const auto& x) { return xt::sin(x); },
-        [](const auto& x, const auto&, const auto& g) { return g * xt::cos(x); });
+        [](const Tensor& x, const Tensor&, const Tensor& g) { return g * cos(x); });
 }
 
 Tensor cos(const Tensor& a) {
     return unary(
         "cos", a, kReadsX, [](const auto& x) { return xt::cos(x); },
-        [](const auto& x, const auto&, const auto& g) { return -g * xt::sin(x); });
+        [](const Tensor& x, const Tensor&, const Tensor& g) { return -g * sin(x); });
 }
 
 Tensor abs(const Tensor& a) {
@@ -393,7 +396,19 @@ Tensor abs(const Tensor& a) {
     // sign(0) = 0: the gradient at 0 is 0, as torch.
     return unary(
         "abs", a, kReadsX, [](const auto& x) { return xt::abs(x); },
-        [](const auto& x, const auto&, const auto& g) { return g * xt::sign(x); });
+        [](const Tensor& x, const Tensor&, const Tensor& g) { return g * sign(x); });
+}
+
+Tensor sign(const Tensor& a) {
+    check_defined("sign", a);
+    if (a.dtype() == kInt64) {
+        xt::xarray<std::int64_t> r = xt::sign(values<std::int64_t>(a));
+        return make_leaf(Storage(std::move(r)));
+    }
+    // A step: its gradient is 0 wherever it has one.
+    return unary(
+        "sign", a, kReadsNone, [](const auto& x) { return xt::sign(x); },
+        [](const Tensor&, const Tensor&, const Tensor& g) { return zeros_like(g); });
 }
 
 Tensor clamp(const Tensor& a, std::optional<double> min, std::optional<double> max) {
@@ -412,12 +427,20 @@ Tensor clamp(const Tensor& a, std::optional<double> min, std::optional<double> m
             if (l > h) return xt::xarray<T>(xt::where(xt::isnan(x), x, h));
             return xt::xarray<T>(xt::where(x < l, l, xt::where(x > h, h, x)));
         },
-        [lo, hi](const auto& x, const auto&, const auto& g) {
-            using T = value_t<decltype(x)>;
-            const T l = static_cast<T>(lo), h = static_cast<T>(hi);
-            return xt::xarray<T>(xt::where(x >= l && x <= h, g, static_cast<T>(0)));
+        [lo, hi](const Tensor& x, const Tensor&, const Tensor& g) {
+            // Compared in x's type, as the forward pass clamps.
+            const Tensor l = cast(full({}, lo, kFloat64), x.dtype()), h = cast(full({}, hi, kFloat64), x.dtype());
+            return where(mul(ge(x, l), le(x, h)), g, zeros({}, g.dtype()));
         });
 }
+
+namespace {
+// The gradient maximum and minimum hand one operand: g where it alone wins, half of g on a tie.
+Tensor extremum_grad(const Tensor& wins, const Tensor& x0, const Tensor& x1, const Tensor& g) {
+    const Tensor zero = zeros({}, g.dtype());
+    return where(wins, g, where(eq(x0, x1), g * 0.5, zero));
+}
+}  // namespace
 
 Tensor maximum(const Tensor& a, const Tensor& b) {
     // The gradient goes to the larger input, half to each on a tie (torch 1.13).
@@ -425,14 +448,8 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
         return binary(
             "maximum", a, b, Saves::only_inputs(3u),
             [](const auto& x, const auto& y) { return xt::where(x > y || xt::isnan(x), x, y); },
-            [](const auto& x0, const auto& x1, const auto&, const auto& g) {
-                using T = value_t<decltype(g)>;
-                return xt::where(x0 > x1, g, xt::where(xt::equal(x0, x1), g * static_cast<T>(0.5), static_cast<T>(0)));
-            },
-            [](const auto& x0, const auto& x1, const auto&, const auto& g) {
-                using T = value_t<decltype(g)>;
-                return xt::where(x1 > x0, g, xt::where(xt::equal(x0, x1), g * static_cast<T>(0.5), static_cast<T>(0)));
-            });
+            [](const Tensor& x0, const Tensor& x1, const Tensor&, const Tensor& g) { return extremum_grad(x0 > x1, x0, x1, g); },
+            [](const Tensor& x0, const Tensor& x1, const Tensor&, const Tensor& g) { return extremum_grad(x1 > x0, x0, x1, g); });
     });
 }
 
@@ -441,14 +458,8 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
         return binary(
             "minimum", a, b, Saves::only_inputs(3u),
             [](const auto& x, const auto& y) { return xt::where(x < y || xt::isnan(x), x, y); },
-            [](const auto& x0, const auto& x1, const auto&, const auto& g) {
-                using T = value_t<decltype(g)>;
-                return xt::where(x0 < x1, g, xt::where(xt::equal(x0, x1), g * static_cast<T>(0.5), static_cast<T>(0)));
-            },
-            [](const auto& x0, const auto& x1, const auto&, const auto& g) {
-                using T = value_t<decltype(g)>;
-                return xt::where(x1 < x0, g, xt::where(xt::equal(x0, x1), g * static_cast<T>(0.5), static_cast<T>(0)));
-            });
+            [](const Tensor& x0, const Tensor& x1, const Tensor&, const Tensor& g) { return extremum_grad(x0 < x1, x0, x1, g); },
+            [](const Tensor& x0, const Tensor& x1, const Tensor&, const Tensor& g) { return extremum_grad(x1 < x0, x0, x1, g); });
     });
 }
 
@@ -456,7 +467,7 @@ Tensor add(const Tensor& a, Scalar s) {
     return scalar_arith("add", Arith::add, a, s, [](const Tensor& a, double s) {
         return unary(
             "add", a, kReadsNone, [s](const auto& x) { return x + static_cast<value_t<decltype(x)>>(s); },
-            [](const auto&, const auto&, const auto& g) { return g; });
+            [](const Tensor&, const Tensor&, const Tensor& g) { return g; });
     });
 }
 
@@ -468,7 +479,7 @@ Tensor mul(const Tensor& a, Scalar s) {
     return scalar_arith("mul", Arith::mul, a, s, [](const Tensor& a, double s) {
         return unary(
             "mul", a, kReadsNone, [s](const auto& x) { return x * static_cast<value_t<decltype(x)>>(s); },
-            [s](const auto&, const auto&, const auto& g) { return g * static_cast<value_t<decltype(g)>>(s); });
+            [s](const Tensor&, const Tensor&, const Tensor& g) { return g * s; });
     });
 }
 
@@ -476,7 +487,7 @@ Tensor div(const Tensor& a, Scalar s) {
     return scalar_arith("div", Arith::div, a, s, [](const Tensor& a, double s) {
         return unary(
             "div", a, kReadsNone, [s](const auto& x) { return x / static_cast<value_t<decltype(x)>>(s); },
-            [s](const auto&, const auto&, const auto& g) { return g / static_cast<value_t<decltype(g)>>(s); });
+            [s](const Tensor&, const Tensor&, const Tensor& g) { return g / s; });
     });
 }
 
@@ -488,7 +499,7 @@ Tensor rsub(Scalar s, const Tensor& a) {
     const double v = s.to_double();
     return unary(
         "rsub", cast(a, d), kReadsNone, [v](const auto& x) { return static_cast<value_t<decltype(x)>>(v) - x; },
-        [](const auto&, const auto&, const auto& g) { return -g; });
+        [](const Tensor&, const Tensor&, const Tensor& g) { return -g; });
 }
 
 Tensor rdiv(Scalar s, const Tensor& a) {
@@ -498,7 +509,7 @@ Tensor rdiv(Scalar s, const Tensor& a) {
     return unary(
         "rdiv", cast(a, arith_dtype(Arith::div, result_type(a, s))), Saves{1u, true},
         [v](const auto& x) { return static_cast<value_t<decltype(x)>>(v) / x; },
-        [](const auto& x, const auto& y, const auto& g) { return -g * y / x; });
+        [](const Tensor& x, const Tensor& y, const Tensor& g) { return -g * y / x; });
 }
 
 Tensor cast(const Tensor& a, Dtype d) {
@@ -515,13 +526,9 @@ Tensor cast(const Tensor& a, Dtype d) {
             a.node().data);
         if constexpr (std::is_floating_point_v<To>) {
             if (is_floating(a.dtype()))
-                return make_result<To>(std::move(y), {a}, "cast", [](Node& self, const Storage& gs) {
-                    const Tensor& in = self.parents[0];
-                    dispatch_floating("cast", in.dtype(), [&](auto from_tag) {
-                        using From = typename decltype(from_tag)::type;
-                        accumulate<From>("cast", in, xt::xarray<From>(xt::cast<From>(grad_as<To>(gs))));
-                    });
-                }, Saves::none());
+                return make_result<To>(std::move(y), {a}, "cast", Formula([](const GradArgs& in) -> std::vector<Tensor> {
+                    return {cast(in.grad(), in.inputs[0].dtype())};
+                }), Saves::none());
         }
         // Integer and bool results carry no gradient (as torch: they cannot require one).
         return make_leaf(Storage(std::move(y)));

@@ -11,6 +11,8 @@ namespace xgrad {
 
 namespace {
 
+std::vector<long> as_dims(const Shape& s) { return std::vector<long>(s.begin(), s.end()); }
+
 // Normalised axes in increasing order; an empty list means every axis (torch.sum(x, dim=[])).
 std::vector<std::size_t> reduce_axes(const char* op, const std::vector<long>& axes, const Shape& shape) {
     std::vector<std::size_t> out;
@@ -95,15 +97,13 @@ Tensor reduce_sum(const char* op, const Tensor& a, const std::vector<std::size_t
         }
         if (mean) r /= static_cast<T>(count);
         r.reshape(out_shape);
+        // The gradient spreads back over the summed axes (divided by their count for a mean).
         return make_result<T>(std::move(r), {a}, op,
-                              [op, kept = kept, count, mean](Node& self, const Storage& gs) {
-                                  const Tensor& x = self.parents[0];
-                                  xt::xarray<T> g = grad_as<T>(gs);
-                                  g.reshape(kept);
-                                  if (mean) g /= static_cast<T>(count);
-                                  if (auto fast = broadcast_fast<T>(g, x.shape())) return accumulate<T>(op, x, std::move(*fast));
-                                  accumulate<T>(op, x, xt::xarray<T>(xt::broadcast(g, x.shape())));
-                              },
+                              Formula([kept = kept, count, mean](const GradArgs& in) -> std::vector<Tensor> {
+                                  Tensor g = in.grad().shape() == kept ? in.grad() : reshape(in.grad(), as_dims(kept));
+                                  if (mean) g = g / static_cast<double>(count);
+                                  return {expand(g, in.inputs[0].shape())};
+                              }),
                               Saves::none());
     });
 }

@@ -22,14 +22,9 @@ Tensor reshaped(const char* op, const Tensor& a, const Shape& shape) {
         using T = typename decltype(tag)::type;
         xt::xarray<T> y = values<T>(a);
         y.reshape(shape);
-        return make_any_result<T>(std::move(y), {a}, op,
-                                  floating_backward(op, [op](auto gtag, Node& self, const Storage& gs) {
-                                      using G = typename decltype(gtag)::type;
-                                      const Tensor& x = self.parents[0];
-                                      xt::xarray<G> g = grad_as<G>(gs);
-                                      g.reshape(x.shape());
-                                      accumulate<G>(op, x, std::move(g));
-                                  }), Saves::none());
+        return make_any_result<T>(std::move(y), {a}, op, Formula([op](const GradArgs& in) -> std::vector<Tensor> {
+            return {reshaped(op, in.grad(), in.inputs[0].shape())};
+        }), Saves::none());
     });
 }
 
@@ -300,13 +295,40 @@ Tensor expand(const Tensor& a, const Shape& shape) {
     const AllocContext context("expand", shape);
     return dispatch_all(a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
-        xt::xarray<T> y = xt::broadcast(values<T>(a), shape);
-        return make_any_result<T>(std::move(y), {a}, "expand",
-                                  floating_backward("expand", [](auto gtag, Node& self, const Storage& gs) {
-                                      using G = typename decltype(gtag)::type;
-                                      const Tensor& x = self.parents[0];
-                                      accumulate<G>("expand", x, sum_to<G>(xt::xarray<G>(grad_as<G>(gs)), x.shape()));
-                                  }), Saves::none());
+        std::optional<xt::xarray<T>> fast;
+        // The broadcasts the plain loops know (what every sum's gradient is) skip xtensor's.
+        if constexpr (std::is_floating_point_v<T>) fast = broadcast_fast<T>(values<T>(a), shape);
+        xt::xarray<T> y = fast ? std::move(*fast) : xt::xarray<T>(xt::broadcast(values<T>(a), shape));
+        return make_any_result<T>(std::move(y), {a}, "expand", Formula([](const GradArgs& in) -> std::vector<Tensor> {
+            return {sum_to(in.grad(), in.inputs[0].shape())};
+        }), Saves::none());
+    });
+}
+
+Tensor sum_to(const Tensor& g, const Shape& shape) {
+    if (g.shape() == shape) return g;
+    if (!broadcastable_to(shape, g.shape()))
+        throw Error(fmt::format("sum_to: shape {} does not broadcast to the gradient's shape {}", shape_str(shape),
+                                shape_str(g.shape())));
+    const AllocContext context("sum_to", shape);
+    return dispatch_floating("sum_to", g.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const xt::xarray<T>& gv = values<T>(g);
+        xt::xarray<T> out;
+        // The broadcasts the fast loops know sum straight from g; the others from a copy.
+        const auto split = split_for(shape, g.shape());
+        const auto steps = split ? steps_for(shape, g.shape(), split->first, split->second) : std::nullopt;
+        if (steps) {
+            out = xt::xarray<T>::from_shape(shape);
+            const T* pg = gv.data();
+            const std::size_t cols = split->second;
+            reduce_plan<T>(split->first, cols, *steps, out.data(), [pg, cols](std::size_t r, std::size_t c) { return pg[r * cols + c]; });
+        } else {
+            out = sum_to<T>(xt::xarray<T>(gv), shape);
+        }
+        return make_result<T>(std::move(out), {g}, "sum_to", Formula([](const GradArgs& in) -> std::vector<Tensor> {
+            return {expand(in.grad(), in.inputs[0].shape())};
+        }), Saves::none());
     });
 }
 

@@ -32,6 +32,18 @@ Tensor make_any_result(xt::xarray<T>&& value, std::vector<Tensor> inputs, const 
     }
 }
 
+/// The same with a gradient formula (see Formula in node.hpp).
+template <class T>
+Tensor make_any_result(xt::xarray<T>&& value, std::vector<Tensor> inputs, const char* op, Formula formula,
+                       Saves saves = Saves::all()) {
+    if constexpr (std::is_floating_point_v<T>) {
+        return make_result<T>(std::move(value), std::move(inputs), op, std::move(formula), saves);
+    } else {
+        if constexpr (std::is_same_v<T, bfloat16>) check_no_bfloat16_graph(op, inputs);
+        return make_leaf(Storage(std::move(value)));
+    }
+}
+
 /// A backward for an op whose forward runs on any dtype: it only ever runs for float
 /// outputs, so `f(type_tag<T>{}, self, grad_out)` is instantiated for float and double only.
 template <class F> BackwardFn floating_backward(const char* op, F f) {

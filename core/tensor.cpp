@@ -8,6 +8,7 @@
 #include <string_view>
 #include <unordered_set>
 
+#include "core/autograd.hpp"
 #include "core/creation.hpp"
 #include "core/node.hpp"
 #include "core/ops.hpp"
@@ -55,22 +56,51 @@ void check_no_bfloat16_graph(const char* op, const std::vector<Tensor>& inputs) 
 
 // --- Node ---------------------------------------------------------------------------------
 
-Node::Node(Storage values) : data(std::move(values)) {
+namespace {
+std::atomic<std::uint64_t> g_next_seq{1};
+
+// Where the gradients an older-style backward hands to accumulate() go: the node running and one
+// slot per input (the engine sets it around each such backward).
+struct LegacySink {
+    const Node* node = nullptr;
+    std::vector<Tensor>* grads = nullptr;
+};
+thread_local LegacySink t_sink;
+
+// A stand-in for values an in-place op no longer needs: empty, of the same dtype.
+Storage placeholder(Dtype d) {
+    return dispatch_all(d, [](auto tag) {
+        using T = typename decltype(tag)::type;
+        return Storage(xt::xarray<T>::from_shape({0}));
+    });
+}
+}  // namespace
+
+Node::Node(Storage values) : data(std::move(values)), seq(g_next_seq.fetch_add(1, std::memory_order_relaxed)) {
     std::visit([this](const auto& a) { shape.assign(a.shape().begin(), a.shape().end()); }, data);
 }
 
 Node::~Node() {
-    // Unlink parents into a local worklist; a parent whose last owner is this worklist gives
-    // up its own parents before it dies, so destruction never recurses down a chain.
+    // Unlink parents (and the gradient and past histories, which may hold graphs too) into a
+    // local worklist; a node whose last owner is this worklist gives up its own before it dies,
+    // so destruction never recurses down a chain.
     std::vector<Tensor> pending = std::move(parents);
+    auto take = [&pending](Node& n) {
+        if (n.grad.defined()) pending.push_back(std::move(n.grad));
+        for (auto& p : n.past) pending.emplace_back(std::move(p));
+        n.past.clear();
+    };
+    take(*this);
     while (!pending.empty()) {
         Tensor t = std::move(pending.back());
         pending.pop_back();
         if (t.defined() && t.node_ptr().use_count() == 1) {
-            auto& grand = t.node().parents;
-            std::move(grand.begin(), grand.end(), std::back_inserter(pending));
-            grand.clear();
-            t.node().backward = nullptr;  // captured tensors may also hold parents
+            Node& n = t.node();
+            std::move(n.parents.begin(), n.parents.end(), std::back_inserter(pending));
+            n.parents.clear();
+            take(n);
+            n.backward = nullptr;  // captured tensors may also hold parents
+            n.formula = nullptr;
         }
     }
 }
@@ -82,65 +112,92 @@ Tensor make_leaf(Storage value, bool requires_grad) {
     return t;
 }
 
-template <class T>
-Tensor make_result(xt::xarray<T>&& value, std::vector<Tensor> inputs, const char* op,
-                   BackwardFn backward, Saves saves) {
-    if (t_detect_anomaly) {
-        const std::size_t i = first_non_finite(value);
-        if (i != static_cast<std::size_t>(-1))
-            throw Error(fmt::format("{}: produced {} in its forward result of shape {} (first at flat "
-                                    "index {}; anomaly detection is on)",
-                                    op, anomaly_value(value, i), shape_str(shape_of(value)), i));
-    }
-    auto node = std::make_shared<Node>(Storage(std::move(value)));
-    node->op = op;
+namespace {
+
+template <class T> void check_forward_anomaly(const char* op, const xt::xarray<T>& value) {
+    if (!t_detect_anomaly) return;
+    const std::size_t i = first_non_finite(value);
+    if (i != static_cast<std::size_t>(-1))
+        throw Error(fmt::format("{}: produced {} in its forward result of shape {} (first at flat "
+                                "index {}; anomaly detection is on)",
+                                op, anomaly_value(value, i), shape_str(shape_of(value)), i));
+}
+
+// Records node as made from inputs when gradients are on and an input requires one; `set`
+// installs the backward.
+template <class Set> void link(Node& node, std::vector<Tensor>&& inputs, Saves saves, Set&& set) {
     const bool track = grad_enabled() && std::any_of(inputs.begin(), inputs.end(), [](const Tensor& t) {
                            return t.defined() && t.requires_grad();
                        });
-    if (track) {
-        node->requires_grad = true;
-        node->is_leaf = false;
-        node->saves = saves;
-        node->saved_versions.reserve(inputs.size() + 1);
-        for (std::size_t i = 0; i < inputs.size(); ++i) {
-            const Node* in = inputs[i].defined() ? &inputs[i].node() : nullptr;
-            node->saved_versions.push_back(!in ? 0 : saves.reads_input(i) ? in->version : in->layout_version);
-        }
-        node->saved_versions.push_back(0);
-        node->parents = std::move(inputs);
-        node->backward = std::move(backward);
+    if (!track) return;
+    node.requires_grad = true;
+    node.is_leaf = false;
+    node.saves = saves;
+    node.saved_versions.reserve(inputs.size() + 1);
+    node.parent_history.reserve(inputs.size());
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+        const Node* in = inputs[i].defined() ? &inputs[i].node() : nullptr;
+        node.saved_versions.push_back(!in ? 0 : saves.reads_input(i) ? in->version : in->layout_version);
+        node.parent_history.push_back(in ? in->history : 0);
     }
+    node.saved_versions.push_back(node.version);
+    node.parents = std::move(inputs);
+    set(node);
+}
+
+}  // namespace
+
+void link_node(Node& node, std::vector<Tensor> inputs, Formula formula, Saves saves) {
+    link(node, std::move(inputs), saves, [&](Node& n) { n.formula = std::move(formula); });
+}
+
+template <class T>
+Tensor make_result(xt::xarray<T>&& value, std::vector<Tensor> inputs, const char* op,
+                   BackwardFn backward, Saves saves) {
+    check_forward_anomaly(op, value);
+    auto node = std::make_shared<Node>(Storage(std::move(value)));
+    node->op = op;
+    link(*node, std::move(inputs), saves, [&](Node& n) { n.backward = std::move(backward); });
+    return Tensor(std::move(node));
+}
+
+template <class T>
+Tensor make_result(xt::xarray<T>&& value, std::vector<Tensor> inputs, const char* op,
+                   Formula formula, Saves saves) {
+    check_forward_anomaly(op, value);
+    auto node = std::make_shared<Node>(Storage(std::move(value)));
+    node->op = op;
+    link(*node, std::move(inputs), saves, [&](Node& n) { n.formula = std::move(formula); });
     return Tensor(std::move(node));
 }
 
 template <class T> void accumulate(const char* op, const Tensor& input, xt::xarray<T>&& g) {
     if (!input.requires_grad()) return;
-    Node& n = input.node();
-    if (!std::equal(g.shape().begin(), g.shape().end(), n.shape.begin(), n.shape.end()))
-        throw Error(fmt::format("{} backward: gradient of shape {} does not match its input of shape {}",
-                                op, shape_str(shape_of(g)), shape_str(n.shape)));
-    if (n.dtype() != dtype_of<T>())
-        throw Error(fmt::format("{} backward: its input changed dtype from {} to {} after the forward pass "
-                                "(e.g. module.to() between forward and backward); run the forward pass "
-                                "again after converting",
-                                op, dtype_name(dtype_of<T>()), dtype_name(n.dtype())));
-    if (t_detect_anomaly) {
-        const std::size_t i = first_non_finite(g);
-        if (i != static_cast<std::size_t>(-1))
-            throw Error(fmt::format("{} backward: produced {} in the gradient for an input of shape {} "
-                                    "(first at flat index {}; anomaly detection is on)",
-                                    op, anomaly_value(g, i), shape_str(n.shape), i));
+    if (!t_sink.node)
+        throw Error(fmt::format("{} backward: accumulate() called outside a backward sweep", op));
+    const auto& parents = t_sink.node->parents;
+    std::size_t i = 0;
+    while (i < parents.size() && !parents[i].is_same(input)) ++i;
+    if (i == parents.size())
+        throw Error(fmt::format("{} backward: accumulate() given a tensor that is not one of the op's inputs", op));
+    Tensor& slot = (*t_sink.grads)[i];
+    if (!slot.defined()) {
+        slot = make_leaf(Storage(std::move(g)));
+        return;
     }
-    if (!n.flow)
-        n.flow = Storage(std::move(g));
-    else if constexpr (std::is_same_v<T, bfloat16>)
-        add_rounded(std::get<xt::xarray<T>>(*n.flow), g);
+    auto& d = std::get<xt::xarray<T>>(slot.node().data);
+    if (!std::equal(g.shape().begin(), g.shape().end(), d.shape().begin(), d.shape().end()))
+        throw Error(fmt::format("{} backward: gradient of shape {} does not match its input of shape {}", op,
+                                shape_str(shape_of(g)), shape_str(input.shape())));
+    if constexpr (std::is_same_v<T, bfloat16>)
+        add_rounded(d, g);
     else
-        std::get<xt::xarray<T>>(*n.flow) += g;
+        d += g;
 }
 
 #define XGRAD_INSTANTIATE(T)                                                                    \
     template Tensor make_result<T>(xt::xarray<T>&&, std::vector<Tensor>, const char*, BackwardFn, Saves); \
+    template Tensor make_result<T>(xt::xarray<T>&&, std::vector<Tensor>, const char*, Formula, Saves); \
     template void accumulate<T>(const char*, const Tensor&, xt::xarray<T>&&);
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)
@@ -180,6 +237,8 @@ XGRAD_INSTANTIATE(bfloat16)
 bool grad_enabled() { return t_grad_enabled; }
 NoGradGuard::NoGradGuard() : m_previous(t_grad_enabled) { t_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { t_grad_enabled = m_previous; }
+AutoGradMode::AutoGradMode(bool enabled) : m_previous(t_grad_enabled) { t_grad_enabled = enabled; }
+AutoGradMode::~AutoGradMode() { t_grad_enabled = m_previous; }
 
 void set_detect_anomaly(bool on) { t_detect_anomaly = on; }
 bool detect_anomaly_enabled() { return t_detect_anomaly; }
@@ -230,26 +289,42 @@ void Tensor::retain_grad() {
     n.retains_grad = true;
 }
 
-Tensor Tensor::grad() const {
-    const Node& n = node();
-    if (!n.grad) return Tensor();
-    return make_leaf(*n.grad);
-}
+Tensor Tensor::grad() const { return node().grad; }
+
+Tensor& Tensor::mutable_grad() const { return node().grad; }
 
 void Tensor::set_grad(const Tensor& g) {
     Node& n = node();
     if (!g.defined()) {
-        n.grad.reset();
+        n.grad = Tensor();
         return;
     }
     if (g.shape() != n.shape || g.dtype() != n.dtype())
         throw Error(fmt::format("set_grad: gradient must match the tensor: expected {} {}, got {} {}",
                                 dtype_name(n.dtype()), shape_str(n.shape), dtype_name(g.dtype()),
                                 shape_str(g.shape())));
-    n.grad = g.node().data;
+    n.grad = g;
 }
 
-void Tensor::zero_grad() { node().grad.reset(); }
+void Tensor::zero_grad() { node().grad = Tensor(); }
+
+std::uint64_t Tensor::add_hook(std::function<Tensor(const Tensor&)> hook) {
+    Node& n = node();
+    if (!n.requires_grad)
+        throw Error("register_hook: the tensor does not require grad, so no gradient will reach the hook "
+                    "(call requires_grad_() on a leaf first)");
+    if (!hook) throw Error("register_hook: the hook is empty");
+    static std::atomic<std::uint64_t> next_id{1};
+    const std::uint64_t id = next_id++;
+    n.grad_hooks.emplace_back(id, std::move(hook));
+    return id;
+}
+
+void Tensor::remove_hook(std::uint64_t id) {
+    auto& hooks = node().grad_hooks;
+    hooks.erase(std::remove_if(hooks.begin(), hooks.end(), [id](const auto& h) { return h.first == id; }),
+                hooks.end());
+}
 
 std::uint64_t Tensor::register_post_accumulate_grad_hook(std::function<void(Tensor&)> hook) {
     Node& n = node();
@@ -275,7 +350,7 @@ void check_dims(const char* who, const char* arg, const Tensor& t, std::size_t d
         throw Error(fmt::format("{}: {} must be {}-D {}, got shape {}", who, arg, dims, layout, shape_str(t.shape())));
 }
 
-bool Tensor::has_grad() const { return node().grad.has_value(); }
+bool Tensor::has_grad() const { return node().grad.defined(); }
 
 std::string Tensor::op_name() const { return node().op; }
 
@@ -323,38 +398,44 @@ template <class T> const T* Tensor::data_ptr() const { return array<T>(*this).da
 
 namespace {
 
-// A handle reaches its node as Node& even when const (it aliases, as torch's): no cast needed.
-template <class T> xt::xarray<T>* grad_array(Node& n, const char* op) {
+// The gradient's array, of the tensor's own type T, or null when there is none. `write` counts
+// as an in-place write to the gradient (its version), as data_ptr does for values.
+template <class T> xt::xarray<T>* grad_array(Node& n, const char* op, bool write) {
     if (n.dtype() != dtype_of<T>())
         throw Error(fmt::format("{}: tensor holds {}, asked for {}", op, dtype_name(n.dtype()),
                                 dtype_name(dtype_of<T>())));
-    if (!n.grad) return nullptr;
-    return &std::get<xt::xarray<T>>(*n.grad);
+    if (!n.grad.defined()) return nullptr;
+    Node& g = n.grad.node();
+    if (write) {
+        ++g.version;
+        g.last_write = op;
+    }
+    return &std::get<xt::xarray<T>>(g.data);
 }
 
 }  // namespace
 
 template <class T> T* Tensor::grad_ptr() {
-    auto* g = grad_array<T>(node(), "grad_ptr");
+    auto* g = grad_array<T>(node(), "grad_ptr", true);
     return g ? g->data() : nullptr;
 }
 
 template <class T> const T* Tensor::grad_ptr() const {
-    const auto* g = grad_array<T>(node(), "grad_ptr");
+    const auto* g = grad_array<T>(node(), "grad_ptr", false);
     return g ? g->data() : nullptr;
 }
 
 template <class T> T* Tensor::mutable_grad_ptr() {
     Node& n = node();
-    if (!grad_array<T>(n, "mutable_grad_ptr")) n.grad = Storage(xt::xarray<T>(xt::zeros<T>(n.shape)));
-    return std::get<xt::xarray<T>>(*n.grad).data();
+    if (!grad_array<T>(n, "mutable_grad_ptr", false)) n.grad = make_leaf(Storage(xt::xarray<T>(xt::zeros<T>(n.shape))));
+    return grad_array<T>(n, "mutable_grad_ptr", true)->data();
 }
 
 void Tensor::set_data(const Tensor& values) const {
     Node& n = node();
     if (!values.defined()) throw Error("set_data: values is an undefined tensor");
     if (&n == &values.node()) return;
-    if (n.grad && (values.shape() != n.shape || values.dtype() != n.dtype())) n.grad.reset();
+    if (n.grad.defined() && (values.shape() != n.shape || values.dtype() != n.dtype())) n.grad = Tensor();
     if (values.shape() != n.shape || values.dtype() != n.dtype()) ++n.layout_version;
     n.data = values.node().data;
     n.shape = values.shape();
@@ -393,6 +474,17 @@ XGRAD_INSTANTIATE(bfloat16)
 
 namespace {
 
+// The node that input i of `n` stands for: the input's current history, or the past one it had
+// when the op read it (an in-place op on it since started a new one).
+const std::shared_ptr<Node>& input_node(const Node& n, std::size_t i) {
+    const std::shared_ptr<Node>& p = n.parents[i].node_ptr();
+    if (!p || i >= n.parent_history.size()) return p;
+    const std::uint32_t h = n.parent_history[i];
+    return h == p->history ? p : p->past[h];
+}
+
+std::uint32_t input_slot(const Node& n, std::size_t i) { return i < n.parent_slot.size() ? n.parent_slot[i] : 0; }
+
 // Refuses an op whose backward would read values written in place since its forward pass (a
 // saved input, or its own output), or whose input set_data gave a new shape or dtype (every
 // backward builds its gradients to its inputs' layouts). New values in a tensor an op did not
@@ -417,6 +509,12 @@ void check_versions(const std::shared_ptr<Node>& n) {
                                     "forward pass of '{}'; run the forward pass again after changing it",
                                     what(), n->op));
         }
+        // A past history's output is the value an in-place op has since overwritten.
+        if (i == k && n->overwritten)
+            throw Error(fmt::format("backward: {} was modified in place after it was saved for backward by '{}' "
+                                    "(an in-place op recorded in the graph wrote it); clone it first, or call "
+                                    "backward before changing it",
+                                    what(), n->op));
         if (input.version == n->saved_versions[i]) continue;
         const std::string how = *input.last_write ? fmt::format(", last through {}", input.last_write) : "";
         const char* hint = std::string_view(input.last_write) == "data_ptr()"
@@ -426,11 +524,6 @@ void check_versions(const std::shared_ptr<Node>& n) {
                                 "(version {} -> {}{}); clone it first, or call backward before changing it{}",
                                 what(), n->op, n->saved_versions[i], input.version, how, hint));
     }
-}
-
-// The same for every op of a graph, before any backward runs.
-void check_versions(const std::vector<std::shared_ptr<Node>>& order) {
-    for (const auto& n : order) check_versions(n);
 }
 
 // Why a second backward through `n` is refused: its graph was freed by a backward that finished,
@@ -444,98 +537,249 @@ std::string freed_how(const Node& n) {
                  "through it twice";
 }
 
-// After a backward that throws (anomaly detection, running out of memory, a bad op): the
+// After a sweep that throws (anomaly detection, running out of memory, a bad op): the
 // gradients half delivered to the nodes still waiting are dropped, so that a later backward
 // starts clean, and the nodes already freed remember how.
 void abandon(const std::vector<std::shared_ptr<Node>>& order) {
     for (const auto& n : order) {
-        n->flow.reset();
+        n->flow.clear();
         // Before this sweep none of them was freed (it refuses to start otherwise).
         if (n->graph_freed) n->freed_by_failure = true;
     }
 }
 
-// Nodes reachable from `root` through nodes that require grad, parents before children.
+// Nodes reachable from `roots` through nodes that require grad, parents before children.
 // Iterative DFS (explicit stack), so depth is bounded by memory, not by the call stack.
-std::vector<std::shared_ptr<Node>> topological_order(const std::shared_ptr<Node>& root) {
+std::vector<std::shared_ptr<Node>> topological_order(const std::vector<std::shared_ptr<Node>>& roots) {
     std::vector<std::shared_ptr<Node>> order;
     std::unordered_set<const Node*> visited;
     std::vector<std::pair<std::shared_ptr<Node>, std::size_t>> stack;  // node, next parent
-    stack.emplace_back(root, 0);
-    visited.insert(root.get());
-    while (!stack.empty()) {
-        auto& [node, next] = stack.back();
-        if (next < node->parents.size()) {
-            const auto& parent = node->parents[next++].node_ptr();
-            if (parent && parent->requires_grad && visited.insert(parent.get()).second)
-                stack.emplace_back(parent, 0);
-        } else {
-            order.push_back(std::move(node));
-            stack.pop_back();
+    for (const auto& root : roots) {
+        if (!visited.insert(root.get()).second) continue;
+        stack.emplace_back(root, 0);
+        while (!stack.empty()) {
+            auto& [node, next] = stack.back();
+            if (next < node->parents.size()) {
+                const auto& parent = input_node(*node, next++);
+                if (parent && parent->requires_grad && visited.insert(parent.get()).second)
+                    stack.emplace_back(parent, 0);
+            } else {
+                order.push_back(std::move(node));
+                stack.pop_back();
+            }
         }
     }
     return order;
 }
 
-void add_into(std::optional<Storage>& dst, Storage&& g) {
-    if (!dst) {
-        dst = std::move(g);
-        return;
-    }
+// dst += g in place, for two arrays of one dtype and shape.
+void add_into(Storage& dst, const Storage& g) {
     std::visit(
         [&g](auto& d) {
             using A = std::decay_t<decltype(d)>;
             if constexpr (std::is_same_v<A, xt::xarray<bfloat16>>)
                 add_rounded(d, std::get<A>(g));
+            else if constexpr (std::is_same_v<A, xt::xarray<bool>>)
+                d = d || std::get<A>(g);
             else
                 d += std::get<A>(g);
         },
-        *dst);
+        dst);
 }
 
-}  // namespace
+// a + b as a new tensor: the add op when recording (create_graph), else a plain sum.
+Tensor sum_of(const Tensor& a, const Tensor& b) {
+    if (grad_enabled() && a.dtype() != kBFloat16) return add(a, b);
+    Tensor out = make_leaf(a.node().data);
+    add_into(out.node().data, b.node().data);
+    return out;
+}
 
-void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
-    Node& root = node();
-    if (!root.requires_grad)
-        throw Error("backward: this tensor does not require grad and was not made from one that does; "
-                    "call requires_grad_() on the inputs you want gradients for");
-    if (root.graph_freed)
-        throw Error(fmt::format("backward: the graph behind this '{}' result was {}", root.op, freed_how(root)));
-    Storage seed;
-    if (!gradient.defined()) {
-        if (numel() != 1)
-            throw Error(fmt::format("backward: a gradient can be implied only for a one-element output, "
-                                    "this one has shape {}; pass one of that shape, e.g. "
-                                    "y.backward(ones_like(y))",
-                                    shape_str(shape())));
-        seed = ones_like(*this).node().data;
-    } else {
-        if (gradient.shape() != shape() || gradient.dtype() != dtype())
-            throw Error(fmt::format("backward: gradient must match the output: expected {} {}, got {} {}",
-                                    dtype_name(dtype()), shape_str(shape()),
-                                    dtype_name(gradient.dtype()), shape_str(gradient.shape())));
-        seed = gradient.node().data;
+// Whether the engine holds the only handle on t (so it may add into it in place).
+bool exclusive(const Tensor& t) { return t.node_ptr().use_count() == 1 && !t.requires_grad(); }
+
+// Adds g into the gradient flowing to slot `slot` of `n` during a sweep.
+void add_flow(Node& n, std::uint32_t slot, Tensor g) {
+    if (n.flow.size() <= slot) n.flow.resize(std::max<std::size_t>(slot + 1, n.num_outputs));
+    Tensor& f = n.flow[slot];
+    if (!f.defined())
+        f = std::move(g);
+    else if (!grad_enabled() && exclusive(f))
+        add_into(f.node().data, g.node().data);
+    else
+        f = sum_of(f, g);
+}
+
+// Adds g into n.grad as torch's AccumulateGrad does: the first gradient is taken as it is when
+// nothing else holds it (else a copy, so that .grad() never aliases another tensor); later ones
+// add in place, or, with create_graph (or a gradient that has a graph), as a new sum.
+void accumulate_grad(Node& n, Tensor g) {
+    if (!n.grad.defined()) {
+        if (g.node_ptr().use_count() == 1 && (grad_enabled() || !g.requires_grad()))
+            n.grad = std::move(g);
+        else
+            n.grad = grad_enabled() ? g.clone() : make_leaf(g.node().data);
+        return;
     }
+    if (!grad_enabled() && !n.grad.requires_grad()) {
+        Node& d = n.grad.node();
+        add_into(d.data, g.node().data);
+        ++d.version;
+        d.last_write = "backward()";
+    } else {
+        n.grad = sum_of(n.grad, g);
+    }
+}
 
-    auto order = topological_order(m_node);
+// Checks what a backward hands to input `input` of `n`: its shape and dtype, and (anomaly
+// detection) its values.
+void check_gradient(const Node& n, const Node& input, const Tensor& g) {
+    if (g.shape() != input.shape)
+        throw Error(fmt::format("{} backward: gradient of shape {} does not match its input of shape {}", n.op,
+                                shape_str(g.shape()), shape_str(input.shape)));
+    if (g.dtype() != input.dtype())
+        throw Error(fmt::format("{} backward: an input of '{}' changed dtype from {} to {} after the forward pass "
+                                "(e.g. module.to() between forward and backward), or its gradient formula gave "
+                                "the wrong dtype; run the forward pass again after converting",
+                                n.op, n.op, dtype_name(g.dtype()), dtype_name(input.dtype())));
+    if (t_detect_anomaly)
+        std::visit(
+            [&](const auto& a) {
+                using A = std::decay_t<decltype(a)>;
+                if constexpr (is_floating_v<typename A::value_type>) {
+                    const std::size_t i = first_non_finite(a);
+                    if (i != static_cast<std::size_t>(-1))
+                        throw Error(fmt::format("{} backward: produced {} in the gradient for an input of shape {} "
+                                                "(first at flat index {}; anomaly detection is on)",
+                                                n.op, anomaly_value(a, i), shape_str(input.shape), i));
+                }
+            },
+            g.node().data);
+}
+
+// Runs the hooks of the tensor behind `n` on its gradient g (see register_hook).
+Tensor run_hooks(Node& n, Tensor g) {
+    auto hooks = n.grad_hooks;  // a hook may remove itself
+    for (auto& h : hooks) {
+        Tensor r = h.second(g);
+        if (!r.defined()) continue;
+        if (r.shape() != g.shape() || r.dtype() != g.dtype())
+            throw Error(fmt::format("register_hook: a hook returned a gradient of {} {} for a tensor whose gradient "
+                                    "is {} {}",
+                                    dtype_name(r.dtype()), shape_str(r.shape()), dtype_name(g.dtype()),
+                                    shape_str(g.shape())));
+        g = std::move(r);
+    }
+    return g;
+}
+
+using GradModeGuard = AutoGradMode;
+
+struct Sweep {
+    bool keep_graph = false;
+    bool create_graph = false;
+    // autograd::grad: the nodes whose gradients are wanted (returned, not accumulated), else
+    // empty (backward: gradients go into .grad()).
+    std::vector<const Node*> wanted;
+    std::vector<Tensor>* captured = nullptr;
+};
+
+// Runs one node's backward and hands each input its gradient.
+void run_node(const std::shared_ptr<Node>& sp, std::vector<Tensor>& grads, const Sweep& sweep,
+              const std::unordered_set<const Node*>* needed) {
+    Node& n = *sp;
+    std::vector<Tensor> results;
+    const AllocContext context(n.op, n.shape, AllocContext::Phase::backward);
+    if (n.formula) {
+        const Tensor output(sp);
+        // Anomaly detection judges what the formula hands on (check_gradient, naming this op),
+        // not each op it is made of.
+        const DetectAnomalyGuard quiet(false);
+        results = n.formula(GradArgs{grads, n.parents, output, n});
+        if (results.size() != n.parents.size())
+            throw Error(fmt::format("{} backward: returned {} gradients for its {} inputs (one per input, undefined "
+                                    "for an input without one)",
+                                    n.op, results.size(), n.parents.size()));
+    } else {
+        if (sweep.create_graph)
+            throw Error(fmt::format("{}: its backward is not written in differentiable ops, so it cannot be "
+                                    "differentiated twice (create_graph)",
+                                    n.op));
+        results.resize(n.parents.size());
+        t_sink = {&n, &results};
+        try {
+            n.backward(n, grads[0].node().data);
+        } catch (...) {
+            t_sink = {};
+            throw;
+        }
+        t_sink = {};
+    }
+    for (std::size_t i = 0; i < results.size(); ++i) {
+        if (!results[i].defined()) continue;
+        const std::shared_ptr<Node>& in = input_node(n, i);
+        if (!in || !in->requires_grad) continue;
+        if (needed && !needed->count(in.get())) continue;
+        check_gradient(n, *in, results[i]);
+        Tensor g = std::move(results[i]);
+        // Without create_graph no gradient carries a graph (a formula may hand on its input).
+        if (!sweep.create_graph && g.requires_grad()) g = make_leaf(g.node().data);
+        add_flow(*in, input_slot(n, i), std::move(g));
+    }
+}
+
+void run_sweep(const std::vector<std::shared_ptr<Node>>& roots, const std::vector<Tensor>& seeds, const Sweep& sweep) {
+    auto order = topological_order(roots);
     // A node whose graph an earlier backward freed cannot pass gradients on.
     for (const auto& n : order)
         if (n->graph_freed)
             throw Error(fmt::format("backward: part of this graph (a '{}' result) was {}", n->op, freed_how(*n)));
-    check_versions(order);
-    root.flow = std::move(seed);
-    NoGradGuard no_grad;  // backward computations are not themselves recorded
+    // autograd::grad runs only the nodes between the inputs and the outputs: those with a
+    // wanted node among their ancestors (parents come first in `order`).
+    std::unordered_set<const Node*> needed;
+    const bool pruned = !sweep.wanted.empty();
+    if (pruned) {
+        for (const auto& n : order) {
+            bool need = std::find(sweep.wanted.begin(), sweep.wanted.end(), n.get()) != sweep.wanted.end();
+            for (std::size_t i = 0; !need && i < n->parents.size(); ++i) {
+                const auto& p = input_node(*n, i);
+                need = p && needed.count(p.get());
+            }
+            if (need) needed.insert(n.get());
+        }
+    }
+    for (const auto& n : order)
+        if (!pruned || needed.count(n.get())) check_versions(n);
     const char* running = "";  // the op whose backward is running, for the message below
-    bool hooks_ran = false;
     try {
+        {
+            GradModeGuard mode(sweep.create_graph);
+            for (std::size_t i = 0; i < roots.size(); ++i) add_flow(*roots[i], 0, seeds[i]);
+        }
+        bool hooks_ran = false;
         for (auto it = order.rbegin(); it != order.rend(); ++it) {
             Node& n = **it;
-            if (!n.flow) continue;  // no path carried a gradient here
-            Storage g = std::move(*n.flow);
-            n.flow.reset();
-            if (n.is_leaf) {
-                add_into(n.grad, std::move(g));
+            if (n.flow.empty()) continue;  // no path carried a gradient here
+            std::vector<Tensor> grads = std::move(n.flow);
+            n.flow.clear();
+            if (!grads[0].defined() && n.num_outputs == 1) continue;
+            GradModeGuard mode(sweep.create_graph);
+            if (!n.grad_hooks.empty()) {
+                grads[0] = run_hooks(n, std::move(grads[0]));
+                hooks_ran = true;
+            }
+            if (pruned) {
+                for (std::size_t k = 0; k < sweep.wanted.size(); ++k)
+                    if (sweep.wanted[k] == &n) (*sweep.captured)[k] = grads[0];
+                // Only a node with a wanted node above it has gradients to pass on.
+                bool feeds = false;
+                for (std::size_t i = 0; !feeds && !n.is_leaf && i < n.parents.size(); ++i) {
+                    const auto& p = input_node(n, i);
+                    feeds = p && needed.count(p.get());
+                }
+                if (!feeds) continue;
+            } else if (n.is_leaf) {
+                accumulate_grad(n, std::move(grads[0]));
                 if (!n.post_grad_hooks.empty()) {
                     Tensor leaf(*it);
                     auto hooks = n.post_grad_hooks;  // a hook may remove itself
@@ -543,24 +787,25 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
                     hooks_ran = true;
                 }
                 continue;
+            } else if (n.retains_grad) {
+                accumulate_grad(n, grads[0]);
             }
             // A hook is user code run in the middle of the sweep: it may have written a tensor
             // that an op still to come saved, after the check above.
             if (hooks_ran) check_versions(*it);
-            if (n.retains_grad) add_into(n.grad, Storage(g));
             running = n.op;
-            {
-                const AllocContext context(n.op, n.shape, AllocContext::Phase::backward);
-                n.backward(n, g);
-            }
-            if (!retain_graph) {
+            run_node(*it, grads, sweep, pruned ? &needed : nullptr);
+            if (!sweep.keep_graph) {
                 n.backward = nullptr;
+                n.formula = nullptr;
                 n.parents.clear();
+                n.parent_history.clear();
+                n.parent_slot.clear();
                 n.graph_freed = true;
             }
         }
     } catch (const std::bad_variant_access&) {
-        // A backward lambda reads its inputs with the dtype they had in forward; converting
+        // An older backward reads its inputs with the dtype they had in forward; converting
         // them in between (module.to(kFloat64) after the forward pass) leaves them unreadable.
         abandon(order);
         throw Error(fmt::format("backward: an input of '{}' changed dtype after the forward pass (e.g. "
@@ -571,6 +816,177 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
         abandon(order);
         throw;
     }
+}
+
+// The gradient that starts a sweep at `output`: `gradient`, checked, or ones for one element.
+Tensor seed_for(const char* who, const Tensor& output, const Tensor& gradient) {
+    if (!gradient.defined()) {
+        if (output.numel() != 1)
+            throw Error(fmt::format("{}: a gradient can be implied only for a one-element output, "
+                                    "this one has shape {}; pass one of that shape, e.g. "
+                                    "y.backward(ones_like(y))",
+                                    who, shape_str(output.shape())));
+        NoGradGuard no_grad;
+        return ones_like(output);
+    }
+    if (gradient.shape() != output.shape() || gradient.dtype() != output.dtype())
+        throw Error(fmt::format("{}: gradient must match the output: expected {} {}, got {} {}", who,
+                                dtype_name(output.dtype()), shape_str(output.shape()),
+                                dtype_name(gradient.dtype()), shape_str(gradient.shape())));
+    return gradient;
+}
+
+}  // namespace
+
+void Tensor::backward(const Tensor& gradient, std::optional<bool> retain_graph, bool create_graph) const {
+    Node& root = node();
+    if (!root.requires_grad)
+        throw Error("backward: this tensor does not require grad and was not made from one that does; "
+                    "call requires_grad_() on the inputs you want gradients for");
+    if (root.graph_freed)
+        throw Error(fmt::format("backward: the graph behind this '{}' result was {}", root.op, freed_how(root)));
+    const Tensor seed = seed_for("backward", *this, gradient);
+    Sweep sweep;
+    sweep.keep_graph = retain_graph.value_or(create_graph);
+    sweep.create_graph = create_graph;
+    run_sweep({m_node}, {seed}, sweep);
+}
+
+namespace autograd {
+
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs, std::optional<bool> retain_graph,
+                         bool create_graph, bool allow_unused) {
+    if (outputs.empty()) throw Error("autograd::grad: no outputs given");
+    if (!grad_outputs.empty() && grad_outputs.size() != outputs.size())
+        throw Error(fmt::format("autograd::grad: {} grad_outputs for {} outputs (give one per output, or none)",
+                                grad_outputs.size(), outputs.size()));
+    std::vector<std::shared_ptr<Node>> roots;
+    std::vector<Tensor> seeds;
+    for (std::size_t i = 0; i < outputs.size(); ++i) {
+        const Tensor& y = outputs[i];
+        if (!y.defined()) throw Error(fmt::format("autograd::grad: output {} is an undefined tensor", i));
+        if (!y.requires_grad())
+            throw Error(fmt::format("autograd::grad: output {} does not require grad and was not made from a "
+                                    "tensor that does",
+                                    i));
+        if (y.node().graph_freed)
+            throw Error(fmt::format("autograd::grad: the graph behind output {} (a '{}' result) was {}", i,
+                                    y.node().op, freed_how(y.node())));
+        roots.push_back(y.node_ptr());
+        seeds.push_back(seed_for("autograd::grad", y, grad_outputs.empty() ? Tensor() : grad_outputs[i]));
+    }
+    Sweep sweep;
+    sweep.keep_graph = retain_graph.value_or(create_graph);
+    sweep.create_graph = create_graph;
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+        const Tensor& x = inputs[i];
+        if (!x.defined()) throw Error(fmt::format("autograd::grad: input {} is an undefined tensor", i));
+        if (!x.requires_grad())
+            throw Error(fmt::format("autograd::grad: input {} (of shape {}) does not require grad", i,
+                                    shape_str(x.shape())));
+        sweep.wanted.push_back(&x.node());
+    }
+    std::vector<Tensor> result(inputs.size());
+    if (inputs.empty()) return result;
+    sweep.captured = &result;
+    run_sweep(roots, seeds, sweep);
+    for (std::size_t i = 0; i < inputs.size(); ++i)
+        if (!result[i].defined() && !allow_unused)
+            throw Error(fmt::format("autograd::grad: input {} (of shape {}) was not used to compute the outputs; "
+                                    "pass allow_unused = true to get an undefined tensor for it",
+                                    i, shape_str(inputs[i].shape())));
+    return result;
+}
+
+}  // namespace autograd
+
+// --- in-place ops in the graph ----------------------------------------------------------------
+
+const Tensor& record_in_place(const char* op, const Tensor& self, std::vector<Tensor> others,
+                              const std::function<Tensor(const Tensor& old, const std::vector<Tensor>& others)>& compute) {
+    Node& a = self.node();
+    if (a.is_leaf && a.requires_grad)
+        throw Error(fmt::format("{}: a leaf tensor that requires grad cannot be changed in place while gradients are "
+                                "recorded (as in torch); do it under NoGradGuard, or on a clone()",
+                                op));
+    // The old value and history move to a node of their own, which the op reads.
+    auto past = std::make_shared<Node>(std::move(a.data));
+    a.data = placeholder(past->dtype());
+    Node& x = *past;
+    auto move_history = [](Node& to, Node& from) {
+        to.requires_grad = from.requires_grad;
+        to.is_leaf = from.is_leaf;
+        to.graph_freed = from.graph_freed;
+        to.freed_by_failure = from.freed_by_failure;
+        to.op = from.op;
+        to.version = from.version;
+        to.layout_version = from.layout_version;
+        to.last_write = from.last_write;
+        to.parents = std::move(from.parents);
+        to.parent_history = std::move(from.parent_history);
+        to.parent_slot = std::move(from.parent_slot);
+        to.history = from.history;
+        to.num_outputs = from.num_outputs;
+        to.saves = from.saves;
+        to.saved_versions = std::move(from.saved_versions);
+        to.formula = std::move(from.formula);
+        to.backward = std::move(from.backward);
+    };
+    move_history(x, a);
+    const Tensor old(past);
+    for (Tensor& t : others)
+        if (t.is_same(self)) t = old;
+    const std::uint64_t start = g_next_seq.load(std::memory_order_relaxed);
+    Tensor r;
+    try {
+        r = compute(old, others);
+        if (!r.defined() || r.shape() != a.shape || r.dtype() != x.dtype())
+            throw Error(fmt::format("{}: the in-place result must keep the tensor's {} {}", op, dtype_name(x.dtype()),
+                                    shape_str(a.shape)));
+        if (r.is_same(old) || r.node_ptr().use_count() != 1)
+            throw Error(fmt::format("{}: internal error: an in-place op must compute a new result with a graph", op));
+    } catch (...) {
+        a.data = std::move(x.data);
+        move_history(a, x);
+        throw;
+    }
+    // Keep the old value only if an op made here reads it (mul_'s gradient for its operand).
+    bool read = false;
+    {
+        std::vector<const Node*> stack{&r.node()};
+        std::unordered_set<const Node*> seen;
+        while (!stack.empty() && !read) {
+            const Node* n = stack.back();
+            stack.pop_back();
+            if (n->seq < start || !seen.insert(n).second) continue;
+            for (std::size_t i = 0; i < n->parents.size(); ++i) {
+                if (!n->parents[i].defined()) continue;
+                if (&n->parents[i].node() == &x) {
+                    if (n->saves.reads_input(i)) read = true;
+                } else {
+                    stack.push_back(&n->parents[i].node());
+                }
+            }
+        }
+    }
+    if (!read) x.data = placeholder(x.dtype());
+    x.overwritten = true;
+    Node& rn = r.node();
+    a.data = std::move(rn.data);
+    const std::uint32_t h = x.history;
+    move_history(a, rn);
+    a.op = op;
+    a.version = x.version + 1;
+    a.layout_version = x.layout_version;
+    a.last_write = op;
+    if (!a.saved_versions.empty()) a.saved_versions.back() = a.version;
+    a.history = h + 1;
+    a.past.resize(h + 1);
+    a.past[h] = std::move(past);
+    a.graph_freed = false;
+    a.freed_by_failure = false;
+    return self;
 }
 
 // --- method forms -------------------------------------------------------------------------

@@ -11,6 +11,7 @@
 #include <functional>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -65,24 +66,54 @@ public:
     bool is_leaf() const;
     /// Keep the gradient of a non-leaf after backward (leaves always keep theirs).
     void retain_grad();
-    /// The accumulated gradient, or an undefined tensor before any backward reached it.
+    /// The accumulated gradient, or an undefined tensor before any backward reached it. The
+    /// handle aliases the stored gradient, as torch's `p.grad`: `p.grad() *= c`,
+    /// `p.grad().zero_()` and `p.grad().clamp_(-1, 1)` change what the next optimiser step reads.
+    /// A later backward adds into the same storage (in place), unless it runs with create_graph,
+    /// which makes the sum a new tensor with a graph (as torch).
     Tensor grad() const;
-    /// Replaces the gradient (an undefined tensor clears it); shape and dtype must match.
+    /// The stored gradient itself, to assign a new one: `p.mutable_grad() = g` (as LibTorch).
+    /// Assigning does not check the shape; set_grad does.
+    Tensor& mutable_grad() const;
+    /// Makes `g` the gradient (an undefined tensor clears it): the tensor itself, not a copy,
+    /// as torch's `p.grad = g`. Its shape and dtype must match this tensor's.
     void set_grad(const Tensor& g);
-    /// Whether a gradient is held (torch: grad().defined(), without the copy grad() makes).
+    /// Whether a gradient is held (torch: grad().defined()).
     bool has_grad() const;
     /// Drops the gradient (PyTorch's zero_grad(set_to_none=True)).
     void zero_grad();
     /// The gradient's storage, row-major, for code that updates or communicates it in place
     /// (optimisers, gradient all-reduce): null when there is no gradient. T must be the
-    /// tensor's own type (checked).
+    /// tensor's own type (checked). The non-const form counts as a write to the gradient.
     template <class T> T* grad_ptr();
     template <class T> const T* grad_ptr() const;
     /// The same, first making a zero gradient when there is none.
     template <class T> T* mutable_grad_ptr();
-    /// Reverse-mode sweep from this tensor. A scalar needs no `gradient`; a non-scalar
-    /// needs one of its own shape. The graph is freed afterwards unless `retain_graph`.
-    void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
+    /// Reverse-mode sweep from this tensor, as torch's Tensor.backward. A scalar needs no
+    /// `gradient`; a non-scalar needs one of its own shape. Gradients add into the .grad() of
+    /// the leaves that require grad (and of non-leaves that retain_grad()).
+    ///  - retain_graph (default: create_graph) keeps the graph for another backward; without
+    ///    it the graph is freed as the sweep goes.
+    ///  - create_graph records the backward computation itself, so the gradients have a graph
+    ///    and can be differentiated again (second derivatives, gradient penalties). An op
+    ///    whose gradient cannot be differentiated throws, naming itself.
+    void backward(const Tensor& gradient = Tensor(), std::optional<bool> retain_graph = std::nullopt,
+                  bool create_graph = false) const;
+    /// Registers `hook(grad)`, called with the gradient of this tensor each time a backward (or
+    /// autograd::grad) computes it, before it is used: added into .grad() for a leaf, passed on
+    /// to the op that made it otherwise. Returning a defined tensor replaces the gradient (same
+    /// shape and dtype); returning an undefined one keeps it. Hooks run in the order they were
+    /// registered, on the thread that called backward. For a tensor that requires grad (throws
+    /// otherwise), as torch's Tensor.register_hook. Returns an id for remove_hook, which ignores
+    /// an unknown id.
+    /// A hook that returns nothing only looks.
+    template <class F> std::uint64_t register_hook(F&& hook) {
+        if constexpr (std::is_void_v<std::invoke_result_t<F&, const Tensor&>>)
+            return add_hook([h = std::forward<F>(hook)](const Tensor& g) mutable { h(g); return Tensor(); });
+        else
+            return add_hook(std::function<Tensor(const Tensor&)>(std::forward<F>(hook)));
+    }
+    void remove_hook(std::uint64_t id);
     /// Calls `hook(leaf)` each time a backward sweep has accumulated this leaf's gradient
     /// (torch's register_post_accumulate_grad_hook): grad() then holds all this sweep adds.
     /// It runs on the thread that called backward; an exception from it ends that backward as
@@ -159,6 +190,32 @@ public:
     const Tensor& index_put_(const std::vector<TensorIndex>& indices, const Tensor& value) const;
     const Tensor& index_put_(const std::vector<TensorIndex>& indices, Scalar value) const;
 
+    // --- in-place ops (ops_inplace.cpp), as torch's: every handle on this tensor sees the new
+    // values and version() is bumped. With gradients recorded and this tensor or an operand
+    // requiring grad, the op is recorded in the graph (the tensor's history moves onto it, see
+    // record_in_place in node.hpp); a leaf that requires grad is refused, as in torch. Results
+    // are cast back to this tensor's dtype where torch's can_cast allows it (an int64 tensor
+    // mul_(2.5) throws), and operands must broadcast to this tensor's shape.
+    const Tensor& add_(const Tensor& other) const;
+    /// this += alpha·other (torch's add_ with alpha).
+    const Tensor& add_(const Tensor& other, Scalar alpha) const;
+    const Tensor& add_(Scalar other) const;
+    const Tensor& sub_(const Tensor& other) const;
+    const Tensor& sub_(const Tensor& other, Scalar alpha) const;
+    const Tensor& sub_(Scalar other) const;
+    const Tensor& mul_(const Tensor& other) const;
+    const Tensor& mul_(Scalar other) const;
+    const Tensor& div_(const Tensor& other) const;
+    const Tensor& div_(Scalar other) const;
+    /// value wherever mask (bool, broadcastable to this shape) is true; no gradient to those.
+    const Tensor& masked_fill_(const Tensor& mask, Scalar value) const;
+    /// clamp (ops.hpp) in place; either bound may be missing, not both.
+    const Tensor& clamp_(std::optional<double> min, std::optional<double> max = std::nullopt) const;
+    /// src's values (broadcast to this shape, cast to this dtype); the gradient goes to src.
+    const Tensor& copy_(const Tensor& src) const;
+    const Tensor& zero_() const;
+    const Tensor& fill_(Scalar value) const;
+
     /// True when both handles point at the same node.
     bool is_same(const Tensor& other) const noexcept { return m_node == other.m_node; }
     /// The node behind the handle, for op implementations (core/node.hpp).
@@ -167,6 +224,7 @@ public:
 
 private:
     Tensor select_index(long i) const;  // t[i]
+    std::uint64_t add_hook(std::function<Tensor(const Tensor&)> hook);
     std::shared_ptr<Node> m_node;
 };
 
@@ -325,6 +383,20 @@ public:
     ~NoGradGuard();
     NoGradGuard(const NoGradGuard&) = delete;
     NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+private:
+    bool m_previous;
+};
+
+/// Sets whether ops record the graph on this thread for its lifetime, then restores the
+/// previous mode (torch::AutoGradMode): AutoGradMode(true) turns recording back on inside a
+/// NoGradGuard, for code that must differentiate there.
+class AutoGradMode {
+public:
+    explicit AutoGradMode(bool enabled);
+    ~AutoGradMode();
+    AutoGradMode(const AutoGradMode&) = delete;
+    AutoGradMode& operator=(const AutoGradMode&) = delete;
 
 private:
     bool m_previous;

@@ -57,6 +57,23 @@ inline GradcheckResult run_gradcheck(const GradcheckFn& f, const std::vector<Ten
         REQUIRE(result_.passed);                                       \
     } while (0)
 
+/// Runs gradgradcheck (second derivatives) with the project's tolerances under a name.
+inline GradcheckResult run_gradgradcheck(const GradcheckFn& f, const std::vector<Tensor>& inputs,
+                                         const std::string& name) {
+    GradcheckOptions options;
+    options.name = name;
+    return gradgradcheck(f, inputs, options);
+}
+
+/// REQUIRE_GRADGRADCHECK(f, {inputs...}, "name"): requires that f's second derivatives pass
+/// gradgradcheck, printing its report otherwise.
+#define REQUIRE_GRADGRADCHECK(...)                                     \
+    do {                                                               \
+        auto result_ = ::xgrad::test::run_gradgradcheck(__VA_ARGS__);  \
+        INFO(result_.report);                                          \
+        REQUIRE(result_.passed);                                       \
+    } while (0)
+
 /// A float64 leaf with uniform values in [lo, hi) that requires grad.
 inline Tensor param(const Shape& shape, double lo = -1.0, double hi = 1.0, std::uint64_t seed = 1) {
     Generator gen(seed);

@@ -249,7 +249,12 @@ void throw_out_of_memory(std::size_t count, std::size_t size) {
 void throw_out_of_memory(const std::string& request) { out_of_memory(request); }
 
 AllocContext::AllocContext(const char* op, const std::vector<std::size_t>& shape, Phase phase) noexcept
-    : AllocContext(State{op, &shape, phase}) {}
+    : m_previous(t_context) {
+    // The ops a gradient formula runs allocate for the backward that runs it: running out of
+    // memory names that op's backward, not the mul or sum it is made of.
+    if (phase == Phase::forward && t_context.phase == Phase::backward && t_context.op) return;
+    t_context = State{op, &shape, phase};
+}
 
 AllocContext::AllocContext(const State& state) noexcept : m_previous(t_context) { t_context = state; }
 

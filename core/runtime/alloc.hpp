@@ -66,7 +66,8 @@ std::string format_bytes(double bytes);
 /// names the op and the shape it was making ("matmul: out of memory for a result of shape
 /// (8, 8)") or, in backward, the op whose gradients it was making and that op's result ("mul
 /// backward: out of memory making the gradients of a result of shape (8, 8)"): the autograd
-/// engine sets one around every op's backward. parallel_for hands the caller's to its chunks.
+/// engine sets one around every op's backward, and the ops its gradient formula runs keep it.
+/// parallel_for hands the caller's to its chunks.
 /// Costs a few thread-local stores; nests.
 class AllocContext {
 public:
