@@ -44,21 +44,26 @@ bool emulation_allowed_by_environment() {
 }  // namespace
 
 AutocastCapabilities AutocastCapabilities::current() {
-    return {dnnl::available(), dnnl::native_bf16(), dnnl::isa(), dnnl::version()};
+    return {dnnl::available(), dnnl::native_bf16(), dnnl::isa(), dnnl::version(),
+            dnnl::available() && dnnl::bf16_path() == dnnl::Bf16Path::onednn};
 }
 
 std::string autocast_refusal(const AutocastCapabilities& caps, bool allow_emulation) {
     if (!caps.dnnl_available)
         return "autocast: bfloat16 products need oneDNN, and this build of xgrad has none (install "
                "libdnnl-dev, which tools/deps.sh does, and rebuild with XGRAD_WITH_DNNL=ON)";
-    if (!caps.native_bf16 && !allow_emulation)
-        return fmt::format(
-            "autocast: this CPU has no bfloat16 instructions ({} finds instruction set {}, without "
-            "AVX512-BF16 or AMX), so bfloat16 products would be emulated through float32 and run about 3x "
-            "slower than float32 itself; run in float32, or allow emulation (AutocastOptions::allow_emulation, "
-            "XGRAD_AUTOCAST_ALLOW_EMULATION=1) to check results",
-            caps.version, caps.isa.empty() ? "unknown" : caps.isa);
-    return {};
+    if (caps.native_bf16 || allow_emulation) return {};
+    const std::string isa = caps.isa.empty() ? "unknown" : caps.isa;
+    const std::string how =
+        caps.dnnl_bf16_matmul
+            ? "so bfloat16 products would be emulated through float32 and run about 3x slower than float32 itself"
+            : fmt::format("and {} has no bfloat16 matmul for it, so bfloat16 products would be emulated: "
+                          "widened to float32 and multiplied there, slower than float32 itself and with more memory",
+                          caps.version);
+    return fmt::format("autocast: this CPU has no bfloat16 instructions ({} finds instruction set {}, without "
+                       "AVX512-BF16 or AMX), {}; run in float32, or allow emulation (AutocastOptions::allow_emulation, "
+                       "XGRAD_AUTOCAST_ALLOW_EMULATION=1) to check results",
+                       caps.version, isa, how);
 }
 
 bool is_autocast_enabled() { return t_autocast; }

@@ -23,10 +23,14 @@
 /// gradients it hands back are float32.
 ///
 /// bfloat16 needs oneDNN in the build (libdnnl-dev) and a CPU with bfloat16 instructions
-/// (AVX512-BF16 or AMX): elsewhere oneDNN emulates them through float32, about 3x slower than
-/// float32 itself, and the guard refuses with an xgrad::Error saying so, unless emulation is
-/// allowed (AutocastOptions::allow_emulation, or XGRAD_AUTOCAST_ALLOW_EMULATION=1 for programs):
-/// the results are then the same as on a native CPU, only slower.
+/// (AVX512-BF16 or AMX). Elsewhere bfloat16 is emulated through float32: by oneDNN on other
+/// AVX-512 CPUs, about 3x slower than float32 itself; on AVX2 CPUs, where oneDNN 2.6 has no
+/// bfloat16 matmul, by widening the bfloat16 operands to float32 (exact) for oneDNN's float32
+/// matmul (dnnl::bf16_path()), 1.1-1.4x float32's time with more memory. Either way the guard
+/// refuses with an xgrad::Error saying so, unless emulation is allowed
+/// (AutocastOptions::allow_emulation, or XGRAD_AUTOCAST_ALLOW_EMULATION=1 for programs): the
+/// results are then those of a native CPU (the same bfloat16 values, products accumulated in
+/// float32), up to the order of the float32 sums, only slower.
 #include <string>
 
 #include "core/dtype.hpp"
@@ -47,12 +51,15 @@ struct AutocastCapabilities {
     bool native_bf16 = false;
     std::string isa;       ///< oneDNN's instruction set on this CPU ("avx512_core_vnni")
     std::string version;   ///< "oneDNN 2.6.3"
+    /// oneDNN multiplies bfloat16 itself here (natively or emulated); false: it has no
+    /// bfloat16 matmul for this CPU, and xgrad widens the operands to float32 for it.
+    bool dnnl_bf16_matmul = false;
     /// This machine's.
     static AutocastCapabilities current();
 };
 
 /// Why autocast to bfloat16 cannot run with `caps` ("" when it can): oneDNN absent, or a CPU
-/// that would emulate bfloat16 and emulation not allowed.
+/// that would emulate bfloat16 (in oneDNN, or widened to float32) and emulation not allowed.
 std::string autocast_refusal(const AutocastCapabilities& caps, bool allow_emulation);
 
 /// Whether products on this thread run in bfloat16 now.

@@ -9,6 +9,7 @@
 #include "core/creation.hpp"
 #include "core/ops.hpp"
 #include "core/runtime/bfloat16.hpp"
+#include "core/runtime/dnnl.hpp"
 
 namespace autocast_test {
 
@@ -18,6 +19,17 @@ inline xgrad::AutocastOptions allow() {
     o.allow_emulation = true;
     return o;
 }
+
+// While alive with `on`, every bfloat16 product is widened to float32 for oneDNN's float32
+// matmul, as on a CPU where oneDNN has no bfloat16 matmul (dnnl::bf16_path()), whatever this
+// CPU offers; so a test run with on = false and true checks both paths on any machine.
+class WidenedBf16 {
+public:
+    explicit WidenedBf16(bool on) { xgrad::dnnl::force_widened_bf16(on); }
+    ~WidenedBf16() { xgrad::dnnl::force_widened_bf16(false); }
+    WidenedBf16(const WidenedBf16&) = delete;
+    WidenedBf16& operator=(const WidenedBf16&) = delete;
+};
 
 // t's values rounded to bfloat16 (to nearest, ties to even), as float64: the exact inputs the
 // products under autocast multiply.

@@ -1,7 +1,9 @@
 // bench_gemm: GFLOP/s of the bare products, per shape: OpenBLAS sgemm (through xgrad's BLAS
 // layer, the core it runs is printed), oneDNN's float32 matmul, and oneDNN's bfloat16 matmul
 // (float32 accumulation; inputs already bfloat16, and with the conversion of both inputs
-// counted). The shapes are 1024³ and the products of tools/bench_mha's configurations.
+// counted; where oneDNN has no bfloat16 matmul, the inputs widened to float32 for its float32
+// one, as autocast runs them). The shapes are 1024³ and the products of tools/bench_mha's
+// configurations.
 //
 //   XGRAD_NUM_THREADS=1 bench_gemm [--seconds S]   one core: both split over xgrad's pool
 //
@@ -77,9 +79,12 @@ int main(int argc, char** argv) {
         }
     }
     const auto& blas = xgrad::blas_info();
-    fmt::print("OpenBLAS: {} core {} ({} thread(s)); {}: isa {}, native bfloat16 {}; xgrad's pool: {} thread(s)\n",
+    // Where oneDNN has no bfloat16 matmul, "dnnl bf16" widens its inputs to float32 (dnnl.hpp, bf16_path).
+    const bool widened = xgrad::dnnl::available() && xgrad::dnnl::bf16_path() == xgrad::dnnl::Bf16Path::widened;
+    fmt::print("OpenBLAS: {} core {} ({} thread(s)); {}: isa {}, native bfloat16 {}{}; xgrad's pool: {} thread(s)\n",
                blas.vendor, blas.core, blas.num_threads, xgrad::dnnl::available() ? xgrad::dnnl::version() : "no oneDNN",
-               xgrad::dnnl::isa(), xgrad::dnnl::native_bf16() ? "yes" : "no", xgrad::num_threads());
+               xgrad::dnnl::isa(), xgrad::dnnl::native_bf16() ? "yes" : "no",
+               widened ? " (no bfloat16 matmul: bf16 widened to float32)" : "", xgrad::num_threads());
     fmt::print("{:<20} {:>24} {:>10} {:>11} {:>11} {:>15}\n", "shape", "batch x m x n x k", "sgemm",
                "dnnl f32", "dnnl bf16", "bf16+convert");
     std::mt19937 rng(0);

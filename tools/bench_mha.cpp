@@ -192,6 +192,15 @@ Result run(const Config& c, double seconds) {
     return r;
 }
 
+// How bfloat16 products run here (dnnl.hpp): natively, emulated by oneDNN, or widened to
+// float32 where oneDNN has no bfloat16 matmul for this CPU; `why` adds the reason.
+const char* bf16_how(bool why) {
+    if (dnnl::native_bf16()) return "native";
+    if (dnnl::bf16_path() == dnnl::Bf16Path::onednn) return why ? "emulated (no AVX512-BF16 or AMX on this CPU)" : "emulated";
+    return why ? "widened to float32 (no AVX512-BF16 or AMX on this CPU, and no bfloat16 matmul in oneDNN for it)"
+               : "widened to float32";
+}
+
 void print_blas() {
     const BlasInfo& b = blas_info();
     // tools/bench reads the word after ", core ".
@@ -206,8 +215,7 @@ void print_blas() {
                 simd_level_name(simd_level_supported()));
     // tools/bench quotes this line for the bfloat16 side of its four-way table.
     if (dnnl::available())
-        std::printf("oneDNN: %s, ISA %s, bfloat16 %s\n", dnnl::version().c_str(), dnnl::isa().c_str(),
-                    dnnl::native_bf16() ? "native" : "emulated (no AVX512-BF16 or AMX on this CPU)");
+        std::printf("oneDNN: %s, ISA %s, bfloat16 %s\n", dnnl::version().c_str(), dnnl::isa().c_str(), bf16_how(true));
     else
         std::printf("oneDNN: not in this build (autocast refuses)\n");
 }
@@ -290,8 +298,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "bench_mha: error: %s\n", e.what());
         return 1;
     }
-    if (guard) std::printf("autocast: bfloat16 products on %s (isa %s%s)\n", dnnl::version().c_str(), dnnl::isa().c_str(),
-                           dnnl::native_bf16() ? "" : ", emulated");
+    if (guard) std::printf("autocast: bfloat16 products on %s (isa %s%s%s)\n", dnnl::version().c_str(), dnnl::isa().c_str(),
+                           dnnl::native_bf16() ? "" : ", ", dnnl::native_bf16() ? "" : bf16_how(false));
     std::printf("%-7s %10s %10s %9s %9s %9s %9s %9s %9s %9s\n", "config", "train ms", "infer ms", "train cpu",
                 "infer cpu", "peak MB", "GFLOP", "in-gemm", "step", "raw");
     std::vector<Result> results;

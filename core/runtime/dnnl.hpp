@@ -22,10 +22,23 @@ bool available();
 /// without oneDNN.
 std::string isa();
 /// bfloat16 products run on the CPU's own bfloat16 instructions (AVX512-BF16 or AMX), not
-/// emulated through float32.
+/// emulated through float32 (by oneDNN, or widened by xgrad: bf16_path()).
 bool native_bf16();
 /// "oneDNN 2.6.3" or "" without it.
 std::string version();
+
+/// How matmul() multiplies bfloat16 inputs in this process. oneDNN 2.6 makes a bfloat16 matmul
+/// only on AVX-512 CPUs (native on AVX512-BF16 or AMX, emulated on plain avx512_core); on an
+/// AVX2 CPU (an AMD EPYC without AVX-512, where CI runs) it cannot create one at all. There the
+/// bfloat16 operands are widened to float32, which is exact, and multiplied by oneDNN's float32
+/// matmul: the same products of the same bfloat16 values with float32 accumulation, only the
+/// order of the sums (so the last bits) differing. Decided once per process by asking oneDNN
+/// for a small bfloat16 primitive; where it makes one, that path runs unchanged.
+enum class Bf16Path { onednn, widened };
+Bf16Path bf16_path();
+/// Tests only: true runs every bfloat16 product widened (as on a CPU without oneDNN's bfloat16
+/// matmul) whatever this CPU offers; false goes back to this machine's path.
+void force_widened_bf16(bool on);
 
 struct Matmul {
     Input input = Input::f32;

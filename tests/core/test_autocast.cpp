@@ -17,6 +17,7 @@
 using namespace xgrad;
 using autocast_test::allow;
 using autocast_test::rounded64;
+using autocast_test::WidenedBf16;
 using autocast_test::worst_ratio;
 
 namespace {
@@ -108,13 +109,23 @@ TEST_CASE("autocast: the guard nests and composes with NoGradGuard and is per th
 }
 
 TEST_CASE("autocast: refused without oneDNN or without bfloat16 instructions and says why", "[autocast]") {
-    AutocastCapabilities emulating{true, false, "avx512_core_vnni", "oneDNN 2.6.3"};
+    AutocastCapabilities emulating{true, false, "avx512_core_vnni", "oneDNN 2.6.3", true};
     const std::string why = autocast_refusal(emulating, false);
     CHECK_THAT(why, Catch::Contains("avx512_core_vnni") && Catch::Contains("emulated") &&
                         Catch::Contains("slower than float32") && Catch::Contains("XGRAD_AUTOCAST_ALLOW_EMULATION"));
     CHECK(autocast_refusal(emulating, true).empty());
-    CHECK(autocast_refusal({true, true, "avx512_core_bf16", "oneDNN 2.6.3"}, false).empty());
-    CHECK(autocast_refusal({true, true, "avx512_core_amx", "oneDNN 2.6.3"}, false).empty());
+    // An AVX2 CPU, where oneDNN 2.6 has no bfloat16 matmul and xgrad widens the operands.
+    AutocastCapabilities widening{true, false, "avx2", "oneDNN 2.6.3", false};
+    CHECK_THAT(autocast_refusal(widening, false),
+               Catch::Contains("instruction set avx2") && Catch::Contains("oneDNN 2.6.3 has no bfloat16 matmul") &&
+                   Catch::Contains("widened to float32") && Catch::Contains("slower than float32") &&
+                   Catch::Contains("XGRAD_AUTOCAST_ALLOW_EMULATION"));
+    CHECK(autocast_refusal(widening, true).empty());
+    CHECK(autocast_refusal({true, true, "avx512_core_bf16", "oneDNN 2.6.3", true}, false).empty());
+    CHECK(autocast_refusal({true, true, "avx512_core_amx", "oneDNN 2.6.3", true}, false).empty());
+    // This machine's capabilities say which path its products take.
+    if (dnnl::available())
+        CHECK(AutocastCapabilities::current().dnnl_bf16_matmul == (dnnl::bf16_path() == dnnl::Bf16Path::onednn));
     for (bool allowed : {false, true})
         CHECK_THAT(autocast_refusal({false, false, "", ""}, allowed), Catch::Contains("no oneDNN") || Catch::Contains("has none"));
     // Only bfloat16 is a lower precision here, as in torch's CPU autocast; the state is left alone.
@@ -150,6 +161,11 @@ TEST_CASE("autocast: refused without oneDNN or without bfloat16 instructions and
 
 TEST_CASE("autocast: matmul bmm and matmul_t multiply bfloat16-rounded inputs in float32", "[autocast]") {
     if (!dnnl::available()) return;
+    // Here and below, each product also widened to float32 (on any CPU), as where oneDNN has no
+    // bfloat16 matmul: the same bounds hold.
+    const bool widened = GENERATE(false, true);
+    CAPTURE(widened);
+    const WidenedBf16 force(widened);
     SECTION("matmul 2-D") { check_product([](const Tensor& a, const Tensor& b) { return matmul(a, b); }, {64, 48}, {48, 40}, 48); }
     SECTION("bmm") { check_product([](const Tensor& a, const Tensor& b) { return bmm(a, b); }, {3, 32, 40}, {3, 40, 36}, 40); }
     SECTION("matmul with a shared right operand (one stacked product)") {
@@ -174,7 +190,9 @@ TEST_CASE("autocast: the attention products multiply bfloat16-rounded inputs", "
     // and keys of different lengths, and each input alone needing a gradient.
     const std::size_t H = GENERATE(1, 3);
     const auto [grad_a, grad_b] = GENERATE(std::pair{true, true}, std::pair{true, false}, std::pair{false, true});
-    CAPTURE(H, grad_a, grad_b);
+    const bool widened = GENERATE(false, true);
+    CAPTURE(H, grad_a, grad_b, widened);
+    const WidenedBf16 force(widened);
     // combine: out_bh = W_bh·V_bh, 32 values of 40 keys, heads of 32: 32·32·40 multiply-adds each
     SECTION("head_attention_combine") {
         check_product([H](const Tensor& w, const Tensor& v) { return head_attention_combine(w, v, H); }, {2 * H, 32, 40},
@@ -228,7 +246,9 @@ TEST_CASE("autocast: one query over many keys (pooling) gets each key's gradient
     const std::size_t H = GENERATE(1, 4);
     const auto [grad_q, grad_k] = GENERATE(std::pair{true, true}, std::pair{false, true}, std::pair{true, false});
     const bool by_lens = GENERATE(false, true);
-    CAPTURE(H, grad_q, grad_k, by_lens);
+    const bool widened = GENERATE(false, true);
+    CAPTURE(H, grad_q, grad_k, by_lens, widened);
+    const WidenedBf16 force(widened);
     Generator gen(11);
     const std::size_t batch = 3, Lk = 512, D = 64 * H;
     const Tensor q = randn({batch, 1, D}, {}, gen).requires_grad_(grad_q);
@@ -252,6 +272,9 @@ TEST_CASE("autocast: one query over many keys (pooling) gets each key's gradient
 
 TEST_CASE("autocast: the backward keeps its forward's precision and reads no input again", "[autocast]") {
     if (!dnnl::available()) return;
+    const bool widened = GENERATE(false, true);
+    CAPTURE(widened);
+    const WidenedBf16 force(widened);
     Generator gen(5);
     Tensor a = randn({64, 48}, {}, gen).requires_grad_(), b = randn({48, 40}, {}, gen).requires_grad_();
     const Tensor R = randn({64, 40}, {}, gen);

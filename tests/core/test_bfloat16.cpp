@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "../autocast_helpers.hpp"
 #include "core/error.hpp"
 #include "core/runtime/alloc.hpp"
 #include "core/runtime/bfloat16.hpp"
@@ -83,6 +84,11 @@ TEST_CASE("oneDNN matmul matches a plain loop for every layout", "[bfloat16][dnn
         CHECK_THROWS_AS(dnnl::matmul(p, x, x, x), Error);
         return;
     }
+    // Forced widened, the bfloat16 products take the path of a CPU where oneDNN has no bfloat16
+    // matmul (dnnl::bf16_path()), whatever this one offers.
+    const bool widened = GENERATE(false, true);
+    CAPTURE(widened);
+    const autocast_test::WidenedBf16 force(widened);
     std::mt19937 rng(3);
     std::uniform_real_distribution<float> uniform(-1, 1);
     for (bool trans_a : {false, true})
@@ -130,6 +136,73 @@ TEST_CASE("oneDNN matmul matches a plain loop for every layout", "[bfloat16][dnn
     dnnl::Matmul empty;
     float x[1] = {};
     CHECK_THROWS_AS(dnnl::matmul(empty, x, x, x), Error);
+}
+
+TEST_CASE("bfloat16 products widened to float32 are the float32 products of the same values, every layout",
+          "[bfloat16][dnnl]") {
+    if (!dnnl::available()) return;
+    // Where the CPU multiplies bfloat16 itself, its products stay on oneDNN's bfloat16 kernels.
+    if (dnnl::native_bf16()) CHECK(dnnl::bf16_path() == dnnl::Bf16Path::onednn);
+    // The layouts autocast's products use: batches with a shared operand, transposes, alpha and
+    // accumulate; heads read in place from a packed projection (rows of heads·k) and written into
+    // one, heads sharing one matrix; products large enough to be split over the pool by batches
+    // or by rows. Buffers are larger than any layout reaches, and C starts at 0.5 everywhere, so
+    // a product that read or wrote out of place shows.
+    struct Case {
+        const char* what;
+        dnnl::Matmul p;
+    };
+    std::vector<Case> cases;
+    auto add = [&](const char* what, auto&& set) {
+        dnnl::Matmul p;
+        p.input = dnnl::Input::bf16;
+        set(p);
+        cases.push_back({what, p});
+    };
+    add("one matrix", [](dnnl::Matmul& p) { p.m = 5, p.n = 7, p.k = 33; });
+    add("batches, A transposed, B shared, alpha, accumulate", [](dnnl::Matmul& p) {
+        p.batch = 3, p.m = 6, p.n = 10, p.k = 20, p.trans_a = true, p.stride_a = 6 * 20, p.stride_b = 0;
+        p.alpha = 0.375f, p.accumulate = true;
+    });
+    add("heads in place in packed projections, B transposed", [](dnnl::Matmul& p) {
+        const std::size_t H = 3;
+        p.batch = 2, p.heads = H, p.m = 8, p.n = 6, p.k = 16, p.trans_b = true;
+        p.lda = H * 16, p.head_a = 16, p.stride_a = 8 * H * 16;
+        p.head_b = 6 * 16, p.stride_b = H * 6 * 16;
+        p.ldc = H * 6, p.head_c = 6, p.stride_c = 8 * H * 6;
+    });
+    add("one A shared by every head, accumulate", [](dnnl::Matmul& p) {
+        p.batch = 2, p.heads = 4, p.m = 9, p.n = 5, p.k = 12, p.head_a = 0, p.stride_a = 9 * 12;
+        p.head_b = 12 * 5, p.stride_b = 4 * 12 * 5, p.accumulate = true;
+    });
+    add("one large matrix, split by rows", [](dnnl::Matmul& p) { p.m = 512, p.n = 96, p.k = 64, p.trans_a = true; });
+    add("large batches, split by batch", [](dnnl::Matmul& p) {
+        p.batch = 6, p.m = 64, p.n = 96, p.k = 96, p.stride_a = 64 * 96, p.stride_b = 96 * 96;
+    });
+    const std::size_t size = std::size_t(1) << 16;
+    std::mt19937 rng(4);
+    std::uniform_real_distribution<float> uniform(-1, 1);
+    for (const auto& [what, p] : cases) {
+        INFO(what);
+        std::vector<float> a(size), b(size);
+        for (auto& v : a) v = uniform(rng);
+        for (auto& v : b) v = uniform(rng);
+        std::vector<std::uint16_t> a16(size), b16(size);
+        bf16_from_float(a.data(), a16.data(), size);
+        bf16_from_float(b.data(), b16.data(), size);
+        bf16_to_float(a16.data(), a.data(), size);
+        bf16_to_float(b16.data(), b.data(), size);
+        std::vector<float> got(size, 0.5f), want(size, 0.5f);
+        {
+            const autocast_test::WidenedBf16 force(true);
+            CHECK(dnnl::bf16_path() == dnnl::Bf16Path::widened);
+            dnnl::matmul(p, a16.data(), b16.data(), got.data());
+        }
+        dnnl::Matmul f32 = p;
+        f32.input = dnnl::Input::f32;
+        dnnl::matmul(f32, a.data(), b.data(), want.data());
+        REQUIRE(std::memcmp(got.data(), want.data(), size * sizeof(float)) == 0);
+    }
 }
 
 TEST_CASE("oneDNN's failures reach the caller as Errors, out of memory naming the op", "[bfloat16][dnnl]") {
