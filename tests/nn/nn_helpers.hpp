@@ -32,6 +32,33 @@ inline GradcheckResult module_gradcheck(nn::Module& module, std::vector<Tensor> 
     return result;
 }
 
+/// The same for second derivatives: gradgradcheck of `forward` with respect to the inputs and
+/// every parameter of `module` (float64).
+inline GradcheckResult module_gradgradcheck(nn::Module& module, std::vector<Tensor> inputs,
+                                            const std::function<Tensor(const std::vector<Tensor>&)>& forward,
+                                            const std::string& name) {
+    const auto original = module.named_parameters();
+    const std::size_t n_inputs = inputs.size();
+    for (const auto& [pname, p] : original) inputs.push_back(p.detach().requires_grad_(true));
+    auto f = [&](const std::vector<Tensor>& x) {
+        for (std::size_t k = 0; k < original.size(); ++k)
+            module.set_parameter(original[k].first, x[n_inputs + k]);
+        return forward(std::vector<Tensor>(x.begin(), x.begin() + static_cast<long>(n_inputs)));
+    };
+    GradcheckOptions opts;
+    opts.name = name;
+    GradcheckResult result = gradgradcheck(f, inputs, opts);
+    for (const auto& [pname, p] : original) module.set_parameter(pname, p);
+    return result;
+}
+
+#define REQUIRE_MODULE_GRADGRADCHECK(...)                                \
+    do {                                                                 \
+        auto result_ = ::xgrad::test::module_gradgradcheck(__VA_ARGS__); \
+        INFO(result_.report);                                            \
+        REQUIRE(result_.passed);                                         \
+    } while (0)
+
 /// REQUIRE_MODULE_GRADCHECK(module, {inputs...}, forward, "name"): requires module_gradcheck
 /// to pass, printing its report otherwise. Variadic because braces and lambdas carry commas.
 #define REQUIRE_MODULE_GRADCHECK(...)                                \
