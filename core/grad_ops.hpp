@@ -13,4 +13,12 @@ Tensor threshold_backward(const Tensor& g, const Tensor& x);
 /// gelu's gradient g·(Φ(x) + x·φ(x)); its own gradient in x is g·φ(x)·(2 − x²).
 Tensor gelu_backward(const Tensor& g, const Tensor& x);
 
+// --- the shape and index ops' gradients (ops_shape.cpp, ops_index.cpp) ------------------------
+// Each is linear in g, so its own gradient is the forward op it undoes, applied to the incoming
+// gradient gg (as torch's derivatives.yaml pairs slice_backward with slice).
+
+/// slice's gradient: zeros of `input_shape` with g (the slice, of length m along `axis`) written
+/// at start, start + step, …, start + (m − 1)·step. Its gradient is slice(gg, axis, start, ·, step).
+Tensor slice_backward(const Tensor& g, const Shape& input_shape, long axis, long start, long step);
+
 }  // namespace xgrad
