@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/creation.hpp"
+#include "core/grad_ops.hpp"
 #include "core/ops.hpp"
 #include "core/ops_util.hpp"
 
@@ -52,19 +53,36 @@ Tensor repeat_interleave(const Tensor& a, std::size_t repeats, long axis) {
             for (std::size_t r = 0; r < repeats; ++r, dst += s.inner)
                 std::copy(src + row * s.inner, src + (row + 1) * s.inner, dst);
         return make_any_result<T>(
-            std::move(y), {a}, "repeat_interleave",
-            floating_backward("repeat_interleave", [s, repeats](auto gtag, Node& self, const Storage& gs) {
-                using G = typename decltype(gtag)::type;
-                const Tensor& x = self.parents[0];
-                xt::xarray<G> gx = xt::zeros<G>(x.shape());
-                const G* g = grad_as<G>(gs).data();
-                for (std::size_t row = 0; row < s.outer * s.n; ++row) {
-                    G* d = gx.data() + row * s.inner;
-                    for (std::size_t r = 0; r < repeats; ++r, g += s.inner)
-                        for (std::size_t i = 0; i < s.inner; ++i) d[i] += g[i];
-                }
-                accumulate<G>("repeat_interleave", x, std::move(gx));
+            std::move(y), {a}, "repeat_interleave", Formula([repeats, ax](const GradArgs& in) -> std::vector<Tensor> {
+                return {repeat_interleave_backward(in.grad(), in.inputs[0].shape(), repeats, static_cast<long>(ax))};
             }), Saves::none());
+    });
+}
+
+Tensor repeat_interleave_backward(const Tensor& g, const Shape& input_shape, std::size_t repeats, long axis) {
+    constexpr const char* op = "repeat_interleave_backward";
+    const std::size_t ax = normalize_axis(op, axis, input_shape);
+    Shape expected = input_shape;
+    expected[ax] *= repeats;
+    if (g.shape() != expected)
+        throw Error(fmt::format("{}: a gradient of shape {} does not match {} repeated {} times along axis {} "
+                                "(expected {})",
+                                op, shape_str(g.shape()), shape_str(input_shape), repeats, axis, shape_str(expected)));
+    const AllocContext context(op, input_shape);
+    const axis_split s = split_at(input_shape, ax);
+    return dispatch_floating(op, g.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        // Each input slice sums its `repeats` copies, in order, from zero.
+        xt::xarray<T> gx = xt::zeros<T>(input_shape);
+        const T* pg = values<T>(g).data();
+        for (std::size_t row = 0; row < s.outer * s.n; ++row) {
+            T* d = gx.data() + row * s.inner;
+            for (std::size_t r = 0; r < repeats; ++r, pg += s.inner)
+                for (std::size_t i = 0; i < s.inner; ++i) d[i] += pg[i];
+        }
+        return make_result<T>(std::move(gx), {g}, op, Formula([repeats, ax](const GradArgs& in) -> std::vector<Tensor> {
+            return {repeat_interleave(in.grad(), repeats, static_cast<long>(ax))};
+        }), Saves::none());
     });
 }
 
@@ -92,42 +110,69 @@ Tensor index_select(const Tensor& a, long axis, const Tensor& index) {
                 dst = std::copy(row, row + s.inner, dst);
             }
         return make_any_result<T>(
-            std::move(y), {a, index}, "index_select",
-            floating_backward("index_select", [s](auto gtag, Node& self, const Storage& gs) {
-                using G = typename decltype(gtag)::type;
-                const Tensor& x = self.parents[0];
-                const auto& ids = values<std::int64_t>(self.parents[1]);
-                xt::xarray<G> gx = xt::zeros<G>(x.shape());
-                const G* g = grad_as<G>(gs).data();
-                for (std::size_t o = 0; o < s.outer; ++o)
-                    for (std::int64_t k : ids) {
-                        G* d = gx.data() + (o * s.n + static_cast<std::size_t>(k)) * s.inner;
-                        for (std::size_t i = 0; i < s.inner; ++i) d[i] += g[i];
-                        g += s.inner;
-                    }
-                accumulate<G>("index_select", x, std::move(gx));
+            std::move(y), {a, index}, "index_select", Formula([ax](const GradArgs& in) -> std::vector<Tensor> {
+                return {index_select_backward(in.grad(), in.inputs[0].shape(), static_cast<long>(ax), in.inputs[1]),
+                        Tensor()};
             }), Saves::only_inputs(2u));
     });
 }
 
-Tensor gather(const Tensor& a, long axis, const Tensor& index) {
-    const Shape& in = a.shape();
-    const std::size_t ax = normalize_axis("gather", axis, in);
-    check_index_dtype("gather", index);
+Tensor index_select_backward(const Tensor& g, const Shape& input_shape, long axis, const Tensor& index) {
+    constexpr const char* op = "index_select_backward";
+    const std::size_t ax = normalize_axis(op, axis, input_shape);
+    check_index_dtype(op, index);
+    const auto& idx = values<std::int64_t>(index);
+    check_indices(op, idx, ax, input_shape);
+    Shape expected(input_shape.begin(), input_shape.begin() + static_cast<long>(ax));
+    expected.insert(expected.end(), index.shape().begin(), index.shape().end());
+    expected.insert(expected.end(), input_shape.begin() + static_cast<long>(ax) + 1, input_shape.end());
+    if (g.shape() != expected)
+        throw Error(fmt::format("{}: a gradient of shape {} does not match index_select of {} along axis {} by an "
+                                "index of shape {} (expected {})",
+                                op, shape_str(g.shape()), shape_str(input_shape), axis, shape_str(index.shape()),
+                                shape_str(expected)));
+    const AllocContext context(op, input_shape);
+    const axis_split s = split_at(input_shape, ax);
+    return dispatch_floating(op, g.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        // Slice k of g adds into slice idx[k]: repeated indices sum, in index order.
+        xt::xarray<T> gx = xt::zeros<T>(input_shape);
+        const T* pg = values<T>(g).data();
+        for (std::size_t o = 0; o < s.outer; ++o)
+            for (std::int64_t k : idx) {
+                T* d = gx.data() + (o * s.n + static_cast<std::size_t>(k)) * s.inner;
+                for (std::size_t i = 0; i < s.inner; ++i) d[i] += pg[i];
+                pg += s.inner;
+            }
+        return make_result<T>(std::move(gx), {g, index}, op, Formula([ax](const GradArgs& in) -> std::vector<Tensor> {
+            return {index_select(in.grad(), static_cast<long>(ax), in.inputs[1]), Tensor()};
+        }), Saves::only_inputs(2u));
+    });
+}
+
+namespace {
+
+// gather's checks, shared with its gradient: index is int64, of the input's rank, no longer than
+// the input off the gathered axis, and in range along it.
+void check_gather(const char* op, const Shape& in, std::size_t ax, const Tensor& index) {
+    check_index_dtype(op, index);
     const Shape& is = index.shape();
     if (is.size() != in.size())
-        throw Error(fmt::format("gather: index has rank {} but the input has rank {} (shapes {} and {}); they "
+        throw Error(fmt::format("{}: index has rank {} but the input has rank {} (shapes {} and {}); they "
                                 "must be equal",
-                                is.size(), in.size(), shape_str(is), shape_str(in)));
+                                op, is.size(), in.size(), shape_str(is), shape_str(in)));
     for (std::size_t d = 0; d < in.size(); ++d)
         if (d != ax && is[d] > in[d])
-            throw Error(fmt::format("gather: index shape {} is larger than the input shape {} at axis {} ({} > {})",
+            throw Error(fmt::format("{}: index shape {} is larger than the input shape {} at axis {} ({} > {})", op,
                                     shape_str(is), shape_str(in), d, is[d], in[d]));
-    const auto& idx = values<std::int64_t>(index);
-    check_indices("gather", idx, ax, in);
+    check_indices(op, values<std::int64_t>(index), ax, in);
+}
 
-    // Flat source offset of every output element: walk the index in row-major order with an
-    // odometer over its coordinates, addressing the input through its own strides.
+// Flat source offset of every element gather picks: walk the index in row-major order with an
+// odometer over its coordinates, addressing the input through its own strides.
+std::vector<std::size_t> gather_offsets(const Shape& in, std::size_t ax, const Tensor& index) {
+    const auto& idx = values<std::int64_t>(index);
+    const Shape& is = index.shape();
     const auto strides = row_major_strides(in);
     std::vector<std::size_t> offsets(idx.size());
     std::vector<std::size_t> coord(is.size(), 0);
@@ -142,22 +187,59 @@ Tensor gather(const Tensor& a, long axis, const Tensor& index) {
             coord[d] = 0;
         }
     }
+    return offsets;
+}
+
+using Offsets = std::shared_ptr<const std::vector<std::size_t>>;
+
+// gather_backward with the offsets gather already worked out (checked by the caller).
+Tensor scatter_add_at(const Tensor& g, const Shape& input_shape, std::size_t ax, const Tensor& index,
+                      const Offsets& offsets) {
+    constexpr const char* op = "gather_backward";
+    const AllocContext context(op, input_shape);
+    return dispatch_floating(op, g.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        xt::xarray<T> gx = xt::zeros<T>(input_shape);
+        const T* pg = values<T>(g).data();
+        const std::vector<std::size_t>& at = *offsets;
+        for (std::size_t k = 0; k < at.size(); ++k) gx.data()[at[k]] += pg[k];
+        return make_result<T>(std::move(gx), {g, index}, op, Formula([ax](const GradArgs& in) -> std::vector<Tensor> {
+            return {gather(in.grad(), static_cast<long>(ax), in.inputs[1]), Tensor()};
+        }), Saves::only_inputs(2u));
+    });
+}
+
+}  // namespace
+
+Tensor gather(const Tensor& a, long axis, const Tensor& index) {
+    const Shape& in = a.shape();
+    const std::size_t ax = normalize_axis("gather", axis, in);
+    check_gather("gather", in, ax, index);
+    auto offsets = std::make_shared<const std::vector<std::size_t>>(gather_offsets(in, ax, index));
     return dispatch_all(a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
-        xt::xarray<T> y = xt::xarray<T>::from_shape(is);
+        xt::xarray<T> y = xt::xarray<T>::from_shape(index.shape());
         const T* src = values<T>(a).data();
-        for (std::size_t k = 0; k < offsets.size(); ++k) y.data()[k] = src[offsets[k]];
+        const std::vector<std::size_t>& at = *offsets;
+        for (std::size_t k = 0; k < at.size(); ++k) y.data()[k] = src[at[k]];
+        // The gradient adds g back where each element came from: the offsets are kept, not
+        // worked out again; the index is saved for the gradient's own gradient (a gather).
         return make_any_result<T>(
-            std::move(y), {a, index}, "gather",
-            floating_backward("gather", [offsets = std::move(offsets)](auto gtag, Node& self, const Storage& gs) {
-                using G = typename decltype(gtag)::type;
-                const Tensor& x = self.parents[0];
-                xt::xarray<G> gx = xt::zeros<G>(x.shape());
-                const G* g = grad_as<G>(gs).data();
-                for (std::size_t k = 0; k < offsets.size(); ++k) gx.data()[offsets[k]] += g[k];
-                accumulate<G>("gather", x, std::move(gx));
-            }), Saves::none());
+            std::move(y), {a, index}, "gather", Formula([ax, offsets](const GradArgs& in) -> std::vector<Tensor> {
+                return {scatter_add_at(in.grad(), in.inputs[0].shape(), ax, in.inputs[1], offsets), Tensor()};
+            }), Saves::only_inputs(2u));
     });
+}
+
+Tensor gather_backward(const Tensor& g, const Shape& input_shape, long axis, const Tensor& index) {
+    constexpr const char* op = "gather_backward";
+    const std::size_t ax = normalize_axis(op, axis, input_shape);
+    check_gather(op, input_shape, ax, index);
+    if (g.shape() != index.shape())
+        throw Error(fmt::format("{}: a gradient of shape {} for an index of shape {} (they must be equal)", op,
+                                shape_str(g.shape()), shape_str(index.shape())));
+    auto offsets = std::make_shared<const std::vector<std::size_t>>(gather_offsets(input_shape, ax, index));
+    return scatter_add_at(g, input_shape, ax, index, offsets);
 }
 
 }  // namespace xgrad
@@ -283,15 +365,8 @@ Tensor Tensor::index(const std::vector<TensorIndex>& indices) const {
         T* dst = y.data();
         for_each_pick(plan, [&](std::size_t d, std::size_t s) { dst[d] = src[s]; });
         return make_any_result<T>(
-            std::move(y), {*this}, op,
-            floating_backward(op, [plan](auto gtag, Node& self, const Storage& gs) {
-                using G = typename decltype(gtag)::type;
-                const Tensor& x = self.parents[0];
-                xt::xarray<G> gx = xt::zeros<G>(x.shape());
-                const G* g = grad_as<G>(gs).data();
-                G* out = gx.data();
-                for_each_pick(plan, [&](std::size_t d, std::size_t s) { out[s] += g[d]; });
-                accumulate<G>("index", x, std::move(gx));
+            std::move(y), {*this}, op, Formula([indices](const GradArgs& in) -> std::vector<Tensor> {
+                return {index_backward(in.grad(), in.inputs[0].shape(), indices)};
             }),
             Saves::none());
     });
@@ -363,6 +438,31 @@ Tensor one_hot(const Tensor& indices, long num_classes) {
     xt::xarray<std::int64_t> y = xt::zeros<std::int64_t>(out_shape);
     for (std::size_t i = 0; i < n; ++i) y.data()[i * static_cast<std::size_t>(num_classes) + x[i]] = 1;
     return make_leaf(Storage(std::move(y)));
+}
+
+}  // namespace xgrad
+
+// --- basic indexing's gradient ----------------------------------------------------------------
+
+namespace xgrad {
+
+Tensor index_backward(const Tensor& g, const Shape& input_shape, const std::vector<TensorIndex>& indices) {
+    constexpr const char* op = "index_backward";
+    const IndexPlan plan = plan_index(op, input_shape, indices);
+    if (g.shape() != plan.shape)
+        throw Error(fmt::format("{}: a gradient of shape {} for an index of {} that picks shape {}", op,
+                                shape_str(g.shape()), shape_str(input_shape), shape_str(plan.shape)));
+    const AllocContext context(op, input_shape);
+    return dispatch_floating(op, g.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        xt::xarray<T> gx = xt::zeros<T>(input_shape);
+        const T* pg = values<T>(g).data();
+        T* out = gx.data();
+        for_each_pick(plan, [&](std::size_t d, std::size_t s) { out[s] += pg[d]; });
+        return make_result<T>(std::move(gx), {g}, op, Formula([indices](const GradArgs& in) -> std::vector<Tensor> {
+            return {in.grad().index(indices)};
+        }), Saves::none());
+    });
 }
 
 }  // namespace xgrad

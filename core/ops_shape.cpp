@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/broadcast.hpp"
+#include "core/grad_ops.hpp"
 #include "core/ops.hpp"
 #include "core/ops_util.hpp"
 
@@ -76,13 +77,12 @@ Tensor permute_impl(const char* op, const Tensor& a, std::vector<std::size_t> pe
     return dispatch_all(a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         xt::xarray<T> y = permuted(values<T>(a), perm);
+        // The gradient goes back through the inverse permutation (itself a permute).
         std::vector<std::size_t> inverse(perm.size());
         for (std::size_t d = 0; d < perm.size(); ++d) inverse[perm[d]] = d;
         return make_any_result<T>(
-            std::move(y), {a}, op,
-            floating_backward(op, [op, inverse = std::move(inverse)](auto gtag, Node& self, const Storage& gs) {
-                using G = typename decltype(gtag)::type;
-                accumulate<G>(op, self.parents[0], permuted(grad_as<G>(gs), inverse));
+            std::move(y), {a}, op, Formula([op, inverse = std::move(inverse)](const GradArgs& in) -> std::vector<Tensor> {
+                return {permute_impl(op, in.grad(), inverse)};
             }), Saves::none());
     });
 }
@@ -226,21 +226,16 @@ Tensor concat(const std::vector<Tensor>& tensors, long axis) {
             for (std::size_t o = 0; o < s.outer; ++o)
                 std::copy(src + o * block, src + (o + 1) * block, y.data() + (o * s.n + starts[t]) * s.inner);
         }
+        // Each input's gradient is its slice of g along the axis.
         return make_any_result<T>(
-            std::move(y), tensors, "concat",
-            floating_backward("concat", [s, lengths, starts](auto gtag, Node& self, const Storage& gs) {
-                using G = typename decltype(gtag)::type;
-                const G* g = grad_as<G>(gs).data();
-                for (std::size_t t = 0; t < lengths.size(); ++t) {
-                    if (!needs_grad(self, t)) continue;
-                    xt::xarray<G> gt = xt::xarray<G>::from_shape(self.parents[t].shape());
-                    const std::size_t block = lengths[t] * s.inner;
-                    for (std::size_t o = 0; o < s.outer; ++o) {
-                        const G* from = g + (o * s.n + starts[t]) * s.inner;
-                        std::copy(from, from + block, gt.data() + o * block);
-                    }
-                    accumulate<G>("concat", self.parents[t], std::move(gt));
-                }
+            std::move(y), tensors, "concat", Formula([ax, lengths, starts](const GradArgs& in) -> std::vector<Tensor> {
+                std::vector<Tensor> grads(lengths.size());
+                const long axis = static_cast<long>(ax);
+                for (std::size_t t = 0; t < lengths.size(); ++t)
+                    if (in.needs(t))
+                        grads[t] = slice(in.grad(), axis, static_cast<long>(starts[t]),
+                                         static_cast<long>(starts[t] + lengths[t]));
+                return grads;
             }), Saves::none());
     });
 }
@@ -266,23 +261,52 @@ Tensor slice(const Tensor& a, long axis, long start, long end, long step) {
         xt::xarray<T> y = xt::xarray<T>::from_shape(out_shape);
         const T* src = values<T>(a).data();
         T* dst = y.data();
-        for (std::size_t o = 0; o < s.outer; ++o)
-            for (std::size_t j = 0; j < count; ++j, dst += s.inner) {
-                const T* row = src + (o * s.n + from + j * stride) * s.inner;
-                std::copy(row, row + s.inner, dst);
+        if (stride == 1)  // one contiguous block per outer index (what concat's gradient asks)
+            for (std::size_t o = 0; o < s.outer; ++o, dst += count * s.inner) {
+                const T* block = src + (o * s.n + from) * s.inner;
+                std::copy(block, block + count * s.inner, dst);
             }
+        else
+            for (std::size_t o = 0; o < s.outer; ++o)
+                for (std::size_t j = 0; j < count; ++j, dst += s.inner) {
+                    const T* row = src + (o * s.n + from + j * stride) * s.inner;
+                    std::copy(row, row + s.inner, dst);
+                }
         return make_any_result<T>(
-            std::move(y), {a}, "slice",
-            floating_backward("slice", [s, count, from, stride](auto gtag, Node& self, const Storage& gs) {
-                using G = typename decltype(gtag)::type;
-                const Tensor& x = self.parents[0];
-                xt::xarray<G> gx = xt::zeros<G>(x.shape());
-                const G* g = grad_as<G>(gs).data();
-                for (std::size_t o = 0; o < s.outer; ++o)
-                    for (std::size_t j = 0; j < count; ++j, g += s.inner)
-                        std::copy(g, g + s.inner, gx.data() + (o * s.n + from + j * stride) * s.inner);
-                accumulate<G>("slice", x, std::move(gx));
+            std::move(y), {a}, "slice", Formula([ax, first, step](const GradArgs& in) -> std::vector<Tensor> {
+                return {slice_backward(in.grad(), in.inputs[0].shape(), static_cast<long>(ax), first, step)};
             }), Saves::none());
+    });
+}
+
+Tensor slice_backward(const Tensor& g, const Shape& input_shape, long axis, long start, long step) {
+    constexpr const char* op = "slice_backward";
+    const std::size_t ax = normalize_axis(op, axis, input_shape);
+    const std::size_t count = g.dim() == input_shape.size() ? g.shape()[ax] : 0;
+    Shape expected = input_shape;
+    expected[ax] = count;
+    const long n = static_cast<long>(input_shape[ax]);
+    const bool fits = start >= 0 && step >= 1 && start <= n &&
+                      (count == 0 || (start < n && static_cast<std::size_t>((n - start - 1) / step) >= count - 1));
+    if (g.shape() != expected || !fits)
+        throw Error(fmt::format("{}: a gradient of shape {} is not a slice of {} along axis {} from {} in steps of {}",
+                                op, shape_str(g.shape()), shape_str(input_shape), axis, start, step));
+    const AllocContext context(op, input_shape);
+    const axis_split s = split_at(input_shape, ax);
+    const std::size_t from = static_cast<std::size_t>(start), stride = static_cast<std::size_t>(step);
+    return dispatch_floating(op, g.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        xt::xarray<T> gx = xt::zeros<T>(input_shape);
+        const T* pg = values<T>(g).data();
+        for (std::size_t o = 0; o < s.outer; ++o)
+            for (std::size_t j = 0; j < count; ++j, pg += s.inner)
+                std::copy(pg, pg + s.inner, gx.data() + (o * s.n + from + j * stride) * s.inner);
+        return make_result<T>(std::move(gx), {g}, op, Formula([ax, start, step](const GradArgs& in) -> std::vector<Tensor> {
+            // The slice g was: its length along the axis fixes where it ended.
+            const long m = static_cast<long>(in.inputs[0].shape()[ax]);
+            const long end = m == 0 ? start : start + (m - 1) * step + 1;
+            return {slice(in.grad(), static_cast<long>(ax), start, end, step)};
+        }), Saves::none());
     });
 }
 
@@ -421,13 +445,10 @@ Tensor triangle(const char* op, const Tensor& a, long k, bool lower) {
         using T = typename decltype(tag)::type;
         xt::xarray<T> y = values<T>(a);
         apply(y.data(), y.size());
+        // The same triangle of the gradient: the zeroed entries had no effect.
         return make_any_result<T>(
-            std::move(y), {a}, op,
-            floating_backward(op, [op, apply](auto gtag, Node& self, const Storage& gs) {
-                using G = typename decltype(gtag)::type;
-                xt::xarray<G> g = grad_as<G>(gs);
-                apply(g.data(), g.size());
-                accumulate<G>(op, self.parents[0], std::move(g));
+            std::move(y), {a}, op, Formula([op, k, lower](const GradArgs& in) -> std::vector<Tensor> {
+                return {triangle(op, in.grad(), k, lower)};
             }),
             Saves::none());
     });
