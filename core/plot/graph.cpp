@@ -308,8 +308,21 @@ std::optional<std::string> layout_svg(const std::string& dot, std::string& why) 
         std::replace(text.begin(), text.end(), '\n', ' ');
         why = text.empty() ? step : fmt::format("{} ({})", step, text);
     };
+    // Graphviz's parser keeps what follows the first graph for its next read (another graph, or
+    // the last newline, which would shift the line numbers of the next text's errors): a read of
+    // nothing takes it, so that it is refused now rather than returned by the next call.
+    auto rest_of_text = [&] {
+        std::size_t graphs = 0;
+        const std::size_t said = messages.size();
+        while (Agraph_t* more = agmemread("")) {
+            agclose(more);
+            ++graphs;
+        }
+        return graphs > 0 || messages.size() > said;
+    };
     if (!(gvc = gvContext())) fail("Graphviz could not start");
-    else if (!(graph = agmemread(dot.c_str()))) fail("Graphviz could not read the DOT text");
+    else if (agreadline(1), !(graph = agmemread(dot.c_str()))) fail("Graphviz could not read the DOT text");
+    else if (rest_of_text()) fail("Graphviz read one graph and then more text; give it one graph");
     else if (!(laid_out = gvLayout(gvc, graph, "dot") == 0)) fail("Graphviz's dot layout failed");
     else if (gvRenderData(gvc, graph, "svg", &data, &length) != 0 || !data) fail("Graphviz could not render SVG");
     else svg.emplace(data, length);

@@ -56,8 +56,9 @@ std::string to_dot(const Tensor& root, const GraphOptions& opts = {});
 /// it, throws before writing anything and names the .dot alternative). Errors name the file.
 void save_graph(const Tensor& root, const std::string& path, const GraphOptions& opts = {});
 
-/// Lays out DOT text with Graphviz's `dot` and returns the SVG. Throws xgrad::Error with
-/// Graphviz's message for text it cannot read, or when xgrad was built without Graphviz.
+/// Lays out DOT text (one graph) with Graphviz's `dot` and returns the SVG. Throws xgrad::Error
+/// with Graphviz's message for text it cannot read, or when xgrad was built without Graphviz.
+/// One layout runs at a time (Graphviz keeps global state); other threads wait.
 std::string dot_to_svg(const std::string& dot);
 
 /// Whether this build of xgrad has Graphviz's library, so that SVGs can be laid out (found by

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <sstream>
+#include <thread>
 
 #include "core/node.hpp"
 #include "core/plot/graph.hpp"
@@ -360,7 +361,22 @@ TEST_CASE("save_graph lays out an SVG with Graphviz, or says it was built withou
 
         CHECK_THROWS_WITH(dot_to_svg("digraph { a -> }"),
                           Catch::StartsWith("dot_to_svg: Graphviz could not read the DOT text (") &&
-                              Catch::Contains("syntax error"));
+                              Catch::Contains("syntax error in line 1"));
+        CHECK(dot_to_svg(to_dot(y, {{{"x", x}}})) == svg);  // Graphviz's parser recovers
+        // Graphviz reads one graph of a text and keeps the rest for its next read: refused here,
+        // so the next text is read as itself.
+        CHECK_THROWS_WITH(dot_to_svg("digraph a { x } digraph b { y }"),
+                          "dot_to_svg: Graphviz read one graph and then more text; give it one graph");
+        CHECK_THROWS_WITH(dot_to_svg("digraph a { x } }"), Catch::Contains("give it one graph") &&
+                                                                Catch::Contains("syntax error in line 1"));
+        CHECK(contains(dot_to_svg("digraph c { z }"), "<title>c</title>"));
+        // Graphviz keeps global state: layouts from several threads take turns.
+        std::vector<std::string> svgs(4);
+        std::vector<std::thread> threads;
+        const std::string dot = to_dot(y, {{{"x", x}}});
+        for (std::size_t t = 0; t < svgs.size(); ++t) threads.emplace_back([&, t] { svgs[t] = dot_to_svg(dot); });
+        for (auto& t : threads) t.join();
+        for (const std::string& s : svgs) CHECK(s == svg);
         const std::string missing = (dir.path / "no" / "graph.svg").string();
         CHECK_THROWS_WITH(save_graph(y, missing), Catch::Contains("save_graph: cannot write '" + missing + "'"));
     } else {
