@@ -65,11 +65,17 @@ std::string label(const std::vector<std::string>& lines) {
     return out + '"';
 }
 
+// The number of elements of the node's shape (its storage may be an empty stand-in).
+std::size_t element_count(const Node& n) {
+    std::size_t count = 1;
+    for (std::size_t d : n.shape) count *= d;
+    return count;
+}
+
 // "[0.5, -1, 2]" (a scalar without brackets) when the node still holds its values and has at
 // most `max` of them; "" otherwise.
 std::string values_text(const Node& n, std::size_t max) {
-    std::size_t count = 1;
-    for (std::size_t d : n.shape) count *= d;
+    const std::size_t count = element_count(n);
     return std::visit(
         [&](const auto& a) -> std::string {
             using T = typename std::decay_t<decltype(a)>::value_type;
@@ -158,9 +164,7 @@ std::string tensor_statement(std::size_t k, const Node& n, const Walk& walk, con
         lines.push_back(n.retains_grad ? "requires grad, retains grad" : "requires grad");
     }
     // A past history keeps its value only while a backward still reads it (record_in_place).
-    std::size_t count = 1;
-    for (std::size_t d : n.shape) count *= d;
-    if (past && count > 0 && std::visit([](const auto& a) { return a.size(); }, n.data) == 0)
+    if (past && element_count(n) > 0 && std::visit([](const auto& a) { return a.size(); }, n.data) == 0)
         lines.push_back("value not kept");
     else if (const std::string v = values_text(n, opts.max_values); !v.empty())
         lines.push_back("data " + v);
