@@ -2,10 +2,11 @@
 # that are missing, so a second run costs a dpkg query and nothing else. Open MPI is optional for
 # the build (without it there is no xgrad::distributed) but installed so its tests run. CLI11
 # (flags) and nlohmann-json (metrics.json) are needed by the examples only. oneDNN runs the
-# bfloat16 products; the build works without it, but installs it so autocast's tests run.
+# bfloat16 products; the build works without it, but installs it so autocast's tests run. Graphviz's
+# library lays out the pictures of the autograd graph (optional too: without it only DOT is written).
 XGRAD_PACKAGES=(build-essential cmake pkg-config
                 libxtensor-dev libxtensor-blas-dev xtl-dev libxsimd-dev
-                libopenblas-dev libfmt-dev catch2 zlib1g-dev libdnnl-dev
+                libopenblas-dev libfmt-dev catch2 zlib1g-dev libdnnl-dev libgraphviz-dev
                 libopenmpi-dev openmpi-bin
                 libcli11-dev nlohmann-json3-dev)
 
