@@ -1,9 +1,11 @@
 #pragma once
 /// xgrad::autograd: gradients as values (torch.autograd.grad), for second derivatives and for
-/// losses that contain a gradient.
+/// losses that contain a gradient; and custom functions with a backward of their own
+/// (Function, AutogradContext: core/autograd_function.hpp).
 #include <optional>
 #include <vector>
 
+#include "core/autograd_function.hpp"
 #include "core/tensor.hpp"
 
 namespace xgrad::autograd {

@@ -161,6 +161,16 @@ void link_node(Node& node, std::vector<Tensor> inputs, Formula formula, Saves sa
 const Tensor& record_in_place(const char* op, const Tensor& self, std::vector<Tensor> others,
                               const std::function<Tensor(const Tensor& old, const std::vector<Tensor>& others)>& compute);
 
+/// The two halves of rebasing a tensor's history, as record_in_place does, for code that
+/// records an in-place write itself (a custom Function's mark_dirty). split_history moves
+/// self's history (the op that made it, its parents, versions and graph state) to a new node
+/// holding `old_value`, and returns it: the writing op reads that node as its input. Then
+/// rebase_history makes `made` (a node the writing op made, with its graph) self's maker, keeps
+/// `past` as self's past history (ops that read self before the write still reach it), names
+/// the write `op` and bumps self's version.
+std::shared_ptr<Node> split_history(Node& self, Storage old_value);
+void rebase_history(Node& self, std::shared_ptr<Node> past, Node& made, const char* op);
+
 /// A leaf that owns `value` (no graph).
 Tensor make_leaf(Storage value, bool requires_grad = false);
 

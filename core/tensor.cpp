@@ -720,7 +720,9 @@ void run_node(const std::shared_ptr<Node>& sp, std::vector<Tensor>& grads, const
         const std::shared_ptr<Node>& in = input_node(n, i);
         if (!in || !in->requires_grad) continue;
         if (needed && !needed->count(in.get())) continue;
-        check_gradient(n, *in, results[i]);
+        // A custom Function's output hands its gradient, already checked against the output,
+        // on to one slot of the Function's node, whose own shape is no output's.
+        if (n.parent_slot.empty()) check_gradient(n, *in, results[i]);
         Tensor g = std::move(results[i]);
         // Without create_graph no gradient carries a graph (a formula may hand on its input).
         if (!sweep.create_graph && g.requires_grad()) g = make_leaf(g.node().data);
@@ -903,6 +905,49 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
 
 // --- in-place ops in the graph ----------------------------------------------------------------
 
+namespace {
+void move_history(Node& to, Node& from) {
+    to.requires_grad = from.requires_grad;
+    to.is_leaf = from.is_leaf;
+    to.graph_freed = from.graph_freed;
+    to.freed_by_failure = from.freed_by_failure;
+    to.op = from.op;
+    to.version = from.version;
+    to.layout_version = from.layout_version;
+    to.last_write = from.last_write;
+    to.parents = std::move(from.parents);
+    to.parent_history = std::move(from.parent_history);
+    to.parent_slot = std::move(from.parent_slot);
+    to.history = from.history;
+    to.num_outputs = from.num_outputs;
+    to.saves = from.saves;
+    to.saved_versions = std::move(from.saved_versions);
+    to.formula = std::move(from.formula);
+    to.backward = std::move(from.backward);
+}
+}  // namespace
+
+std::shared_ptr<Node> split_history(Node& self, Storage old_value) {
+    auto past = std::make_shared<Node>(std::move(old_value));
+    move_history(*past, self);
+    return past;
+}
+
+void rebase_history(Node& self, std::shared_ptr<Node> past, Node& made, const char* op) {
+    const std::uint32_t h = past->history;
+    move_history(self, made);
+    self.op = op;
+    self.version = past->version + 1;
+    self.layout_version = past->layout_version;
+    self.last_write = op;
+    if (!self.saved_versions.empty()) self.saved_versions.back() = self.version;
+    self.history = h + 1;
+    self.past.resize(h + 1);
+    self.past[h] = std::move(past);
+    self.graph_freed = false;
+    self.freed_by_failure = false;
+}
+
 const Tensor& record_in_place(const char* op, const Tensor& self, std::vector<Tensor> others,
                               const std::function<Tensor(const Tensor& old, const std::vector<Tensor>& others)>& compute) {
     Node& a = self.node();
@@ -911,29 +956,9 @@ const Tensor& record_in_place(const char* op, const Tensor& self, std::vector<Te
                                 "recorded (as in torch); do it under NoGradGuard, or on a clone()",
                                 op));
     // The old value and history move to a node of their own, which the op reads.
-    auto past = std::make_shared<Node>(std::move(a.data));
+    auto past = split_history(a, std::move(a.data));
     a.data = placeholder(past->dtype());
     Node& x = *past;
-    auto move_history = [](Node& to, Node& from) {
-        to.requires_grad = from.requires_grad;
-        to.is_leaf = from.is_leaf;
-        to.graph_freed = from.graph_freed;
-        to.freed_by_failure = from.freed_by_failure;
-        to.op = from.op;
-        to.version = from.version;
-        to.layout_version = from.layout_version;
-        to.last_write = from.last_write;
-        to.parents = std::move(from.parents);
-        to.parent_history = std::move(from.parent_history);
-        to.parent_slot = std::move(from.parent_slot);
-        to.history = from.history;
-        to.num_outputs = from.num_outputs;
-        to.saves = from.saves;
-        to.saved_versions = std::move(from.saved_versions);
-        to.formula = std::move(from.formula);
-        to.backward = std::move(from.backward);
-    };
-    move_history(x, a);
     const Tensor old(past);
     for (Tensor& t : others)
         if (t.is_same(self)) t = old;
@@ -974,18 +999,7 @@ const Tensor& record_in_place(const char* op, const Tensor& self, std::vector<Te
     x.overwritten = true;
     Node& rn = r.node();
     a.data = std::move(rn.data);
-    const std::uint32_t h = x.history;
-    move_history(a, rn);
-    a.op = op;
-    a.version = x.version + 1;
-    a.layout_version = x.layout_version;
-    a.last_write = op;
-    if (!a.saved_versions.empty()) a.saved_versions.back() = a.version;
-    a.history = h + 1;
-    a.past.resize(h + 1);
-    a.past[h] = std::move(past);
-    a.graph_freed = false;
-    a.freed_by_failure = false;
+    rebase_history(a, std::move(past), rn, op);
     return self;
 }
 
