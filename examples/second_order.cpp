@@ -65,7 +65,7 @@ bool hessian_vector_product() {
 
     Tensor queries = uniform({3, 2, 4}, -1.0, 1.0, kFloat64);
     Tensor keys = uniform({3, 5, 4}, -1.0, 1.0, kFloat64);
-    Tensor valid_lens = tensor(std::vector<std::int64_t>{5, 2, 3});
+    Tensor valid_lens = from_vector(std::vector<std::int64_t>{5, 2, 3}, {3});
     Tensor target = uniform({3, 2, 1}, -1.0, 1.0, kFloat64);
     auto loss_fn = [&] { return nn::mse_loss(head->forward(attention->forward(queries, keys, keys, valid_lens)), target); };
 
