@@ -3,6 +3,7 @@
 /// kernel's backward is an op of its own, with its own formula (so a gradient through it is
 /// differentiable again), as torch's threshold_backward and softmax_backward_data. Internal to
 /// core/: user code differentiates the public ops.
+#include "core/ops.hpp"
 #include "core/tensor.hpp"
 
 namespace xgrad {
@@ -12,5 +13,17 @@ namespace xgrad {
 Tensor threshold_backward(const Tensor& g, const Tensor& x);
 /// gelu's gradient g·(Φ(x) + x·φ(x)); its own gradient in x is g·φ(x)·(2 − x²).
 Tensor gelu_backward(const Tensor& g, const Tensor& x);
+
+// --- the fused kernels' backwards (ops_softmax.cpp, ops_norm.cpp, ops_loss.cpp) ---------------
+
+/// softmax's gradient: y ⊙ (g − Σ g⊙y) along `axis`, y the softmax's output. Linear in g, and
+/// its own gradient in g is itself; in y it is gg⊙(g − Σ g⊙y) − g·Σ gg⊙y.
+Tensor softmax_backward(const Tensor& g, const Tensor& y, long axis);
+/// log_softmax's gradient: g − exp(y)·Σ g along `axis`, y the log_softmax's output. Its own
+/// gradient: gg − Σ gg⊙exp(y) in g, −gg⊙exp(y)·Σ g in y.
+Tensor log_softmax_backward(const Tensor& g, const Tensor& y, long axis);
+/// masked_softmax's gradient: keep ⊙ y ⊙ (g − Σ g⊙y) over the last axis, keep the mask's
+/// kept keys (the sum runs over every key). Shapes: g, y (batch, queries, keys).
+Tensor masked_softmax_backward(const Tensor& g, const Tensor& y, const ResolvedMask& mask);
 
 }  // namespace xgrad
