@@ -25,5 +25,15 @@ Tensor log_softmax_backward(const Tensor& g, const Tensor& y, long axis);
 /// masked_softmax's gradient: keep ⊙ y ⊙ (g − Σ g⊙y) over the last axis, keep the mask's
 /// kept keys (the sum runs over every key). Shapes: g, y (batch, queries, keys).
 Tensor masked_softmax_backward(const Tensor& g, const Tensor& y, const ResolvedMask& mask);
+/// layer_norm's gradient in its input: rstd·(ĝ − mean(ĝ) − x̂·mean(ĝ⊙x̂)), ĝ = g⊙weight (g
+/// when weight is undefined), x̂ = (x − mean)·rstd, the means over each row of the trailing
+/// normalized_shape axes. mean and rstd are the forward's row statistics, float64 of shape
+/// (rows,); its own gradient recomputes them from x, so that it is exact in x.
+Tensor layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                           const Tensor& rstd, const Shape& normalized_shape, double eps);
+/// layer_norm's gradient in its weight: Σ over the rows of g⊙x̂ (normalized_shape). The bias's
+/// is sum_to(g, normalized_shape).
+Tensor layer_norm_weight_backward(const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                  const Shape& normalized_shape, double eps);
 
 }  // namespace xgrad
