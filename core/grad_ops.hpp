@@ -35,5 +35,14 @@ Tensor layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weigh
 /// is sum_to(g, normalized_shape).
 Tensor layer_norm_weight_backward(const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                                   const Shape& normalized_shape, double eps);
+/// cross_entropy's gradient in its logits: s_i·(softmax(logits_i) − one_hot(targets_i)) along
+/// the class axis, s_i = g_i (none), g (sum) or g/count (mean), and 0 on rows whose target is
+/// ignore_index. lse holds each row's logsumexp (the targets' row order), count the rows not
+/// ignored.
+Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                              Reduction reduction, std::int64_t ignore_index, std::size_t count);
+/// mse_loss's (sum or mean) gradient in its input: 2·s·g·(input − target), s = 1 (sum) or
+/// 1/numel (mean), g 0-d; the target's is its negation.
+Tensor mse_loss_backward(const Tensor& g, const Tensor& input, const Tensor& target, Reduction reduction);
 
 }  // namespace xgrad

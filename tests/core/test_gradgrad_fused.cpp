@@ -115,6 +115,46 @@ const std::vector<std::vector<double>> kAddLayerNorm = {
      -0.019119860861284914, -0.7156614780291688, -0.82946356491846207, 0.15755194314505622,
      0.12692243542816814, 0.48699373082982333, -0.83296253340612669, -0.58146990108092145},
 };
+// cross_entropy (3,4,2) targets (3,2) one ignored, mean: d/dlogits, d/dv
+const std::vector<std::vector<double>> kCrossEntropyMean = {
+    {0.0075998557943900789, 0.0015992202313417545, 0.037201148328781859, -0.0059121174534699028,
+     -0.050788809281784829, 0.050332215866407334, 0.0059878051586128847, -0.046019318644279203,
+     0, 0.0015992202313417571, 0, -0.005912117453469902,
+     0, 0.050332215866407348, 0, -0.046019318644279196,
+     -0.058715260971315526, -0.009129321495944042, 0.055210075144060115, 0.0048164242738158933,
+     -0.0018714144760584278, -0.051457353951429904, 0.0053766003033138346, 0.055770251173558057},
+    {-0.2077792110606648},
+};
+// cross_entropy (3,4,2) targets (3,2) one ignored, sum: d/dlogits, d/dv
+const std::vector<std::vector<double>> kCrossEntropySum = {
+    {0.037999278971950393, 0.0079961011567087643, 0.18600574164390929, -0.029560587267349513,
+     -0.25394404640892415, 0.25166107933203669, 0.029939025793064424, -0.23009659322139603,
+     0, 0.0079961011567087886, 0, -0.029560587267349513,
+     0, 0.25166107933203663, 0, -0.23009659322139597,
+     -0.29357630485657765, -0.045646607479720221, 0.27605037572030061, 0.024082121369079466,
+     -0.0093570723802921339, -0.25728676975714959, 0.026883001516569176, 0.2788512558677903},
+    {-1.038896055303324},
+};
+// cross_entropy (3,4,2) targets (3,2) one ignored, none: d/dlogits, d/dv
+const std::vector<std::vector<double>> kCrossEntropyNone = {
+    {0.037999278971950393, 0, 0.18600574164390929, 0,
+     -0.25394404640892415, 0, 0.029939025793064424, 0,
+     0, 0.0015992202313417571, 0, -0.005912117453469902,
+     0, 0.050332215866407348, 0, -0.046019318644279196,
+     0.23486104388526211, -0.018258642991888084, -0.22084030057624046, 0.0096328485476317866,
+     0.0074856579042337111, -0.10291470790285981, -0.021506401213255338, 0.11154050234711611},
+    {0.20814595729158236, -0.91368994042980745, 0, 0.086310059570192665,
+     -0.12695183035968116, -0.2927103013756106},
+};
+// cross_entropy (4,5) ignore_index 7, mean: d/dlogits, d/dv
+const std::vector<std::vector<double>> kCrossEntropyIgnoreIndex = {
+    {0.010059157039855993, 0.019422393592025355, 0.031263403457314758, 0.026452327200618221,
+     -0.087197281289814271, 0.019031964349585512, 0.03043737340531676, 0.024846465815454789,
+     -0.089824066540826142, 0.015508262970469106, 0, 0,
+     0, 0, 0, 0.02892761046081152,
+     0.022412314299962734, -0.091901763112346491, 0.014894394140574542, 0.025667444210997658},
+    {0.25595647294111862},
+};
 // log_softmax (3,4) axis 0: d/dx, d/dv
 const std::vector<std::vector<double>> kLogSoftmax0 = {
     {0.042551856958588083, 0.10654291712243338, -0.11209939615665283, 0.04007418296018106,
@@ -150,6 +190,14 @@ const std::vector<std::vector<double>> kMaskedSoftmax = {
     {-0.095210938497368766, 0.09521093849736878, 0, -0.09521093849736878,
      0.095210938497368766, -0, 0, 0,
      0, -0.26081933210996683, 0.012916957387850857, 0.24790237472211585},
+};
+// mse_loss (2,3) mean: d/dinput, d/dtarget, d/dv
+const std::vector<std::vector<double>> kMseMean = {
+    {0, 0.083333333333333343, 0.16666666666666666, 0.25,
+     -0.75, 0.41666666666666663},
+    {0, -0.083333333333333343, -0.16666666666666666, -0.25,
+     0.75, -0.41666666666666663},
+    {1.5566666666666666},
 };
 
 }  // namespace
@@ -261,4 +309,58 @@ TEST_CASE("layer_norm and add_layer_norm second derivatives match torch", "[grad
     check_torch(second([](const std::vector<Tensor>& in) { return add_layer_norm(in[0], in[1], {4}, in[2]); },
                        {x, y, w}, {2, 3, 4}, {3, 4, 6}),
                 kAddLayerNorm);
+}
+
+TEST_CASE("cross_entropy is twice differentiable for every reduction and ignore_index", "[gradgrad][cross_entropy]") {
+    const Tensor logits = param({4, 5}, -2, 2, 11);
+    const Tensor targets = from_vector(std::vector<std::int64_t>{4, 0, -100, 2}, {4});
+    const Tensor logits3 = param({2, 3, 4}, -2, 2, 12);  // classes on axis 1, not last
+    const Tensor targets3 = from_vector(std::vector<std::int64_t>{0, 2, 1, 1, 2, 1, 0, 0}, {2, 4});
+    const Tensor unbatched = param({5}, -2, 2, 13);
+    for (Reduction r : {Reduction::mean, Reduction::sum, Reduction::none}) {
+        INFO("reduction " << static_cast<int>(r));
+        REQUIRE_GRADGRADCHECK([&](const std::vector<Tensor>& x) { return cross_entropy(x[0], targets, r); }, {logits},
+                              "cross_entropy (N, C), one ignored");
+        REQUIRE_GRADGRADCHECK([&](const std::vector<Tensor>& x) { return cross_entropy(x[0], targets3, r, 1); },
+                              {logits3}, "cross_entropy (N, C, d), ignore_index 1");
+        REQUIRE_GRADGRADCHECK(
+            [&](const std::vector<Tensor>& x) { return cross_entropy(x[0], from_vector(std::vector<std::int64_t>{3}, {}), r); },
+            {unbatched}, "cross_entropy (C,)");
+    }
+}
+
+TEST_CASE("cross_entropy second derivatives match torch", "[gradgrad][cross_entropy][torch]") {
+    // torch: F.cross_entropy(logits, t, reduction=...), logits (3, 4, 2), t [[1, 3], [-100, 0], [2, 2]].
+    const Tensor logits = seq({3, 4, 2}, 7, 19, 4.0);
+    const Tensor t = from_vector(std::vector<std::int64_t>{1, 3, -100, 0, 2, 2}, {3, 2});
+    const std::vector<std::pair<Reduction, const std::vector<std::vector<double>>*>> cases{
+        {Reduction::mean, &kCrossEntropyMean}, {Reduction::sum, &kCrossEntropySum}, {Reduction::none, &kCrossEntropyNone}};
+    for (const auto& [r, want] : cases) {
+        INFO("reduction " << static_cast<int>(r));
+        const Shape out = r == Reduction::none ? Shape{3, 2} : Shape{};
+        check_torch(second([&, r = r](const std::vector<Tensor>& in) { return cross_entropy(in[0], t, r); }, {logits},
+                           out, {3}),
+                    *want);
+    }
+    // torch: F.cross_entropy(logits, [4, 0, 7, 2], reduction="mean", ignore_index=7), logits (4, 5).
+    const Tensor t2 = from_vector(std::vector<std::int64_t>{4, 0, 7, 2}, {4});
+    check_torch(second([&](const std::vector<Tensor>& in) { return cross_entropy(in[0], t2, Reduction::mean, 7); },
+                       {seq({4, 5}, 3, 13, 3.0)}, {}, {3}),
+                kCrossEntropyIgnoreIndex);
+}
+
+TEST_CASE("mse_loss is twice differentiable in both inputs for every reduction", "[gradgrad][mse_loss]") {
+    const Tensor a = param({2, 3}, -1, 1, 14), b = param({2, 3}, -1, 1, 15);
+    for (Reduction r : {Reduction::mean, Reduction::sum, Reduction::none}) {
+        INFO("reduction " << static_cast<int>(r));
+        REQUIRE_GRADGRADCHECK([r](const std::vector<Tensor>& x) { return mse_loss(x[0], x[1], r); }, {a, b}, "mse_loss");
+        REQUIRE_GRADGRADCHECK([r, b](const std::vector<Tensor>& x) { return mse_loss(x[0], b.detach(), r); }, {a},
+                              "mse_loss, input only");
+        REQUIRE_GRADGRADCHECK([r, a](const std::vector<Tensor>& x) { return mse_loss(a.detach(), x[0], r); }, {b},
+                              "mse_loss, target only");
+    }
+    // torch: F.mse_loss(a, b) (mean), a = seq((2, 3), 7, 17, 5), b = seq((2, 3), 3, 11, 4), u seeds 3, 4.
+    check_torch(second([](const std::vector<Tensor>& in) { return mse_loss(in[0], in[1]); },
+                       {seq({2, 3}, 7, 17, 5.0), seq({2, 3}, 3, 11, 4.0)}, {}, {3, 4}),
+                kMseMean);
 }
