@@ -1,9 +1,13 @@
 // The fused losses: cross-entropy (on the softmax kernel's logsumexp) and mean squared error.
-// Each is one op with its backward, where the composed forms made several passes and temporaries.
+// Each is one op with its backward, where the composed forms made several passes and temporaries;
+// each backward is an op of its own (cross_entropy_backward, mse_loss_backward) whose gradient
+// is written in ops, so the losses are twice differentiable.
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "core/creation.hpp"
+#include "core/grad_ops.hpp"
 #include "core/node.hpp"
 #include "core/ops.hpp"
 #include "core/ops_util.hpp"
@@ -94,41 +98,101 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction redu
         else
             value() = static_cast<T>(reduction == Reduction::sum ? total : total / static_cast<double>(count));
 
-        auto backward = [lse = std::move(lse), reduction, ignore_index, count, C, inner, row_grain](Node& self,
-                                                                                        const Storage& gs) {
-            // d loss_r / d x_rc = softmax_rc − [c == target_r], softmax_rc = exp(x_rc − lse_r).
-            const auto& xs = values<T>(self.parents[0]);
-            const std::int64_t* t = values<std::int64_t>(self.parents[1]).data();
-            const auto& g = grad_as<T>(gs);
-            xt::xarray<T> dx = xt::zeros<T>(xs.shape());
-            const std::size_t n = lse.size();
-            // Each row writes only its own values of dx: the rows split over the pool.
-            parallel_for(n, row_grain, [&](std::size_t r0, std::size_t r1) {
-                std::vector<T> in(inner == 1 ? 0 : C), out(inner == 1 ? 0 : C);
-                for (std::size_t r = r0; r < r1; ++r) {
-                    if (t[r] == ignore_index) continue;
-                    double scale = reduction == Reduction::none ? g.data()[r] : g();
-                    if (reduction == Reduction::mean) scale /= static_cast<double>(count);
-                    const std::size_t base = (r / inner) * C * inner + r % inner;
-                    // A contiguous row (class axis last in memory) is worked in place; a strided
-                    // one is gathered, worked, and scattered back.
-                    const T* src = xs.data() + base;
-                    T* dst = dx.data() + base;
-                    if (inner != 1) {
-                        for (std::size_t c = 0; c < C; ++c) in[c] = src[c * inner];
-                        src = in.data();
-                        dst = out.data();
-                    }
-                    kernel::exp_shifted_sum(src, lse.data()[r], dst, C);  // softmax_rc
-                    for (std::size_t c = 0; c < C; ++c) dst[c] = static_cast<T>(scale * dst[c]);
-                    dst[t[r]] -= static_cast<T>(scale);
-                    if (inner != 1)
-                        for (std::size_t c = 0; c < C; ++c) dx.data()[base + c * inner] = out[c];
+        const Tensor lse_t = make_leaf(Storage(std::move(lse)));
+        return make_result<T>(std::move(value), {logits, targets}, op,
+                              Formula([lse_t, reduction, ignore_index, count](const GradArgs& in) -> std::vector<Tensor> {
+                                  return {cross_entropy_backward(in.grad(), in.inputs[0], in.inputs[1], lse_t, reduction,
+                                                                 ignore_index, count),
+                                          Tensor()};
+                              }),
+                              Saves::only_inputs(3u));
+    });
+}
+
+Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                              Reduction reduction, std::int64_t ignore_index, std::size_t count) {
+    constexpr const char* op = "cross_entropy_backward";
+    check_same_dtype(op, g, logits);
+    check_same_dtype(op, lse, logits);
+    const std::size_t class_axis = logits.dim() == 1 ? 0 : 1;
+    const std::size_t rows = targets.numel();
+    if (targets.dtype() != kInt64 || lse.numel() != rows || logits.dim() == 0 ||
+        logits.numel() != rows * logits.shape()[class_axis])
+        throw Error(fmt::format("{}: logits {}, targets {} of {} and logsumexp {} do not fit", op,
+                                shape_str(logits.shape()), shape_str(targets.shape()), dtype_name(targets.dtype()),
+                                shape_str(lse.shape())));
+    if (g.shape() != (reduction == Reduction::none ? targets.shape() : Shape{}))
+        throw Error(fmt::format("{}: gradient of shape {} for a loss of shape {}", op, shape_str(g.shape()),
+                                shape_str(reduction == Reduction::none ? targets.shape() : Shape{})));
+    const axis_split split = split_at(logits.shape(), class_axis);
+    const AllocContext context(op, logits.shape());
+    return dispatch_floating(op, logits.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const std::size_t C = split.n, inner = split.inner;
+        const std::size_t row_grain = std::max<std::size_t>(1, 2048 / std::max<std::size_t>(C, 1));
+        // d loss_r / d x_rc = softmax_rc − [c == target_r], softmax_rc = exp(x_rc − lse_r).
+        const T* xs = values<T>(logits).data();
+        const std::int64_t* t = values<std::int64_t>(targets).data();
+        const T* pl = values<T>(lse).data();
+        const auto& gv = values<T>(g);
+        xt::xarray<T> dx = xt::zeros<T>(logits.shape());
+        // Each row writes only its own values of dx: the rows split over the pool.
+        parallel_for(rows, row_grain, [&](std::size_t r0, std::size_t r1) {
+            std::vector<T> in(inner == 1 ? 0 : C), out(inner == 1 ? 0 : C);
+            for (std::size_t r = r0; r < r1; ++r) {
+                if (t[r] == ignore_index) continue;
+                double scale = reduction == Reduction::none ? gv.data()[r] : gv();
+                if (reduction == Reduction::mean) scale /= static_cast<double>(count);
+                const std::size_t base = (r / inner) * C * inner + r % inner;
+                // A contiguous row (class axis last in memory) is worked in place; a strided
+                // one is gathered, worked, and scattered back.
+                const T* src = xs + base;
+                T* dst = dx.data() + base;
+                if (inner != 1) {
+                    for (std::size_t c = 0; c < C; ++c) in[c] = src[c * inner];
+                    src = in.data();
+                    dst = out.data();
                 }
-            });
-            accumulate<T>("cross_entropy", self.parents[0], std::move(dx));
-        };
-        return make_result<T>(std::move(value), {logits, targets}, op, std::move(backward), Saves::only_inputs(3u));
+                kernel::exp_shifted_sum(src, pl[r], dst, C);  // softmax_rc
+                for (std::size_t c = 0; c < C; ++c) dst[c] = static_cast<T>(scale * dst[c]);
+                dst[t[r]] -= static_cast<T>(scale);
+                if (inner != 1)
+                    for (std::size_t c = 0; c < C; ++c) dx.data()[base + c * inner] = out[c];
+            }
+        });
+        return make_result<T>(
+            std::move(dx), {g, logits, targets, lse}, op,
+            // Captures no more than fits in std::function's own storage: a first-order backward
+            // makes the formula and drops it unused.
+            Formula([reduction, ignore_index](const GradArgs& in) -> std::vector<Tensor> {
+                // d = s ⊙ (p − one_hot(t)) with p = softmax(logits) and s each row's scale (0 on
+                // ignored rows): linear in g; in the logits, s ⊙ softmax_backward(G, p).
+                const Tensor &g = in.inputs[0], &logits = in.inputs[1], &targets = in.inputs[2];
+                const Tensor &lse = in.inputs[3], &G = in.grad();
+                const std::size_t class_axis = logits.dim() == 1 ? 0 : 1;
+                const std::int64_t* t = targets.const_data_ptr<std::int64_t>();
+                const std::size_t count = static_cast<std::size_t>(
+                    std::count_if(t, t + targets.numel(), [&](std::int64_t c) { return c != ignore_index; }));
+                std::vector<Tensor> d(4);
+                if (in.needs(0)) {
+                    // The gradient for a unit g on every row, p − one_hot(t) (0 where ignored),
+                    // weighed by G and summed as the loss is reduced.
+                    const Tensor unit = cross_entropy_backward(ones(targets.shape(), logits.dtype()), logits, targets, lse,
+                                                               Reduction::none, ignore_index, count);
+                    const Tensor per_row = sum(G * unit, {static_cast<long>(class_axis)});
+                    d[0] = reduction == Reduction::none ? per_row
+                           : reduction == Reduction::sum ? sum(per_row)
+                                                         : sum(per_row) / static_cast<double>(count);
+                }
+                if (in.needs(1)) {
+                    Tensor s = g * cast(ne(targets, ignore_index), logits.dtype());
+                    if (reduction == Reduction::mean) s = s / static_cast<double>(count);
+                    const long axis = static_cast<long>(class_axis);
+                    d[1] = unsqueeze(s, axis) * softmax_backward(G, softmax(logits, axis), axis);
+                }
+                return d;
+            }),
+            Saves::only_inputs(0xfu));
     });
 }
 
@@ -170,20 +234,46 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
         const double scale = reduction == Reduction::mean ? 1.0 / static_cast<double>(n) : 1.0;
         xt::xarray<T> value = xt::zeros<T>(Shape{});
         value() = static_cast<T>(n == 0 && reduction == Reduction::mean ? NAN : total * scale);
-        return make_result<T>(std::move(value), {input, target}, op, [scale, n](Node& self, const Storage& gs) {
-            // d/dx = 2·(x − t)·scale·g, d/dt = −d/dx
-            const T k = static_cast<T>(2 * scale * static_cast<double>(grad_as<T>(gs)()));
-            const T* x = values<T>(self.parents[0]).data();
-            const T* t = values<T>(self.parents[1]).data();
-            xt::xarray<T> dx = xt::empty<T>(self.parents[0].shape());
-            T* d = dx.data();
-            for (std::size_t i = 0; i < n; ++i) d[i] = k * (x[i] - t[i]);
-            if (needs_grad(self, 1)) {
-                xt::xarray<T> dt = -dx;
-                accumulate<T>("mse_loss", self.parents[1], std::move(dt));
-            }
-            if (needs_grad(self, 0)) accumulate<T>("mse_loss", self.parents[0], std::move(dx));
-        }, Saves::only_inputs(3u));
+        return make_result<T>(std::move(value), {input, target}, op,
+                              Formula([reduction](const GradArgs& in) -> std::vector<Tensor> {
+                                  // d/dt = −d/dx
+                                  const Tensor dx = mse_loss_backward(in.grad(), in.inputs[0], in.inputs[1], reduction);
+                                  return {in.needs(0) ? dx : Tensor(), in.needs(1) ? -dx : Tensor()};
+                              }),
+                              Saves::only_inputs(3u));
+    });
+}
+
+Tensor mse_loss_backward(const Tensor& g, const Tensor& input, const Tensor& target, Reduction reduction) {
+    constexpr const char* op = "mse_loss_backward";
+    check_same_dtype(op, g, input);
+    check_same_dtype(op, target, input);
+    if (g.dim() != 0 || input.shape() != target.shape() || reduction == Reduction::none)
+        throw Error(fmt::format("{}: expected a 0-d gradient of a sum or mean and input and target of one shape, got "
+                                "{}, {} and {}",
+                                op, shape_str(g.shape()), shape_str(input.shape()), shape_str(target.shape())));
+    const std::size_t n = input.numel();
+    const double scale = reduction == Reduction::mean ? 1.0 / static_cast<double>(n) : 1.0;
+    const AllocContext context(op, input.shape());
+    return dispatch_floating(op, input.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        // d/dx = 2·(x − t)·scale·g
+        const T k = static_cast<T>(2 * scale * static_cast<double>(values<T>(g)()));
+        const T* x = values<T>(input).data();
+        const T* t = values<T>(target).data();
+        xt::xarray<T> dx = xt::empty<T>(input.shape());
+        T* d = dx.data();
+        for (std::size_t i = 0; i < n; ++i) d[i] = k * (x[i] - t[i]);
+        return make_result<T>(std::move(dx), {g, input, target}, op,
+                              Formula([scale](const GradArgs& in) -> std::vector<Tensor> {
+                                  const Tensor &g = in.inputs[0], &x = in.inputs[1], &t = in.inputs[2], &G = in.grad();
+                                  Tensor dg, dx, dt;
+                                  if (in.needs(0)) dg = sum(G * (x - t)) * (2 * scale);
+                                  if (in.needs(1) || in.needs(2)) dx = G * g * (2 * scale);
+                                  if (in.needs(2)) dt = -dx;
+                                  return {dg, in.needs(1) ? dx : Tensor(), dt};
+                              }),
+                              Saves::only_inputs(7u));
     });
 }
 

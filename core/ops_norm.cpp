@@ -1,5 +1,7 @@
 // layer_norm as one op, and add_layer_norm (layer_norm of a residual sum) beside it: forward and
-// backward over rows of the normalised block, on the pool.
+// backward over rows of the normalised block, on the pool. The backward is two ops of its own,
+// layer_norm_backward (the input's gradient) and layer_norm_weight_backward, with the bias's a
+// sum_to; their gradients are written in ops (grad_ops.hpp), so both are twice differentiable.
 //
 // Precision: the row statistics (mean, variance, and the backward's two row sums) are taken in
 // double for float32 with the fixed-order lane_sum; the elementwise passes then run in the
@@ -9,10 +11,12 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
 #include "core/broadcast.hpp"
+#include "core/grad_ops.hpp"
 #include "core/ops.hpp"
 #include "core/runtime/alloc.hpp"
 #include "core/runtime/kernel_loops.hpp"
@@ -102,14 +106,20 @@ void check_args(const Names& nm, const Tensor& x, const Shape& normalized_shape,
         throw Error(fmt::format("{}: eps must be finite and >= 0, got {}", nm.op, eps));
 }
 
+// Rows and row length of x under the trailing normalized_shape axes.
+std::pair<std::size_t, std::size_t> rows_of(const Tensor& x, std::size_t k) {
+    std::size_t n = 1, rows = 1;
+    for (std::size_t d = 0; d < x.dim(); ++d) (d < x.dim() - k ? rows : n) *= x.shape()[d];
+    return {rows, n};
+}
+
 // layer_norm of x, or of x + y when y is defined. The residual form keeps the sum (rounded to
 // T, as x + y would be) for its backward and reads neither x nor y again, so writing to them
 // after the forward pass is allowed, as after an add.
 Tensor norm_rows(const Names& nm, const Tensor& x, const Tensor& y, const Shape& normalized_shape,
                  const Tensor& weight, const Tensor& bias, double eps) {
-    const std::size_t k = normalized_shape.size();
-    std::size_t n = 1, rows = 1;
-    for (std::size_t d = 0; d < x.dim(); ++d) (d < x.dim() - k ? rows : n) *= x.shape()[d];
+    std::size_t rows, n;
+    std::tie(rows, n) = rows_of(x, normalized_shape.size());
     const AllocContext context(nm.op, x.shape());
     const bool residual = y.defined();
     std::vector<Tensor> inputs{x};
@@ -126,6 +136,7 @@ Tensor norm_rows(const Names& nm, const Tensor& x, const Tensor& y, const Shape&
     return dispatch_floating(nm.op, x.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         using A = acc_t<T>;
+        static_assert(std::is_same_v<A, double>, "the row statistics are float64 tensors");
         const T* px = values<T>(x).data();
         const T* py = residual ? values<T>(y).data() : nullptr;
         const T* pw = iw ? values<T>(weight).data() : nullptr;
@@ -134,7 +145,9 @@ Tensor norm_rows(const Names& nm, const Tensor& x, const Tensor& y, const Shape&
         T* ps = residual ? sum.data() : nullptr;
         xt::xarray<T> out = xt::xarray<T>::from_shape(x.shape());
         T* po = out.data();
-        std::vector<A> mean(rows), rstd(rows);
+        xt::xarray<A> mean_v = xt::xarray<A>::from_shape({rows}), rstd_v = xt::xarray<A>::from_shape({rows});
+        A* mean = mean_v.data();
+        A* rstd = rstd_v.data();
         with_flag(pw != nullptr, [&](auto has_w) {
             with_flag(pb != nullptr, [&](auto has_b) {
                 parallel_for(rows, grain, [&](std::size_t r0, std::size_t r1) {
@@ -170,96 +183,220 @@ Tensor norm_rows(const Names& nm, const Tensor& x, const Tensor& y, const Shape&
                 });
             });
         });
+        // The sum x + y as an add in the graph, so that a gradient made from it with
+        // create_graph reaches x and y; the statistics are constants (the backward's own
+        // gradient recomputes them from the sum).
+        const Tensor normalised = residual ? make_result<T>(std::move(sum), {x, y}, "add",
+                                                            Formula([](const GradArgs& in) -> std::vector<Tensor> {
+                                                                return {in.grad(), in.grad()};
+                                                            }),
+                                                            Saves::none())
+                                           : x;
+        const Tensor mean_t = make_leaf(Storage(std::move(mean_v))), rstd_t = make_leaf(Storage(std::move(rstd_v)));
         return make_result<T>(
             std::move(out), std::move(inputs), nm.op,
-            [op = nm.op, residual, rows, n, iw, ib, grain, sum = std::move(sum), mean = std::move(mean),
-             rstd = std::move(rstd)](Node& self, const Storage& gs) {
-                const Tensor& tx = self.parents[0];
-                const T* px = residual ? sum.data() : values<T>(tx).data();
-                const T* pw = iw ? values<T>(self.parents[iw]).data() : nullptr;
-                const T* pg = grad_as<T>(gs).data();
-                const bool want_x = needs_grad(self, 0), want_y = residual && needs_grad(self, 1);
+            Formula([residual, iw, ib, normalized_shape, eps, mean_t, rstd_t,
+                     sum = residual ? normalised : Tensor()](const GradArgs& in) -> std::vector<Tensor> {
+                const Tensor& g = in.grad();
+                const Tensor& xs = residual ? sum : in.inputs[0];
+                std::vector<Tensor> d(in.inputs.size());
+                const bool want_x = in.needs(0), want_y = residual && in.needs(1);
                 if (want_x || want_y) {
-                    // dx = rstd·(ĝ − mean(ĝ) − x̂·mean(ĝ·x̂)), ĝ = g·weight, x̂ the normalised x.
-                    xt::xarray<T> dx = xt::xarray<T>::from_shape(tx.shape());
-                    T* pd = dx.data();
-                    with_flag(pw != nullptr, [&](auto has_w) {
-                        parallel_for(rows, grain, [&](std::size_t r0, std::size_t r1) {
-                            for (std::size_t r = r0; r < r1; ++r) {
-                                const T* xr = px + r * n;
-                                const T* gr = pg + r * n;
-                                const A mu = mean[r], rs = rstd[r];
-                                auto gw = [&](std::size_t j) {
-                                    if constexpr (has_w) return A(gr[j]) * A(pw[j]);
-                                    else return A(gr[j]);
-                                };
-                                const A s1 = lane_sum<A>(n, gw) / static_cast<A>(n);
-                                const A s2 = lane_sum<A>(n, [&](std::size_t j) { return gw(j) * ((xr[j] - mu) * rs); }) /
-                                             static_cast<A>(n);
-                                T* dr = pd + r * n;
-                                auto pass = [&](auto in) {
-                                    using C = typename decltype(in)::type;
-                                    const Centred<C, A> centred(mu);
-                                    const C q = static_cast<C>(rs), t1 = static_cast<C>(s1), t2 = static_cast<C>(s2);
-                                    for (std::size_t j = 0; j < n; ++j) {
-                                        C g = static_cast<C>(gr[j]);
-                                        if constexpr (has_w) g *= static_cast<C>(pw[j]);
-                                        dr[j] = static_cast<T>(q * (g - t1 - centred(static_cast<C>(xr[j])) * q * t2));
-                                    }
-                                };
-                                const bool in_t = fits<T, A>(n, rs, s1, s2);
-                                if (in_t) pass(type_tag<T>{});
-                                if (!in_t || !all_finite(dr, n)) pass(type_tag<A>{});
-                            }
-                        });
-                    });
                     // x + y passes the same gradient to both; when they are one tensor it
                     // arrives twice, as for any op that takes a tensor twice.
-                    if (want_x && want_y) accumulate<T>(op, self.parents[1], xt::xarray<T>(dx));
-                    else if (want_y) accumulate<T>(op, self.parents[1], std::move(dx));
-                    if (want_x) accumulate<T>(op, tx, std::move(dx));
+                    const Tensor dx = layer_norm_backward(g, xs, iw ? in.inputs[iw] : Tensor(), mean_t, rstd_t,
+                                                          normalized_shape, eps);
+                    if (want_x) d[0] = dx;
+                    if (want_y) d[1] = dx;
                 }
-                // dweight = Σ_rows g·x̂, dbias = Σ_rows g: each column summed over the rows in
-                // order into a double row, so the result does not depend on the threads.
-                const bool want_w = iw && needs_grad(self, iw), want_b = ib && needs_grad(self, ib);
-                if (!want_w && !want_b) return;
-                xt::xarray<T> dw = xt::xarray<T>::from_shape(self.parents[want_w ? iw : ib].shape());
-                xt::xarray<T> db = xt::xarray<T>::from_shape(dw.shape());
-                T *pdw = dw.data(), *pdb = db.data();
-                parallel_for(n, std::max<std::size_t>(1, kElementGrain / std::max<std::size_t>(rows, 1)),
-                             [&](std::size_t j0, std::size_t j1) {
-                                 const std::size_t w = j1 - j0;
-                                 std::vector<A> accw(w, A(0)), accb(w, A(0));
-                                 A* __restrict aw = accw.data();
-                                 A* __restrict ab = accb.data();
-                                 for (std::size_t r = 0; r < rows; ++r) {
-                                     const T* __restrict xr = px + r * n + j0;
-                                     const T* __restrict gr = pg + r * n + j0;
-                                     auto add_row = [&](auto in) {
-                                         using C = typename decltype(in)::type;
-                                         const Centred<C, A> centred(mean[r]);
-                                         const C q = static_cast<C>(rstd[r]);
-                                         for (std::size_t j = 0; j < w; ++j) {
-                                             aw[j] += A(gr[j]) * A(centred(static_cast<C>(xr[j])) * q);
-                                             ab[j] += A(gr[j]);
-                                         }
-                                     };
-                                     if (fits<T, A>(n, rstd[r])) add_row(type_tag<T>{});
-                                     else add_row(type_tag<A>{});
-                                 }
-                                 for (std::size_t j = 0; j < w; ++j) {
-                                     pdw[j0 + j] = static_cast<T>(aw[j]);
-                                     pdb[j0 + j] = static_cast<T>(ab[j]);
-                                 }
-                             });
-                if (want_w) accumulate<T>(op, self.parents[iw], std::move(dw));
-                if (want_b) accumulate<T>(op, self.parents[ib], std::move(db));
-            },
+                if (iw && in.needs(iw)) d[iw] = layer_norm_weight_backward(g, xs, mean_t, rstd_t, normalized_shape, eps);
+                if (ib && in.needs(ib)) d[ib] = sum_to(g, normalized_shape);
+                return d;
+            }),
             saves);
     });
 }
 
+// Checks a layer-norm backward's arguments against x: g of x's shape and dtype, x ending with
+// normalized_shape, the statistics float64 with one value per row. Returns (rows, n).
+std::pair<std::size_t, std::size_t> check_backward(const char* op, const Tensor& g, const Tensor& x,
+                                                   const Tensor& mean, const Tensor& rstd,
+                                                   const Shape& normalized_shape) {
+    check_same_dtype(op, g, x);
+    if (g.shape() != x.shape())
+        throw Error(fmt::format("{}: gradient of shape {} for an input of shape {}", op, shape_str(g.shape()),
+                                shape_str(x.shape())));
+    const std::size_t k = normalized_shape.size();
+    if (k == 0 || x.dim() < k ||
+        !std::equal(normalized_shape.begin(), normalized_shape.end(), x.shape().end() - static_cast<long>(k)))
+        throw Error(fmt::format("{}: input of shape {} does not end with the normalized shape {}", op,
+                                shape_str(x.shape()), shape_str(normalized_shape)));
+    const auto rn = rows_of(x, k);
+    for (const Tensor* t : {&mean, &rstd})
+        if (t->dtype() != kFloat64 || t->numel() != rn.first)
+            throw Error(fmt::format("{}: expected the row statistics as float64 of shape ({},), got {} of shape {}", op,
+                                    rn.first, dtype_name(t->dtype()), shape_str(t->shape())));
+    return rn;
+}
+
+// The last k axes of a shape, and their numbers as reductions take them.
+Shape tail_of(const Shape& s, std::size_t k) { return Shape(s.end() - static_cast<long>(k), s.end()); }
+std::vector<long> last_axes(std::size_t k) {
+    std::vector<long> axes;
+    for (std::size_t a = 0; a < k; ++a) axes.push_back(-static_cast<long>(k - a));
+    return axes;
+}
+
+// In ops, from x alone: the row statistics' rstd (keepdims) and the normalised x̂, so that a
+// gradient made of them is exact in x to any order.
+std::pair<Tensor, Tensor> rstd_and_normalised(const Tensor& x, std::size_t k, double eps) {
+    const std::vector<long> axes = last_axes(k);
+    const Tensor centred = x - mean(x, axes, true);
+    const Tensor r = pow(mean(centred * centred, axes, true) + eps, -0.5);
+    return {r, centred * r};
+}
+
 }  // namespace
+
+Tensor layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& mean_t,
+                           const Tensor& rstd_t, const Shape& normalized_shape, double eps) {
+    constexpr const char* op = "layer_norm_backward";
+    std::size_t rows, n;
+    std::tie(rows, n) = check_backward(op, g, x, mean_t, rstd_t, normalized_shape);
+    if (weight.defined()) check_affine({op, "input", "the input is"}, "weight", weight, x, normalized_shape);
+    const std::size_t grain = std::max<std::size_t>(1, kElementGrain / std::max<std::size_t>(n, 1));
+    const AllocContext context(op, x.shape());
+    return dispatch_floating(op, x.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        using A = acc_t<T>;
+        const T* px = values<T>(x).data();
+        const T* pw = weight.defined() ? values<T>(weight).data() : nullptr;
+        const T* pg = values<T>(g).data();
+        const A* pmean = values<A>(mean_t).data();
+        const A* prstd = values<A>(rstd_t).data();
+        // dx = rstd·(ĝ − mean(ĝ) − x̂·mean(ĝ·x̂)), ĝ = g·weight, x̂ the normalised x.
+        xt::xarray<T> dx = xt::xarray<T>::from_shape(x.shape());
+        T* pd = dx.data();
+        with_flag(pw != nullptr, [&](auto has_w) {
+            parallel_for(rows, grain, [&](std::size_t r0, std::size_t r1) {
+                for (std::size_t r = r0; r < r1; ++r) {
+                    const T* xr = px + r * n;
+                    const T* gr = pg + r * n;
+                    const A mu = pmean[r], rs = prstd[r];
+                    auto gw = [&](std::size_t j) {
+                        if constexpr (has_w) return A(gr[j]) * A(pw[j]);
+                        else return A(gr[j]);
+                    };
+                    const A s1 = lane_sum<A>(n, gw) / static_cast<A>(n);
+                    const A s2 = lane_sum<A>(n, [&](std::size_t j) { return gw(j) * ((xr[j] - mu) * rs); }) /
+                                 static_cast<A>(n);
+                    T* dr = pd + r * n;
+                    auto pass = [&](auto in) {
+                        using C = typename decltype(in)::type;
+                        const Centred<C, A> centred(mu);
+                        const C q = static_cast<C>(rs), t1 = static_cast<C>(s1), t2 = static_cast<C>(s2);
+                        for (std::size_t j = 0; j < n; ++j) {
+                            C gj = static_cast<C>(gr[j]);
+                            if constexpr (has_w) gj *= static_cast<C>(pw[j]);
+                            dr[j] = static_cast<T>(q * (gj - t1 - centred(static_cast<C>(xr[j])) * q * t2));
+                        }
+                    };
+                    const bool in_t = fits<T, A>(n, rs, s1, s2);
+                    if (in_t) pass(type_tag<T>{});
+                    if (!in_t || !all_finite(dr, n)) pass(type_tag<A>{});
+                }
+            });
+        });
+        // The formula captures no more than fits in std::function's own storage (the normalized
+        // shape is x's last k axes): a first-order backward makes one and drops it unused.
+        const std::size_t k = normalized_shape.size();
+        return make_result<T>(
+            std::move(dx), {g, x, weight, mean_t, rstd_t}, op,
+            Formula([k, eps](const GradArgs& in) -> std::vector<Tensor> {
+                // dx = r·P(ĝ), P(v) = v − mean(v) − x̂·mean(v⊙x̂) (symmetric), ĝ = g⊙w.
+                //  in g: w ⊙ r·P(G); in w: Σ_rows g ⊙ r·P(G).
+                //  in x, through r (∂r/∂x = −r²·x̂/N) and x̂ (whose vector-Jacobian product is
+                //  layer_norm_backward without weight):
+                //    layer_norm_backward(u) − r·mean(G⊙dx)·x̂,  u = −r·(b·G + mean(G⊙x̂)·ĝ),
+                //  b = mean(ĝ⊙x̂), every mean over the row.
+                const Tensor &g = in.inputs[0], &x = in.inputs[1], &w = in.inputs[2], &G = in.grad();
+                const Tensor &mean_t = in.inputs[3], &rstd_t = in.inputs[4];
+                const Shape normalized_shape = tail_of(x.shape(), k);
+                std::vector<Tensor> d(5);
+                if (in.needs(0) || in.needs(2)) {
+                    const Tensor pg = layer_norm_backward(G, x, Tensor(), mean_t, rstd_t, normalized_shape, eps);
+                    if (in.needs(0)) d[0] = w.defined() ? pg * w : pg;
+                    if (in.needs(2)) d[2] = sum_to(g * pg, normalized_shape);
+                }
+                if (in.needs(1)) {
+                    // dx itself recomputed rather than read from the output, which a caller may
+                    // write in place (p.grad() *= c) before differentiating it.
+                    const std::vector<long> axes = last_axes(k);
+                    const auto [r, xh] = rstd_and_normalised(x, k, eps);
+                    const Tensor gh = w.defined() ? g * w : g;
+                    const Tensor b = mean(gh * xh, axes, true);
+                    const Tensor dx = r * (gh - mean(gh, axes, true) - xh * b);
+                    const Tensor u = -(r * (b * G + mean(G * xh, axes, true) * gh));
+                    d[1] = layer_norm_backward(u, x, Tensor(), mean_t, rstd_t, normalized_shape, eps) -
+                           r * mean(G * dx, axes, true) * xh;
+                }
+                return d;
+            }),
+            Saves::only_inputs(0x1fu));
+    });
+}
+
+Tensor layer_norm_weight_backward(const Tensor& g, const Tensor& x, const Tensor& mean_t, const Tensor& rstd_t,
+                                  const Shape& normalized_shape, double eps) {
+    constexpr const char* op = "layer_norm_weight_backward";
+    std::size_t rows, n;
+    std::tie(rows, n) = check_backward(op, g, x, mean_t, rstd_t, normalized_shape);
+    const AllocContext context(op, normalized_shape);
+    return dispatch_floating(op, x.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        using A = acc_t<T>;
+        const T* px = values<T>(x).data();
+        const T* pg = values<T>(g).data();
+        const A* pmean = values<A>(mean_t).data();
+        const A* prstd = values<A>(rstd_t).data();
+        // dweight = Σ_rows g·x̂: each column summed over the rows in order into a double row,
+        // so the result does not depend on the threads.
+        xt::xarray<T> dw = xt::xarray<T>::from_shape(normalized_shape);
+        T* pdw = dw.data();
+        parallel_for(n, std::max<std::size_t>(1, kElementGrain / std::max<std::size_t>(rows, 1)),
+                     [&](std::size_t j0, std::size_t j1) {
+                         const std::size_t w = j1 - j0;
+                         std::vector<A> accw(w, A(0));
+                         A* __restrict aw = accw.data();
+                         for (std::size_t r = 0; r < rows; ++r) {
+                             const T* __restrict xr = px + r * n + j0;
+                             const T* __restrict gr = pg + r * n + j0;
+                             auto add_row = [&](auto in) {
+                                 using C = typename decltype(in)::type;
+                                 const Centred<C, A> centred(pmean[r]);
+                                 const C q = static_cast<C>(prstd[r]);
+                                 for (std::size_t j = 0; j < w; ++j) aw[j] += A(gr[j]) * A(centred(static_cast<C>(xr[j])) * q);
+                             };
+                             if (fits<T, A>(n, prstd[r])) add_row(type_tag<T>{});
+                             else add_row(type_tag<A>{});
+                         }
+                         for (std::size_t j = 0; j < w; ++j) pdw[j0 + j] = static_cast<T>(aw[j]);
+                     });
+        const std::size_t k = normalized_shape.size();
+        return make_result<T>(
+            std::move(dw), {g, x, mean_t, rstd_t}, op,
+            Formula([k, eps](const GradArgs& in) -> std::vector<Tensor> {
+                // Σ_rows g⊙x̂: in g, Gw⊙x̂; in x, x̂'s vector-Jacobian product of Gw⊙g, which is
+                // layer_norm_backward with Gw as the weight.
+                const Tensor &g = in.inputs[0], &x = in.inputs[1], &G = in.grad();
+                std::vector<Tensor> d(4);
+                if (in.needs(0)) d[0] = G * rstd_and_normalised(x, k, eps).second;
+                if (in.needs(1)) d[1] = layer_norm_backward(g, x, G, in.inputs[2], in.inputs[3], G.shape(), eps);
+                return d;
+            }),
+            Saves::only_inputs(0xfu));
+    });
+}
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
                   double eps) {

@@ -1,11 +1,14 @@
 // Softmax, log-softmax and the masked softmax, fused, on the one row kernel of softmax_row.hpp:
 // one pass for the max, one for the exps and their sum, one to scale; backward from the saved
 // output alone. Along an axis other than the last, each line is gathered into a contiguous row
-// first, so every softmax runs the same kernel.
+// first, so every softmax runs the same kernel. Each backward is an op of its own
+// (softmax_backward, ...) on the same rows, whose gradient is written in ops (grad_ops.hpp).
 #include <array>
 #include <cmath>
 #include <vector>
 
+#include "core/creation.hpp"
+#include "core/grad_ops.hpp"
 #include "core/ops.hpp"
 #include "core/ops_util.hpp"
 #include "core/runtime/parallel.hpp"
@@ -47,28 +50,69 @@ void for_each_row(const axis_split& l, const std::array<const T*, K>& in, T* out
     });
 }
 
+// A backward op's gradient g and the forward's output y: one dtype, one shape.
+void check_grad_of(const char* op, const Tensor& g, const Tensor& y) {
+    check_same_dtype(op, g, y);
+    if (g.shape() != y.shape())
+        throw Error(fmt::format("{}: gradient of shape {} for an output of shape {}", op, shape_str(g.shape()),
+                                shape_str(y.shape())));
+}
+
+// 1 where the mask keeps a key of scores (batch, queries, keys), else 0, in dtype d: (queries,
+// keys) for a bool mask shared by the batch. For the masked softmax's second derivative only.
+Tensor kept_keys(const ResolvedMask& mask, Dtype d) {
+    if (mask.by_mask()) return cast(mask.where(), d);
+    const std::size_t n = mask.keys(), rows = mask.batch() * mask.queries();
+    std::vector<double> keep(rows * n, 0.0);
+    for (std::size_t r = 0; n != 0 && r < rows; ++r)
+        for (std::size_t j = 0; j < mask.prefix()[r] && j < n; ++j) keep[r * n + j] = 1.0;
+    return from_vector(keep, {mask.batch(), mask.queries(), n}, d);
+}
+
 }  // namespace
 
 Tensor softmax(const Tensor& a, long axis) {
-    const axis_split l = split_at(a.shape(), normalize_axis("softmax", axis, a.shape()));
+    const std::size_t ax = normalize_axis("softmax", axis, a.shape());
+    const axis_split l = split_at(a.shape(), ax);
     const AllocContext context("softmax", a.shape());
     return dispatch_floating("softmax", a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         xt::xarray<T> out = xt::empty<T>(a.shape());
         for_each_row<T, 1>(l, {values<T>(a).data()}, out.data(),
                            [&](const auto& x, T* y) { kernel::softmax_prefix(x[0], y, l.n, l.n); });
-        return make_result<T>(std::move(out), {a}, "softmax", [l](Node& self, const Storage& gs) {
-            // gx = y ⊙ (g − Σₖ g⊙y)
-            xt::xarray<T> gx = xt::empty<T>(self.shape);
-            for_each_row<T, 2>(l, {values<T>(self).data(), grad_as<T>(gs).data()}, gx.data(),
-                               [&](const auto& yg, T* d) { kernel::softmax_grad_prefix(yg[0], yg[1], d, l.n, l.n); });
-            accumulate<T>("softmax", self.parents[0], std::move(gx));
-        }, Saves::only_output());
+        return make_result<T>(std::move(out), {a}, "softmax", Formula([ax](const GradArgs& in) -> std::vector<Tensor> {
+            return {softmax_backward(in.grad(), in.output, static_cast<long>(ax))};
+        }), Saves::only_output());
+    });
+}
+
+Tensor softmax_backward(const Tensor& g, const Tensor& y, long axis) {
+    // d = y ⊙ (g − s), s = Σₖ g⊙y. In g it is linear and self-adjoint (its gradient is
+    // softmax_backward of gg); in y, ∂d_j/∂y_k = δ_jk·(g_j − s) − y_j·g_k.
+    constexpr const char* op = "softmax_backward";
+    check_grad_of(op, g, y);
+    const std::size_t ax = normalize_axis(op, axis, y.shape());
+    const axis_split l = split_at(y.shape(), ax);
+    const AllocContext context(op, y.shape());
+    return dispatch_floating(op, y.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        xt::xarray<T> gx = xt::empty<T>(y.shape());
+        for_each_row<T, 2>(l, {values<T>(y).data(), values<T>(g).data()}, gx.data(),
+                           [&](const auto& yg, T* d) { kernel::softmax_grad_prefix(yg[0], yg[1], d, l.n, l.n); });
+        return make_result<T>(std::move(gx), {g, y}, op, Formula([ax](const GradArgs& in) -> std::vector<Tensor> {
+            const Tensor &g = in.inputs[0], &y = in.inputs[1], &gg = in.grad();
+            const std::vector<long> axes{static_cast<long>(ax)};
+            Tensor dg, dy;
+            if (in.needs(0)) dg = softmax_backward(gg, y, axes[0]);
+            if (in.needs(1)) dy = gg * (g - sum(g * y, axes, true)) - g * sum(gg * y, axes, true);
+            return {dg, dy};
+        }), Saves::only_inputs(3u));
     });
 }
 
 Tensor log_softmax(const Tensor& a, long axis) {
-    const axis_split l = split_at(a.shape(), normalize_axis("log_softmax", axis, a.shape()));
+    const std::size_t ax = normalize_axis("log_softmax", axis, a.shape());
+    const axis_split l = split_at(a.shape(), ax);
     const AllocContext context("log_softmax", a.shape());
     return dispatch_floating("log_softmax", a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
@@ -77,17 +121,37 @@ Tensor log_softmax(const Tensor& a, long axis) {
             const T lse = kernel::logsumexp(x[0], l.n, y);  // y as scratch, then overwritten
             for (std::size_t k = 0; k < l.n; ++k) y[k] = x[0][k] - lse;
         });
-        return make_result<T>(std::move(out), {a}, "log_softmax", [l](Node& self, const Storage& gs) {
-            // gx = g − softmax ⊙ Σₖ g, with softmax = exp(y)
-            xt::xarray<T> gx = xt::empty<T>(self.shape);
-            for_each_row<T, 2>(l, {values<T>(self).data(), grad_as<T>(gs).data()}, gx.data(),
-                               [&](const auto& yg, T* d) {
-                                   T total = 0;
-                                   for (std::size_t k = 0; k < l.n; ++k) total += yg[1][k];
-                                   for (std::size_t k = 0; k < l.n; ++k) d[k] = yg[1][k] - std::exp(yg[0][k]) * total;
-                               });
-            accumulate<T>("log_softmax", self.parents[0], std::move(gx));
-        }, Saves::only_output());
+        return make_result<T>(std::move(out), {a}, "log_softmax", Formula([ax](const GradArgs& in) -> std::vector<Tensor> {
+            return {log_softmax_backward(in.grad(), in.output, static_cast<long>(ax))};
+        }), Saves::only_output());
+    });
+}
+
+Tensor log_softmax_backward(const Tensor& g, const Tensor& y, long axis) {
+    // d = g − exp(y)·Σₖ g (exp(y) the softmax). Its gradient: gg − Σₖ gg⊙exp(y) in g (the
+    // transpose), −gg⊙exp(y)·Σₖ g in y.
+    constexpr const char* op = "log_softmax_backward";
+    check_grad_of(op, g, y);
+    const std::size_t ax = normalize_axis(op, axis, y.shape());
+    const axis_split l = split_at(y.shape(), ax);
+    const AllocContext context(op, y.shape());
+    return dispatch_floating(op, y.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        xt::xarray<T> gx = xt::empty<T>(y.shape());
+        for_each_row<T, 2>(l, {values<T>(y).data(), values<T>(g).data()}, gx.data(), [&](const auto& yg, T* d) {
+            T total = 0;
+            for (std::size_t k = 0; k < l.n; ++k) total += yg[1][k];
+            for (std::size_t k = 0; k < l.n; ++k) d[k] = yg[1][k] - std::exp(yg[0][k]) * total;
+        });
+        return make_result<T>(std::move(gx), {g, y}, op, Formula([ax](const GradArgs& in) -> std::vector<Tensor> {
+            const Tensor &g = in.inputs[0], &y = in.inputs[1], &gg = in.grad();
+            const std::vector<long> axes{static_cast<long>(ax)};
+            const Tensor p = exp(y);
+            Tensor dg, dy;
+            if (in.needs(0)) dg = gg - sum(gg * p, axes, true);
+            if (in.needs(1)) dy = -(gg * p * sum(g, axes, true));
+            return {dg, dy};
+        }), Saves::only_inputs(3u));
     });
 }
 
@@ -125,17 +189,53 @@ Tensor masked_softmax(const Tensor& X, const ResolvedMask& mask) {
         // forward pass makes the backward refuse (lengths and causal are copied into `mask`).
         std::vector<Tensor> inputs{X};
         if (mask.by_mask()) inputs.push_back(mask.where());
-        return make_result<T>(std::move(out), std::move(inputs), "masked_softmax", [mask, rows, n](Node& self, const Storage& gs) {
-            const T* y = values<T>(self).data();
-            const T* g = grad_as<T>(gs).data();
-            xt::xarray<T> gx = xt::empty<T>(self.shape);
-            T* d = gx.data();
-            const kernel::MaskedRows kept(mask);
-            parallel_for(rows, row_grain(n), [&](std::size_t r0, std::size_t r1) {
-                for (std::size_t r = r0; r < r1; ++r) kept.backward(r, y + r * n, g + r * n, d + r * n);
-            });
-            accumulate<T>("masked_softmax", self.parents[0], std::move(gx));
-        }, Saves{2u, true});
+        return make_result<T>(std::move(out), std::move(inputs), "masked_softmax",
+                              Formula([mask](const GradArgs& in) -> std::vector<Tensor> {
+                                  std::vector<Tensor> d(in.inputs.size());
+                                  d[0] = masked_softmax_backward(in.grad(), in.output, mask);
+                                  return d;
+                              }),
+                              Saves{2u, true});
+    });
+}
+
+Tensor masked_softmax_backward(const Tensor& g, const Tensor& y, const ResolvedMask& mask) {
+    // d = keep ⊙ y ⊙ (g − s), s = Σₖ g⊙y over every key: the composition's softmax_backward
+    // followed by masked_fill's zeros. Its gradient is the composition's: with ĝ = keep ⊙ gg
+    // (what masked_fill passes back), softmax_backward(ĝ, y) in g and ĝ⊙(g − s) − g·Σₖ ĝ⊙y in y.
+    constexpr const char* op = "masked_softmax_backward";
+    check_grad_of(op, g, y);
+    if (y.dim() != 3)
+        throw Error(fmt::format("{}: the output must be 3-D (batch, queries, keys), got shape {}", op,
+                                shape_str(y.shape())));
+    mask.check_fits(op, y.size(0), y.size(1), y.size(2));
+    const std::size_t n = y.size(2), rows = n == 0 ? 0 : y.size(0) * y.size(1);
+    const AllocContext context(op, y.shape());
+    return dispatch_floating(op, y.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* py = values<T>(y).data();
+        const T* pg = values<T>(g).data();
+        xt::xarray<T> gx = xt::empty<T>(y.shape());
+        T* d = gx.data();
+        const kernel::MaskedRows kept(mask);
+        parallel_for(rows, row_grain(n), [&](std::size_t r0, std::size_t r1) {
+            for (std::size_t r = r0; r < r1; ++r) kept.backward(r, py + r * n, pg + r * n, d + r * n);
+        });
+        std::vector<Tensor> inputs{g, y};
+        if (mask.by_mask()) inputs.push_back(mask.where());
+        // The formula copies the mask: made only when it can be recorded (a first-order
+        // backward runs with gradients off and would drop it unused).
+        Formula formula;
+        if (grad_enabled())
+            formula = [mask](const GradArgs& in) -> std::vector<Tensor> {
+                const Tensor &g = in.inputs[0], &y = in.inputs[1];
+                const Tensor gk = in.grad() * kept_keys(mask, y.dtype());
+                std::vector<Tensor> d(in.inputs.size());
+                if (in.needs(0)) d[0] = softmax_backward(gk, y, -1);
+                if (in.needs(1)) d[1] = gk * (g - sum(g * y, {-1}, true)) - g * sum(gk * y, {-1}, true);
+                return d;
+            };
+        return make_result<T>(std::move(gx), std::move(inputs), op, std::move(formula), Saves::only_inputs(~0u));
     });
 }
 
