@@ -27,20 +27,14 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
         xt::xarray<T> y = xt::where(values<bool>(cond), values<T>(a), values<T>(b));
         return make_any_result<T>(
             std::move(y), {cond, a, b}, "where",
-            floating_backward("where", [](auto gtag, Node& self, const Storage& gs) {
-                using G = typename decltype(gtag)::type;
-                const auto& c = values<bool>(self.parents[0]);
-                const auto& g = grad_as<G>(gs);
-                // Each branch's gradient has the result's shape, then sums back to its input.
-                if (needs_grad(self, 1)) {
-                    const Tensor& ta = self.parents[1];
-                    accumulate<G>("where", ta, sum_to<G>(xt::xarray<G>(xt::where(c, g, G(0))), ta.shape()));
-                }
-                if (needs_grad(self, 2)) {
-                    const Tensor& tb = self.parents[2];
-                    accumulate<G>("where", tb, sum_to<G>(xt::xarray<G>(xt::where(c, G(0), g)), tb.shape()));
-                }
-            }), Saves::only_inputs(1u));
+            Formula([](const GradArgs& in) -> std::vector<Tensor> {
+                // a gets g where cond, b elsewhere (torch's where(cond, g, 0) and where(cond, 0, g),
+                // written as masked_fill, the same selection), each summed back to its shape.
+                const Tensor &c = in.inputs[0], &g = in.grad();
+                return {Tensor(), in.needs(1) ? sum_to(masked_fill(g, logical_not(c), 0.0), in.inputs[1].shape()) : Tensor(),
+                        in.needs(2) ? sum_to(masked_fill(g, c, 0.0), in.inputs[2].shape()) : Tensor()};
+            }),
+            Saves::only_inputs(1u));
     });
 }
 
@@ -59,13 +53,13 @@ Tensor masked_fill(const Tensor& a, const Tensor& mask, double value) {
         if constexpr (std::is_same_v<T, std::int64_t>) fill = checked_int64("masked_fill", "value", value);
         else fill = static_cast<T>(value);
         xt::xarray<T> y = xt::where(values<bool>(mask), fill, values<T>(a));
+        // The filled positions get no gradient: masked_fill(g, mask, 0), which is also its
+        // own gradient.
         return make_any_result<T>(std::move(y), {a, mask}, "masked_fill",
-                                  floating_backward("masked_fill", [](auto gtag, Node& self, const Storage& gs) {
-                                      using G = typename decltype(gtag)::type;
-                                      const auto& m = values<bool>(self.parents[1]);
-                                      accumulate<G>("masked_fill", self.parents[0],
-                                                    xt::xarray<G>(xt::where(m, G(0), grad_as<G>(gs))));
-                                  }), Saves::only_inputs(2u));
+                                  Formula([](const GradArgs& in) -> std::vector<Tensor> {
+                                      return {masked_fill(in.grad(), in.inputs[1], 0.0), Tensor()};
+                                  }),
+                                  Saves::only_inputs(2u));
     });
 }
 
