@@ -37,6 +37,12 @@ template <class To> xt::xarray<To> from_bf16(const xt::xarray<bfloat16>& x) {
     return y;
 }
 
+// A cast's gradient: g cast back to the input's dtype (to bfloat16 rounding to nearest even,
+// from it exactly), as torch's _to_copy_backward.
+Formula back_to_input() {
+    return [](const GradArgs& in) -> std::vector<Tensor> { return {cast(in.grad(), in.inputs[0].dtype())}; };
+}
+
 }  // namespace
 
 Tensor cast_bfloat16(const Tensor& a, Dtype d) {
@@ -52,13 +58,9 @@ Tensor cast_bfloat16(const Tensor& a, Dtype d) {
                 if constexpr (!std::is_floating_point_v<From>) {
                     return make_leaf(Storage(std::move(y)));  // int64 and bool carry no gradient
                 } else {
-                    // d(bf16(x))/dx = 1: the bfloat16 gradient goes back to the source type (exact).
-                    return make_result<bfloat16>(
-                        std::move(y), {a}, "cast",
-                        [](Node& self, const Storage& gs) {
-                            accumulate<From>("cast", self.parents[0], from_bf16<From>(grad_as<bfloat16>(gs)));
-                        },
-                        Saves::none());
+                    // d(bf16(x))/dx = 1: the bfloat16 gradient goes back to the source type (exact),
+                    // by a cast, whose own gradient is the cast back.
+                    return make_result<bfloat16>(std::move(y), {a}, "cast", back_to_input(), Saves::none());
                 }
             }
         });
@@ -74,12 +76,7 @@ Tensor cast_bfloat16(const Tensor& a, Dtype d) {
                 return make_leaf(Storage(std::move(y)));
             } else {
                 // The gradient comes back to the bfloat16 input rounded to nearest even, as torch's.
-                return make_result<To>(
-                    std::move(y), {a}, "cast",
-                    [](Node& self, const Storage& gs) {
-                        accumulate<bfloat16>("cast", self.parents[0], to_bf16(grad_as<To>(gs)));
-                    },
-                    Saves::none());
+                return make_result<To>(std::move(y), {a}, "cast", back_to_input(), Saves::none());
             }
         }
     });

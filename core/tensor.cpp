@@ -1014,10 +1014,10 @@ Tensor Tensor::clone() const {
         if constexpr (!is_floating_v<T>) return make_leaf(node().data);  // not reached: is_floating above
         else {
         xt::xarray<T> copy = values<T>(*this);
+        // The gradient passes through unchanged (torch's clone backward is grad).
         return make_result<T>(
             std::move(copy), {*this}, "clone",
-            [](Node& self, const Storage& gs) { accumulate<T>("clone", self.parents[0], xt::xarray<T>(grad_as<T>(gs))); },
-            Saves::none());
+            Formula([](const GradArgs& in) -> std::vector<Tensor> { return {in.grad()}; }), Saves::none());
         }
     });
 }
