@@ -3,6 +3,10 @@
 /// kernel's backward is an op of its own, with its own formula (so a gradient through it is
 /// differentiable again), as torch's threshold_backward and softmax_backward_data. Internal to
 /// core/: user code differentiates the public ops.
+#include <cstddef>
+#include <memory>
+#include <vector>
+
 #include "core/ops.hpp"
 #include "core/tensor.hpp"
 
@@ -68,5 +72,19 @@ Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tenso
 /// mse_loss's (sum or mean) gradient in its input: 2·s·g·(input − target), s = 1 (sum) or
 /// 1/numel (mean), g 0-d; the target's is its negation.
 Tensor mse_loss_backward(const Tensor& g, const Tensor& input, const Tensor& target, Reduction reduction);
+
+// --- the reductions' and sorting's gradients (ops_reduce.cpp) -------------------------------
+
+/// Flat (row-major) offsets into a tensor, one per element of another: where each value that
+/// max(x, axis), sort and topk picked came from. Shared, not copied, by the ops that use them.
+using FlatOffsets = std::shared_ptr<const std::vector<std::size_t>>;
+
+/// The gradient of a value-selecting op (max/min along an axis, sort, topk): a zero tensor of
+/// `shape` with g's element i at flat offset at[i] (the offsets are distinct), torch's
+/// zeros.scatter(dim, indices, g). Linear in g; its gradient is gather_flat(gg, at, g.shape()).
+Tensor scatter_flat(const Tensor& g, const FlatOffsets& at, const Shape& shape);
+/// Element i of the result, of `shape`, is x's element at flat offset at[i] (torch's gather);
+/// its gradient is scatter_flat(gg, at, x.shape()).
+Tensor gather_flat(const Tensor& x, const FlatOffsets& at, const Shape& shape);
 
 }  // namespace xgrad

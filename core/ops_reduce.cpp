@@ -1,9 +1,12 @@
-// Reductions: sum, mean, max and argmax, each with its gradient (argmax has none).
+// Reductions: sum, mean, max and argmax, var and std, cumsum and norm, each with its gradient
+// (argmax has none), and the backward ops of the fused ones (core/grad_ops.hpp).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
 #include "core/broadcast.hpp"
+#include "core/creation.hpp"
+#include "core/grad_ops.hpp"
 #include "core/ops.hpp"
 #include "core/ops_util.hpp"
 
@@ -176,20 +179,40 @@ template <bool Largest> ValuesIndices extreme(const char* op, const Tensor& a, l
         std::vector<std::size_t> idx = argmax_along<T, Largest>(values<T>(a), s, best);
         xt::xarray<std::int64_t> where = xt::xarray<std::int64_t>::from_shape(out_shape);
         std::copy(idx.begin(), idx.end(), where.begin());
+        // The gradient goes to the one element each value came from (torch's scatter of g).
+        for (std::size_t o = 0; o < s.outer; ++o)
+            for (std::size_t i = 0; i < s.inner; ++i) {
+                std::size_t& k = idx[o * s.inner + i];
+                k = (o * s.n + k) * s.inner + i;
+            }
         Tensor values = make_any_result<T>(
             std::move(best), {a}, op,
-            floating_backward(op, [op, s, idx = std::move(idx)](auto gtag, Node& self, const Storage& gs) {
-                using G = typename decltype(gtag)::type;
-                const Tensor& x = self.parents[0];
-                const G* g = grad_as<G>(gs).data();
-                xt::xarray<G> gx = xt::zeros<G>(x.shape());
-                G* d = gx.data();
-                for (std::size_t o = 0; o < s.outer; ++o)
-                    for (std::size_t i = 0; i < s.inner; ++i)
-                        d[(o * s.n + idx[o * s.inner + i]) * s.inner + i] = g[o * s.inner + i];
-                accumulate<G>(op, x, std::move(gx));
-            }), Saves::none());
+            Formula([at = FlatOffsets(std::make_shared<const std::vector<std::size_t>>(std::move(idx)))](
+                        const GradArgs& in) -> std::vector<Tensor> {
+                return {scatter_flat(in.grad(), at, in.inputs[0].shape())};
+            }),
+            Saves::none());
         return ValuesIndices{values, make_leaf(Storage(std::move(where)))};
+    });
+}
+
+// The elements of x that do not reach m, the max or min of all of them (a bool constant), and
+// how many do: those equal to it, or the NaNs when it is NaN. One pass, as the old loop.
+std::pair<Tensor, std::size_t> misses(const Tensor& x, const Tensor& m) {
+    return dispatch_floating("max", x.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* px = values<T>(x).data();
+        const T best = values<T>(m)();
+        const bool nan = std::isnan(best);
+        xt::xarray<bool> miss = xt::xarray<bool>::from_shape(x.shape());
+        bool* pm = miss.data();
+        std::size_t count = 0;
+        for (std::size_t i = 0, n = x.numel(); i < n; ++i) {
+            const bool hit = nan ? std::isnan(px[i]) : px[i] == best;
+            pm[i] = !hit;
+            count += hit;
+        }
+        return std::pair{make_leaf(Storage(std::move(miss))), count};
     });
 }
 
@@ -210,25 +233,53 @@ template <bool Largest> Tensor extreme_all(const char* op, const Tensor& a) {
         }
         xt::xarray<T> y = xt::zeros<T>(Shape{});
         y() = best;
-        return make_any_result<T>(
-            std::move(y), {a}, op, floating_backward(op, [op](auto gtag, Node& self, const Storage& gs) {
-                using G = typename decltype(gtag)::type;
-                const Tensor& in = self.parents[0];
-                const G* x = values<G>(in).data();
-                const G m = values<G>(self)();
-                auto hit = [m](G v) { return std::isnan(m) ? std::isnan(v) : v == m; };
-                std::size_t count = 0;
-                for (std::size_t i = 0; i < in.numel(); ++i) count += hit(x[i]);
-                xt::xarray<G> gx = xt::zeros<G>(in.shape());
-                const G share = grad_as<G>(gs)() / static_cast<G>(count);
-                for (std::size_t i = 0; i < in.numel(); ++i)
-                    if (hit(x[i])) gx.data()[i] = share;
-                accumulate<G>(op, in, std::move(gx));
-            }));
+        return make_any_result<T>(std::move(y), {a}, op, Formula([](const GradArgs& in) -> std::vector<Tensor> {
+            // torch's evenly_distribute_backward: g / (how many reach the result) on each of
+            // them, the NaNs when it is NaN. Linear in g; the mask is constant in x.
+            const auto [miss, count] = misses(in.inputs[0], in.output);
+            return {masked_fill(expand(in.grad() / static_cast<double>(count), in.inputs[0].shape()), miss, 0.0)};
+        }));
     });
 }
 
 }  // namespace
+
+Tensor scatter_flat(const Tensor& g, const FlatOffsets& at, const Shape& shape) {
+    if (!at || g.numel() != at->size())
+        throw Error(fmt::format("scatter_flat: gradient of shape {} for {} offsets", shape_str(g.shape()),
+                                at ? at->size() : 0));
+    const AllocContext context("scatter_flat", shape);
+    return dispatch_floating("scatter_flat", g.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        xt::xarray<T> out = xt::zeros<T>(shape);
+        const T* pg = values<T>(g).data();
+        T* d = out.data();
+        const std::vector<std::size_t>& offsets = *at;
+        for (std::size_t i = 0; i < offsets.size(); ++i) d[offsets[i]] = pg[i];
+        return make_result<T>(std::move(out), {g}, "scatter_flat", Formula([at](const GradArgs& in) -> std::vector<Tensor> {
+            return {gather_flat(in.grad(), at, in.inputs[0].shape())};
+        }), Saves::none());
+    });
+}
+
+Tensor gather_flat(const Tensor& x, const FlatOffsets& at, const Shape& shape) {
+    std::size_t count = 1;
+    for (std::size_t d : shape) count *= d;
+    if (!at || count != at->size())
+        throw Error(fmt::format("gather_flat: result of shape {} for {} offsets", shape_str(shape), at ? at->size() : 0));
+    const AllocContext context("gather_flat", shape);
+    return dispatch_floating("gather_flat", x.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        xt::xarray<T> out = xt::xarray<T>::from_shape(shape);
+        const T* px = values<T>(x).data();
+        T* d = out.data();
+        const std::vector<std::size_t>& offsets = *at;
+        for (std::size_t i = 0; i < offsets.size(); ++i) d[i] = px[offsets[i]];
+        return make_result<T>(std::move(out), {x}, "gather_flat", Formula([at](const GradArgs& in) -> std::vector<Tensor> {
+            return {scatter_flat(in.grad(), at, in.inputs[0].shape())};
+        }), Saves::none());
+    });
+}
 
 ValuesIndices max(const Tensor& a, long axis, bool keepdims) { return extreme<true>("max", a, axis, keepdims); }
 ValuesIndices min(const Tensor& a, long axis, bool keepdims) { return extreme<false>("min", a, axis, keepdims); }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "core/grad_ops.hpp"
 #include "core/ops.hpp"
 #include "core/ops_util.hpp"
 
@@ -39,7 +40,7 @@ ValuesIndices sorted_prefix(const char* op, const Tensor& a, long axis, std::siz
         auto less = [&](T u, T v) { return !is_nan(u) && (is_nan(v) || u < v); };
         std::vector<std::size_t> order(s.n);
         // Flat source offsets of every picked element, for the backward.
-        std::vector<std::size_t> picked(s.outer * k * s.inner);
+        auto picked = std::make_shared<std::vector<std::size_t>>(s.outer * k * s.inner);
         for (std::size_t o = 0; o < s.outer; ++o)
             for (std::size_t i = 0; i < s.inner; ++i) {
                 auto at = [&](std::size_t j) { return x[(o * s.n + j) * s.inner + i]; };
@@ -52,18 +53,14 @@ ValuesIndices sorted_prefix(const char* op, const Tensor& a, long axis, std::siz
                     const std::size_t dst = (o * k + j) * s.inner + i, src = (o * s.n + order[j]) * s.inner + i;
                     y.data()[dst] = x[src];
                     where.data()[dst] = static_cast<std::int64_t>(order[j]);
-                    picked[dst] = src;
+                    (*picked)[dst] = src;
                 }
             }
+        // The gradient goes back to where each value came from (torch's scatter of g).
         Tensor values = make_any_result<T>(
             std::move(y), {in}, op,
-            floating_backward(op, [op, picked = std::move(picked)](auto gtag, Node& self, const Storage& gs) {
-                using G = typename decltype(gtag)::type;
-                const Tensor& x = self.parents[0];
-                xt::xarray<G> gx = xt::zeros<G>(x.shape());
-                const G* g = grad_as<G>(gs).data();
-                for (std::size_t d = 0; d < picked.size(); ++d) gx.data()[picked[d]] += g[d];
-                accumulate<G>(op, x, std::move(gx));
+            Formula([at = FlatOffsets(std::move(picked))](const GradArgs& in) -> std::vector<Tensor> {
+                return {scatter_flat(in.grad(), at, in.inputs[0].shape())};
             }),
             Saves::none());
         Tensor indices = make_leaf(Storage(std::move(where)));
