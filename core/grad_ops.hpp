@@ -87,4 +87,15 @@ Tensor scatter_flat(const Tensor& g, const FlatOffsets& at, const Shape& shape);
 /// its gradient is scatter_flat(gg, at, x.shape()).
 Tensor gather_flat(const Tensor& x, const FlatOffsets& at, const Shape& shape);
 
+/// var's gradient, fused: 2/dof · g · (x − mean(x)), the mean over `axes` (normalised, sorted),
+/// g of var's result shape (the reduced axes kept or dropped) spread back over them, and
+/// dof = N − correction as torch's backward takes it (not clamped at 0: the forward divides
+/// by max(0, dof), the gradient by dof). Differentiable in g and x.
+Tensor var_backward(const Tensor& g, const Tensor& x, const std::vector<std::size_t>& axes, double dof);
+/// std's gradient: var_backward with g / (2·std) for g, 0 where std is 0 (torch's
+/// std_backward). `result` is std's output, which the gradient reads, so its own gradient
+/// reaches x through std again.
+Tensor std_backward(const Tensor& g, const Tensor& x, const Tensor& result, const std::vector<std::size_t>& axes,
+                    double dof);
+
 }  // namespace xgrad

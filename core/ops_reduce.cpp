@@ -15,6 +15,10 @@ namespace xgrad {
 namespace {
 
 std::vector<long> as_dims(const Shape& s) { return std::vector<long>(s.begin(), s.end()); }
+std::vector<long> as_axes(const std::vector<std::size_t>& axes) { return std::vector<long>(axes.begin(), axes.end()); }
+
+// t (a reduction's result or its gradient) with the reduced axes kept as length 1.
+Tensor as_kept(const Tensor& t, const Shape& kept) { return t.shape() == kept ? t : reshape(t, as_dims(kept)); }
 
 // Normalised axes in increasing order; an empty list means every axis (torch.sum(x, dim=[])).
 std::vector<std::size_t> reduce_axes(const char* op, const std::vector<long>& axes, const Shape& shape) {
@@ -311,47 +315,122 @@ Tensor argmax(const Tensor& a, long axis, bool keepdims) {
 
 namespace {
 
+// x − mean(x) over `axes`, the mean kept as length 1.
+template <class T> xt::xarray<T> centred(const xt::xarray<T>& x, const std::vector<std::size_t>& axes, std::size_t count) {
+    xt::xarray<T> mu = xt::sum(x, axes, xt::keep_dims | xt::evaluation_strategy::immediate);
+    mu /= static_cast<T>(count);
+    return xt::xarray<T>(x - mu);
+}
+
 Tensor moments(const char* op, const Tensor& a, const std::vector<long>& axes_in, double correction, bool keepdims,
                bool take_sqrt) {
     const std::vector<std::size_t> axes = reduce_axes(op, axes_in, a.shape());
-    const auto shapes = reduced_shapes(a.shape(), axes, keepdims);
-    const Shape kept = shapes.first, out_shape = shapes.second;
+    const Shape out_shape = reduced_shapes(a.shape(), axes, keepdims).second;
     std::size_t count = 1;
     for (std::size_t ax : axes) count *= a.shape()[ax];
-    // torch divides by max(0, N − correction): a zero divisor gives inf, or NaN for 0/0.
-    const double denom = std::max(0.0, static_cast<double>(count) - correction);
+    // torch divides by max(0, N − correction): a zero divisor gives inf, or NaN for 0/0. Its
+    // backward divides by N − correction itself (see var_backward).
+    const double dof = static_cast<double>(count) - correction;
+    const double denom = std::max(0.0, dof);
     // Its temporaries have the input's size, the result only the reduced shape it names.
     const AllocContext context(op, out_shape);
     return dispatch_floating(op, a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
-        const xt::xarray<T>& x = values<T>(a);
-        auto centred = [axes, count, kept](const xt::xarray<T>& x) {
-            xt::xarray<T> mu = xt::sum(x, axes, xt::keep_dims | xt::evaluation_strategy::immediate);
-            mu /= static_cast<T>(count);
-            return xt::xarray<T>(x - mu);
-        };
-        const xt::xarray<T> d = centred(x);
+        const xt::xarray<T> d = centred(values<T>(a), axes, count);
         xt::xarray<T> v = xt::sum(d * d, axes, xt::keep_dims | xt::evaluation_strategy::immediate);
         v /= static_cast<T>(denom);
         if (take_sqrt) v = xt::sqrt(v);
         v.reshape(out_shape);
-        return make_result<T>(std::move(v), {a}, op, [op, centred, kept, denom, take_sqrt](Node& self, const Storage& gs) {
-            // d var / dx = 2(x − mean)/denom; d std / dx = that / (2 std), 0 where std is 0.
-            const Tensor& in = self.parents[0];
-            xt::xarray<T> g = grad_as<T>(gs);
-            g.reshape(kept);
-            xt::xarray<T> scale = g * static_cast<T>(2 / denom);
-            if (take_sqrt) {
-                xt::xarray<T> s = values<T>(self);
-                s.reshape(kept);
-                scale = xt::where(xt::equal(s, static_cast<T>(0)), static_cast<T>(0), scale / (static_cast<T>(2) * s));
+        // std's gradient reads its own result, var's only its input (as torch's).
+        return make_result<T>(std::move(v), {a}, op, Formula([axes, dof, take_sqrt](const GradArgs& in) -> std::vector<Tensor> {
+            if (take_sqrt) return {std_backward(in.grad(), in.inputs[0], in.output, axes, dof)};
+            return {var_backward(in.grad(), in.inputs[0], axes, dof)};
+        }), take_sqrt ? Saves::all() : Saves::only_inputs(1u));
+    });
+}
+
+// var_backward and std_backward: dx = (x − mean)·h, h = 2g/dof, or for std 2g/(2·std·dof)
+// where std ≠ 0 and 0 where it is. `s` is std's result (undefined for var).
+Tensor moments_backward(const char* op, const Tensor& g, const Tensor& x, const Tensor& s,
+                        const std::vector<std::size_t>& axes, double dof) {
+    const bool is_std = s.defined();
+    check_same_dtype(op, g, x);
+    if (is_std) check_same_dtype(op, s, x);
+    Shape kept = x.shape();
+    std::size_t count = 1;
+    for (std::size_t ax : axes) {
+        if (ax >= kept.size()) throw Error(fmt::format("{}: axis {} out of range for shape {}", op, ax, shape_str(x.shape())));
+        count *= kept[ax];
+        kept[ax] = 1;
+    }
+    std::size_t kept_numel = 1;
+    for (std::size_t d : kept) kept_numel *= d;
+    if (g.numel() != kept_numel || (is_std && s.shape() != g.shape()))
+        throw Error(fmt::format("{}: gradient of shape {} for a reduction of shape {} to {}", op, shape_str(g.shape()),
+                                shape_str(x.shape()), shape_str(kept)));
+    const AllocContext context(op, x.shape());
+    return dispatch_floating(op, x.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        xt::xarray<T> scale = values<T>(g);
+        scale.reshape(kept);
+        scale = scale * static_cast<T>(2 / dof);
+        if (is_std) {
+            // g/(2·std) with 0 where std is 0, as torch (not 0/0).
+            xt::xarray<T> sv = values<T>(s);
+            sv.reshape(kept);
+            scale = xt::where(xt::equal(sv, static_cast<T>(0)), static_cast<T>(0), scale / (static_cast<T>(2) * sv));
+        }
+        xt::xarray<T> dx = centred(values<T>(x), axes, count) * scale;
+        std::vector<Tensor> inputs{g, x};
+        if (is_std) inputs.push_back(s);
+        return make_result<T>(std::move(dx), std::move(inputs), op,
+                              Formula([axes, dof, kept](const GradArgs& in) -> std::vector<Tensor> {
+            // The derivatives of torch's composite, (2/dof)·h·(x − mean(x)) with h = g, or for
+            // std h = masked_fill(g / (std·2), std == 0, 0): the same ops, so the same values
+            // (and the same NaNs where std is 0) as torch's double backward.
+            const Tensor &g = in.inputs[0], &x = in.inputs[1], &gg = in.grad();
+            const bool is_std = in.inputs.size() == 3;
+            const std::vector<long> ax = as_axes(axes);
+            const double c = 2 / dof;
+            const Tensor gk = as_kept(g, kept);
+            Tensor sk, two_s, zero_std, h = gk;
+            if (is_std) {
+                sk = as_kept(in.inputs[2], kept);
+                two_s = sk * 2.0;
+                zero_std = eq(sk, 0.0);
+                h = masked_fill(gk / two_s, zero_std, 0.0);
             }
-            accumulate<T>(op, in, xt::xarray<T>(centred(values<T>(in)) * scale));
-        });
+            std::vector<Tensor> out(in.inputs.size());
+            if (in.needs(0) || (is_std && in.needs(2))) {
+                const Tensor t = sum(gg * (x - mean(x, ax, true)), ax, true) * c;  // the gradient of h
+                if (!is_std) {
+                    out[0] = reshape(t, as_dims(g.shape()));
+                } else {
+                    const Tensor q = masked_fill(t, zero_std, 0.0);
+                    if (in.needs(0)) out[0] = reshape(q / two_s, as_dims(g.shape()));
+                    if (in.needs(2)) out[2] = reshape(-q * gk / (two_s * two_s) * 2.0, as_dims(in.inputs[2].shape()));
+                }
+            }
+            if (in.needs(1)) {
+                const Tensor u = gg * (h * c);
+                out[1] = u - mean(u, ax, true);
+            }
+            return out;
+        }));
     });
 }
 
 }  // namespace
+
+Tensor var_backward(const Tensor& g, const Tensor& x, const std::vector<std::size_t>& axes, double dof) {
+    return moments_backward("var_backward", g, x, Tensor(), axes, dof);
+}
+
+Tensor std_backward(const Tensor& g, const Tensor& x, const Tensor& result, const std::vector<std::size_t>& axes,
+                    double dof) {
+    if (!result.defined()) throw Error("std_backward: result is an undefined tensor");
+    return moments_backward("std_backward", g, x, result, axes, dof);
+}
 
 Tensor var(const Tensor& a, const std::vector<long>& axes, bool unbiased, bool keepdims) {
     return moments("var", a, axes, unbiased ? 1 : 0, keepdims, false);
