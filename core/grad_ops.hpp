@@ -87,6 +87,10 @@ Tensor scatter_flat(const Tensor& g, const FlatOffsets& at, const Shape& shape);
 /// its gradient is scatter_flat(gg, at, x.shape()).
 Tensor gather_flat(const Tensor& x, const FlatOffsets& at, const Shape& shape);
 
+/// cumsum's gradient along `axis`: the running sum of g taken from the end, dx_k = Σ_{j ≥ k} g_j
+/// (torch's reversed cumsum). Linear; its gradient is cumsum(gg, axis).
+Tensor cumsum_backward(const Tensor& g, long axis);
+
 /// var's gradient, fused: 2/dof · g · (x − mean(x)), the mean over `axes` (normalised, sorted),
 /// g of var's result shape (the reduced axes kept or dropped) spread back over them, and
 /// dof = N − correction as torch's backward takes it (not clamped at 0: the forward divides

@@ -447,39 +447,47 @@ Tensor std(const Tensor& a, const std::vector<long>& axes, Correction correction
 
 // --- cumsum -----------------------------------------------------------------------------------
 
-Tensor cumsum(const Tensor& a, long axis) {
-    const Shape& in = a.shape();
-    const std::size_t ax = normalize_axis("cumsum", axis, in);
-    const AllocContext context("cumsum", in);
+namespace {
+
+// Running sums along the middle axis of (outer, n, inner), in place, forward or from the end.
+template <class V> void running_sum(V* p, const axis_split& s, bool reverse) {
+    for (std::size_t o = 0; o < s.outer; ++o)
+        for (std::size_t k = 1; k < s.n; ++k) {
+            const std::size_t to = reverse ? s.n - 1 - k : k, from = reverse ? to + 1 : to - 1;
+            V* dst = p + (o * s.n + to) * s.inner;
+            const V* src = p + (o * s.n + from) * s.inner;
+            for (std::size_t i = 0; i < s.inner; ++i) dst[i] += src[i];
+        }
+}
+
+// cumsum (forward) and cumsum_backward (reverse): each is the other's gradient.
+Tensor running(const char* op, const Tensor& a, long axis, bool reverse) {
+    // A 0-d tensor runs as one element along axis 0 (or -1), as torch.
+    const Shape in = a.dim() == 0 ? Shape{1} : a.shape();
+    const std::size_t ax = normalize_axis(op, axis, in);
+    const AllocContext context(op, a.shape());
     const axis_split s = split_at(in, ax);
-    // Running sums along the middle axis of (outer, n, inner), forward or reversed.
-    auto run = [s](auto* p, bool reverse) {
-        for (std::size_t o = 0; o < s.outer; ++o)
-            for (std::size_t k = 1; k < s.n; ++k) {
-                const std::size_t to = reverse ? s.n - 1 - k : k, from = reverse ? to + 1 : to - 1;
-                auto* dst = p + (o * s.n + to) * s.inner;
-                const auto* src = p + (o * s.n + from) * s.inner;
-                for (std::size_t i = 0; i < s.inner; ++i) dst[i] += src[i];
-            }
-    };
-    if (!is_floating(a.dtype())) {
+    if (!is_floating(a.dtype()) && !reverse) {
         // int64 and bool accumulate in int64, as torch.
         xt::xarray<std::int64_t> y = values<std::int64_t>(cast(a, kInt64));
-        run(y.data(), false);
+        running_sum(y.data(), s, false);
         return make_leaf(Storage(std::move(y)));
     }
-    return dispatch_floating("cumsum", a.dtype(), [&](auto tag) {
+    return dispatch_floating(op, a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         xt::xarray<T> y = values<T>(a);
-        run(y.data(), false);
-        return make_result<T>(std::move(y), {a}, "cumsum", [run](Node& self, const Storage& gs) {
-            // dx_k = Σ_{j ≥ k} g_j: the running sum of g taken from the end.
-            xt::xarray<T> g = grad_as<T>(gs);
-            run(g.data(), true);
-            accumulate<T>("cumsum", self.parents[0], std::move(g));
-        }, Saves::none());
+        running_sum(y.data(), s, reverse);
+        return make_result<T>(std::move(y), {a}, op, Formula([axis, reverse](const GradArgs& in) -> std::vector<Tensor> {
+            return {reverse ? cumsum(in.grad(), axis) : cumsum_backward(in.grad(), axis)};
+        }), Saves::none());
     });
 }
+
+}  // namespace
+
+Tensor cumsum(const Tensor& a, long axis) { return running("cumsum", a, axis, false); }
+
+Tensor cumsum_backward(const Tensor& g, long axis) { return running("cumsum_backward", g, axis, true); }
 
 // --- norm -------------------------------------------------------------------------------------
 
