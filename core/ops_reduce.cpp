@@ -491,55 +491,181 @@ Tensor cumsum_backward(const Tensor& g, long axis) { return running("cumsum_back
 
 // --- norm -------------------------------------------------------------------------------------
 
+namespace {
+
+// torch's sgn for real numbers: −1, 0 or 1, and 0 for NaN.
+template <class T> xt::xarray<T> sgn(const xt::xarray<T>& x) {
+    return xt::where(xt::isnan(x), static_cast<T>(0), xt::sign(x));
+}
+
+// sgn(x) as a constant (its derivative is 0 wherever it has one).
+Tensor sgn_leaf(const Tensor& x) {
+    return dispatch_floating("norm_backward", x.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        return make_leaf(Storage(sgn(values<T>(x))));
+    });
+}
+
+// Where p = inf's gradient goes: the elements that reach the norm n (broadcast) or are NaN, as
+// 0 or 1 in x's dtype (a constant).
+Tensor inf_norm_mask(const Tensor& x, const Tensor& n) {
+    return dispatch_floating("norm_backward", x.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const xt::xarray<T>& xv = values<T>(x);
+        return make_leaf(Storage(xt::xarray<T>(xt::cast<T>(xt::equal(xt::abs(xv), values<T>(n)) || xt::isnan(xv)))));
+    });
+}
+
+// The derivatives of norm_backward in g, x and n: those of torch's norm_backward composite, op
+// by op, so that the values and the NaNs (at a zero norm, at a zero element for p < 1, for
+// 1 < p < 2 and for 2 < p < 3) are those of torch's double backward. g and n broadcast over the
+// reduced axes as `kept`.
+std::vector<Tensor> norm_double_backward(const GradArgs& in, double p, const std::vector<std::size_t>& axes,
+                                         const Shape& kept) {
+    const Tensor &g = in.inputs[0], &x = in.inputs[1], &n = in.inputs[2], &gg = in.grad();
+    const std::vector<long> ax = as_axes(axes);
+    const Tensor gk = as_kept(g, kept), nk = as_kept(n, kept);
+    const Tensor sg = sgn_leaf(x);
+    auto like_g = [&](const Tensor& t) { return reshape(t, as_dims(g.shape())); };
+    auto like_n = [&](const Tensor& t) { return reshape(t, as_dims(n.shape())); };
+    std::vector<Tensor> out(3);
+    if (std::isinf(p)) {
+        // sgn(x)·((g / count)·mask): linear in g; x reaches it only through sgn (gradient 0).
+        const Tensor mask = inf_norm_mask(x, nk);
+        if (in.needs(0)) out[0] = like_g(sum(gg * sg * mask, ax, true) / sum(mask, ax, true));
+        if (in.needs(1)) out[1] = zeros_like(x);
+        return out;
+    }
+    if (p == 1) {
+        // sgn(x)·g.
+        if (in.needs(0)) out[0] = like_g(sum(gg * sg, ax, true));
+        if (in.needs(1)) out[1] = zeros_like(x);
+        return out;
+    }
+    if (p == 2) {
+        // g·masked_fill(x / n, n == 0, 0).
+        const Tensor zero_norm = eq(nk, 0.0);
+        if (in.needs(0)) out[0] = like_g(sum(gg * masked_fill(x / nk, zero_norm, 0.0), ax, true));
+        if (in.needs(1) || in.needs(2)) {
+            const Tensor q = masked_fill(gg * gk, zero_norm, 0.0);
+            if (in.needs(1)) out[1] = q / nk;
+            if (in.needs(2)) out[2] = like_n(sum(-q * x / (nk * nk), ax, true));
+        }
+        return out;
+    }
+    if (p < 1) {
+        // (s·g)·n^(1−p), s = masked_fill(sgn(x)|x|^(p−1), x == 0, 0).
+        const Tensor zero_x = eq(x, 0.0);
+        const Tensor s = masked_fill(sg * pow(abs(x), p - 1), zero_x, 0.0);
+        const Tensor a = gg * pow(nk, 1 - p);
+        if (in.needs(0)) out[0] = like_g(sum(a * s, ax, true));
+        if (in.needs(1)) out[1] = masked_fill(a * gk, zero_x, 0.0) * sg * ((p - 1) * pow(abs(x), p - 2)) * sg;
+        if (in.needs(2)) out[2] = like_n(sum(gg * (s * gk), ax, true) * ((1 - p) * pow(nk, -p)));
+        return out;
+    }
+    // s·masked_fill(g / n^(p−1), n == 0, 0), s = sgn(x)|x|^(p−1) for p < 2, x·|x|^(p−2) above.
+    const Tensor zero_norm = eq(nk, 0.0);
+    const Tensor np1 = pow(nk, p - 1);
+    if (in.needs(0) || in.needs(2)) {
+        const Tensor s = p < 2 ? sg * pow(abs(x), p - 1) : x * pow(abs(x), p - 2);
+        const Tensor q = masked_fill(sum(gg * s, ax, true), zero_norm, 0.0);
+        if (in.needs(0)) out[0] = like_g(q / np1);
+        if (in.needs(2)) out[2] = like_n(-q * gk / (np1 * np1) * ((p - 1) * pow(nk, p - 2)));
+    }
+    if (in.needs(1)) {
+        const Tensor d = gg * masked_fill(gk / np1, zero_norm, 0.0);
+        if (p < 2)
+            out[1] = d * sg * ((p - 1) * pow(abs(x), p - 2)) * sg;
+        else
+            out[1] = d * pow(abs(x), p - 2) + d * x * ((p - 2) * pow(abs(x), p - 3)) * sg;
+    }
+    return out;
+}
+
+}  // namespace
+
 Tensor norm(const Tensor& a, double p, const std::vector<long>& axes_in, bool keepdims) {
     constexpr const char* op = "norm";
     if (!(p > 0))
         throw Error(fmt::format("{}: p must be positive (1, 2, ..., or inf), got {}", op, p));
     const std::vector<std::size_t> axes = reduce_axes(op, axes_in, a.shape());
     const auto shapes = reduced_shapes(a.shape(), axes, keepdims);
-    const Shape kept = shapes.first, out_shape = shapes.second;
+    const Shape out_shape = shapes.second;
     const bool inf = std::isinf(p);
     return dispatch_floating(op, a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         const xt::xarray<T> m = xt::abs(values<T>(a));
         xt::xarray<T> y;
-        if (inf)
+        if (inf) {
+            // NaN propagates, as torch's: amax alone may skip one, by where it sits.
             y = xt::amax(m, axes, xt::keep_dims | xt::evaluation_strategy::immediate);
-        else if (p == 1)
+            const xt::xarray<T> any_nan = xt::sum(m, axes, xt::keep_dims | xt::evaluation_strategy::immediate);
+            y = xt::where(xt::isnan(any_nan), any_nan, y);
+        } else if (p == 1) {
             y = xt::sum(m, axes, xt::keep_dims | xt::evaluation_strategy::immediate);
-        else if (p == 2)
+        } else if (p == 2) {
             y = xt::sqrt(xt::eval(xt::sum(m * m, axes, xt::keep_dims | xt::evaluation_strategy::immediate)));
-        else
+        } else {
             y = xt::pow(xt::eval(xt::sum(xt::pow(m, static_cast<T>(p)), axes,
                                          xt::keep_dims | xt::evaluation_strategy::immediate)),
                         static_cast<T>(1 / p));
+        }
         y.reshape(out_shape);
-        return make_result<T>(std::move(y), {a}, op, [p, inf, axes, kept](Node& self, const Storage& gs) {
-            const Tensor& in = self.parents[0];
-            const xt::xarray<T>& x = values<T>(in);
-            xt::xarray<T> g = grad_as<T>(gs);
-            xt::xarray<T> n = values<T>(self);
-            g.reshape(kept);
-            n.reshape(kept);
-            const xt::xarray<T> sign = xt::sign(x);
-            xt::xarray<T> dx;
-            if (inf) {
-                // sign(x)·g / (how many tie for the max), on the elements that reach it.
-                const xt::xarray<T> hit = xt::cast<T>(xt::equal(xt::abs(x), n));
-                xt::xarray<T> ties = xt::sum(hit, axes, xt::keep_dims | xt::evaluation_strategy::immediate);
-                dx = sign * hit * g / ties;
-            } else if (p == 1) {
-                dx = sign * g;
-            } else {
-                // d‖x‖_p/dx = sign(x)|x|^(p−1) / ‖x‖^(p−1); 0 where the norm is 0, as torch.
-                const xt::xarray<T> safe = xt::where(xt::equal(n, static_cast<T>(0)), static_cast<T>(1), n);
-                const xt::xarray<T> scale =
-                    xt::where(xt::equal(n, static_cast<T>(0)), static_cast<T>(0), g / xt::pow(safe, static_cast<T>(p - 1)));
-                dx = p == 2 ? xt::xarray<T>(x * scale)
-                            : xt::xarray<T>(sign * xt::pow(xt::abs(x), static_cast<T>(p - 1)) * scale);
-            }
-            accumulate<T>("norm", in, std::move(dx));
-        });
+        return make_result<T>(std::move(y), {a}, op, Formula([p, axes](const GradArgs& in) -> std::vector<Tensor> {
+            return {norm_backward(in.grad(), in.inputs[0], in.output, p, axes)};
+        }));
+    });
+}
+
+Tensor norm_backward(const Tensor& g, const Tensor& x, const Tensor& n, double p, const std::vector<std::size_t>& axes) {
+    constexpr const char* op = "norm_backward";
+    check_same_dtype(op, g, x);
+    check_same_dtype(op, n, x);
+    Shape kept = x.shape();
+    for (std::size_t ax : axes) {
+        if (ax >= kept.size()) throw Error(fmt::format("{}: axis {} out of range for shape {}", op, ax, shape_str(x.shape())));
+        kept[ax] = 1;
+    }
+    std::size_t kept_numel = 1;
+    for (std::size_t d : kept) kept_numel *= d;
+    if (g.numel() != kept_numel || n.shape() != g.shape())
+        throw Error(fmt::format("{}: gradient of shape {} and norm of shape {} for a reduction of shape {} to {}", op,
+                                shape_str(g.shape()), shape_str(n.shape()), shape_str(x.shape()), shape_str(kept)));
+    const bool inf = std::isinf(p);
+    const AllocContext context(op, x.shape());
+    return dispatch_floating(op, x.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const xt::xarray<T>& xv = values<T>(x);
+        xt::xarray<T> gk = values<T>(g);
+        xt::xarray<T> nk = values<T>(n);
+        gk.reshape(kept);
+        nk.reshape(kept);
+        const xt::xarray<T> sign = sgn(xv);
+        xt::xarray<T> dx;
+        if (inf) {
+            // sgn(x)·g / (how many reach the max), on the elements that reach it or are NaN.
+            const xt::xarray<T> hit = xt::cast<T>(xt::equal(xt::abs(xv), nk) || xt::isnan(xv));
+            xt::xarray<T> ties = xt::sum(hit, axes, xt::keep_dims | xt::evaluation_strategy::immediate);
+            dx = sign * hit * gk / ties;
+        } else if (p == 1) {
+            dx = sign * gk;
+        } else {
+            // d‖x‖_p/dx = sgn(x)|x|^(p−1) / ‖x‖^(p−1); 0 where the norm is 0, as torch, and for
+            // p < 1 where x is 0 (where |x|^(p−1) is infinite).
+            const xt::xarray<T> safe = xt::where(xt::equal(nk, static_cast<T>(0)), static_cast<T>(1), nk);
+            const xt::xarray<T> scale =
+                xt::where(xt::equal(nk, static_cast<T>(0)), static_cast<T>(0), gk / xt::pow(safe, static_cast<T>(p - 1)));
+            if (p == 2)
+                dx = xv * scale;
+            else if (p < 1)
+                dx = xt::where(xt::equal(xv, static_cast<T>(0)), static_cast<T>(0),
+                               sign * xt::pow(xt::abs(xv), static_cast<T>(p - 1))) * scale;
+            else
+                dx = sign * xt::pow(xt::abs(xv), static_cast<T>(p - 1)) * scale;
+        }
+        return make_result<T>(std::move(dx), {g, x, n}, op, Formula([p, axes, kept](const GradArgs& in) -> std::vector<Tensor> {
+            return norm_double_backward(in, p, axes, kept);
+        }));
     });
 }
 
