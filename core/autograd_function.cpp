@@ -166,6 +166,7 @@ void check_output_anomaly(const char* name, std::size_t i, const Tensor& t) {
 struct AutogradContext::State {
     const char* name = "";
     detail::BackwardFn backward = nullptr;
+    bool once_differentiable = false;
     // The arguments of forward: which are tensors (a vector's elements one by one), the tensor
     // inputs, their shapes and dtypes, and which need a gradient.
     std::vector<bool> is_tensor_argument;
@@ -408,7 +409,35 @@ std::vector<Tensor> AutogradContext::State::run_backward(AutogradContext& ctx, c
         for (std::size_t i = 0; i < grads.size(); ++i)
             if (!grads[i].defined() && output_info[i].defined)
                 grads[i] = zeros(output_info[i].shape, output_info[i].dtype);
-    std::vector<Tensor> result = backward(&ctx, std::move(grads));
+    // A backward that is not differentiable runs without recording; its gradients then carry
+    // an op that refuses to be differentiated (torch's DelayedError), when there is something
+    // they would have depended on.
+    const bool refuse_twice = once_differentiable && grad_enabled();
+    std::vector<Tensor> depends;
+    if (refuse_twice) {
+        for (const Tensor& g : grads)
+            if (g.defined() && g.requires_grad()) depends.push_back(g);
+        for (const Tensor& t : unpack())
+            if (t.defined() && t.requires_grad()) depends.push_back(t);
+    }
+    std::vector<Tensor> result;
+    {
+        AutoGradMode mode(grad_enabled() && !once_differentiable);
+        result = backward(&ctx, std::move(grads));
+    }
+    if (refuse_twice && !depends.empty())
+        for (Tensor& g : result) {
+            if (!g.defined()) continue;
+            Tensor wrapped = make_leaf(g.node().data);
+            wrapped.node().op = name;
+            const char* who = name;
+            link_node(wrapped.node(), depends, Formula([who](const GradArgs&) -> std::vector<Tensor> {
+                throw Error(fmt::format("{}: its backward is marked once_differentiable (not written in "
+                                        "differentiable ops), so its gradient cannot be differentiated again",
+                                        who));
+            }), Saves::none());
+            g = wrapped;
+        }
 
     const std::size_t n = is_tensor_argument.size();
     if (result.size() > n &&
@@ -447,9 +476,11 @@ std::vector<Tensor> AutogradContext::State::run_backward(AutogradContext& ctx, c
 
 namespace detail {
 
-FunctionCall::FunctionCall(const char* name, BackwardFn backward) : m_ctx(new AutogradContext()) {
+FunctionCall::FunctionCall(const char* name, BackwardFn backward, bool once_differentiable)
+    : m_ctx(new AutogradContext()) {
     m_ctx->m_state->name = name;
     m_ctx->m_state->backward = backward;
+    m_ctx->m_state->once_differentiable = once_differentiable;
 }
 
 FunctionCall::~FunctionCall() = default;

@@ -39,6 +39,12 @@
 /// and a second derivative flows through the tensors it saved. A backward on raw arrays is fine
 /// for first order, but its result has no graph.
 ///
+/// A backward that is not written in differentiable ops (raw arrays, a library call) should say
+/// so with `static constexpr bool once_differentiable = true;` (torch's @once_differentiable):
+/// it then runs with gradients off even under create_graph, and its gradients carry an op that
+/// throws, naming the function, if anything tries to differentiate them again, instead of
+/// giving a silently wrong (zero) second derivative.
+///
 /// The function's name (a `static constexpr const char* name` member, else the class's name
 /// without its namespaces) is the op name: y.op_name(), anomaly mode ("Exp backward: produced
 /// nan ..."), and every error about the function.
@@ -232,7 +238,7 @@ using BackwardFn = std::vector<Tensor> (*)(AutogradContext*, std::vector<Tensor>
 /// context(), then hand its outputs to finish, which records the graph.
 class FunctionCall {
 public:
-    FunctionCall(const char* name, BackwardFn backward);
+    FunctionCall(const char* name, BackwardFn backward, bool once_differentiable = false);
     ~FunctionCall();
     FunctionCall(const FunctionCall&) = delete;
     FunctionCall& operator=(const FunctionCall&) = delete;
@@ -265,6 +271,17 @@ struct has_name<T, std::enable_if_t<std::is_convertible_v<decltype(T::name), con
 /// a string that lives as long as the program.
 const char* readable_type_name(const std::type_info& type);
 
+template <class T, class = void> struct has_once_differentiable : std::false_type {};
+template <class T>
+struct has_once_differentiable<T, std::enable_if_t<std::is_convertible_v<decltype(T::once_differentiable), bool>>>
+    : std::true_type {};
+template <class D> constexpr bool once_differentiable() {
+    if constexpr (has_once_differentiable<D>::value)
+        return D::once_differentiable;
+    else
+        return false;
+}
+
 template <class D> const char* function_name() {
     if constexpr (has_name<D>::value)
         return D::name;
@@ -296,7 +313,8 @@ struct Function {
         using Result = detail::forward_t<X, Args...>;
         static_assert(std::is_same_v<Result, Tensor> || std::is_same_v<Result, std::vector<Tensor>>,
                       "a custom Function's forward returns a Tensor or a std::vector<Tensor>");
-        detail::FunctionCall call(detail::function_name<Derived>(), &detail::call_backward<Derived>);
+        detail::FunctionCall call(detail::function_name<Derived>(), &detail::call_backward<Derived>,
+                                  detail::once_differentiable<Derived>());
         (detail::add_argument(call, args), ...);
         Result out;
         {

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/autograd.hpp"
+#include "core/autograd_function.hpp"
 #include "helpers.hpp"
 
 using namespace xgrad;
@@ -121,17 +122,33 @@ TEST_CASE("gradgradcheck fails a wrong second derivative", "[autograd][higher][g
     CHECK_THAT(r.report, Catch::Contains("the gradient of f"));
 }
 
-TEST_CASE("an op whose backward is not differentiable refuses create_graph, naming itself", "[autograd][higher][errors]") {
-    // Found by scanning the ops that still use the first-order-only backward; cumsum is one
-    // until every op is converted. When none remains this test goes with them.
-    Tensor x = param({3}, -1.0, 1.0, 9);
-    Tensor y = cumsum(x * x, 0).sum();
-    try {
-        autograd::grad({y}, {x}, {}, std::nullopt, true);
-        SUCCEED("cumsum is twice differentiable now");
-    } catch (const Error& e) {
-        CHECK_THAT(e.what(), Catch::Contains("cumsum") && Catch::Contains("differentiated twice"));
+namespace {
+// A custom op whose backward works on raw values, so it says it is once_differentiable.
+struct RawSquare : autograd::Function<RawSquare> {
+    static constexpr bool once_differentiable = true;
+    static Tensor forward(autograd::AutogradContext* ctx, const Tensor& x) {
+        ctx->save_for_backward({x});
+        return x * x;
     }
+    static autograd::variable_list backward(autograd::AutogradContext* ctx, autograd::variable_list grads) {
+        const Tensor x = ctx->get_saved_variables()[0];
+        std::vector<double> g = grads[0].to_vector<double>(), v = x.to_vector<double>();
+        for (std::size_t i = 0; i < g.size(); ++i) g[i] *= 2 * v[i];
+        return {from_vector(g, x.shape(), x.dtype())};
+    }
+};
+}  // namespace
+
+TEST_CASE("a gradient that cannot be differentiated again refuses, naming its op", "[autograd][higher][errors]") {
+    Tensor x = param({3}, -1.0, 1.0, 9);
+    Tensor y = RawSquare::apply(x * 3.0).sum();
+    // First order, with or without create_graph, is right.
+    Tensor g = autograd::grad({y}, {x}, {}, std::nullopt, true)[0];
+    CHECK_THAT(vals(g), approx(vals(x.detach() * 18.0)));
+    // Differentiating that gradient throws instead of giving 0.
+    CHECK_THROWS_WITH(autograd::grad({g.sum()}, {x}), Catch::Contains("RawSquare") && Catch::Contains("once_differentiable"));
+    CHECK_THROWS_WITH(gradgradcheck([](const std::vector<Tensor>& in) { return RawSquare::apply(in[0]); }, {x}),
+                      Catch::Contains("RawSquare"));
 }
 
 TEST_CASE("p.grad() aliases the stored gradient: writes through it reach the optimiser", "[autograd][grad]") {
