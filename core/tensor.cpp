@@ -1002,8 +1002,7 @@ Tensor Tensor::clone() const {
         xt::xarray<T> copy = values<T>(*this);
         return make_result<T>(
             std::move(copy), {*this}, "clone",
-            [](Node& self, const Storage& gs) { accumulate<T>("clone", self.parents[0], xt::xarray<T>(grad_as<T>(gs))); },
-            Saves::none());
+            Formula([](const GradArgs& in) -> std::vector<Tensor> { return {in.grad()}; }), Saves::none());
         }
     });
 }
