@@ -656,53 +656,6 @@ Tensor operator<=(Scalar s, const Tensor& a) { return ge(a, s); }
 Tensor operator>(Scalar s, const Tensor& a) { return lt(a, s); }
 Tensor operator>=(Scalar s, const Tensor& a) { return le(a, s); }
 
-namespace {
-
-// Writes `result` (computed out of place) into a's storage as torch's in-place ops do; see
-// tensor.hpp for the rules.
-const Tensor& assign_in_place(const char* op, const Tensor& a, bool other_requires_grad,
-                              const std::function<Tensor()>& compute) {
-    check_defined(op, a);
-    if (grad_enabled() && a.requires_grad() && a.is_leaf())
-        throw Error(fmt::format("{}: a leaf tensor that requires grad cannot be changed in place while gradients are "
-                                "recorded (as in torch); do it under NoGradGuard",
-                                op));
-    if (grad_enabled() && (a.requires_grad() || other_requires_grad))
-        throw Error(fmt::format("{}: xgrad does not record in-place ops in the autograd graph; write `a = a + b` "
-                                "(a new tensor) instead, or run it under NoGradGuard",
-                                op));
-    Tensor result;
-    {
-        NoGradGuard no_grad;
-        result = compute();
-    }
-    if (!can_cast(result.dtype(), a.dtype()))
-        throw Error(fmt::format("{}: result type {} can't be cast to the desired output type {} (as in torch)", op,
-                                dtype_name(result.dtype()), dtype_name(a.dtype())));
-    if (result.shape() != a.shape())
-        throw Error(fmt::format("{}: output with shape {} doesn't match the broadcast shape {}", op,
-                                shape_str(a.shape()), shape_str(result.shape())));
-    a.set_data(cast(result, a.dtype()));
-    return a;
-}
-
-}  // namespace
-
-const Tensor& operator+=(const Tensor& a, const Tensor& b) {
-    return assign_in_place("add_", a, b.defined() && b.requires_grad(), [&] { return add(a, b); });
-}
-const Tensor& operator-=(const Tensor& a, const Tensor& b) {
-    return assign_in_place("sub_", a, b.defined() && b.requires_grad(), [&] { return sub(a, b); });
-}
-const Tensor& operator*=(const Tensor& a, const Tensor& b) {
-    return assign_in_place("mul_", a, b.defined() && b.requires_grad(), [&] { return mul(a, b); });
-}
-const Tensor& operator/=(const Tensor& a, const Tensor& b) {
-    return assign_in_place("div_", a, b.defined() && b.requires_grad(), [&] { return div(a, b); });
-}
-const Tensor& operator+=(const Tensor& a, Scalar s) { return assign_in_place("add_", a, false, [&] { return add(a, s); }); }
-const Tensor& operator-=(const Tensor& a, Scalar s) { return assign_in_place("sub_", a, false, [&] { return sub(a, s); }); }
-const Tensor& operator*=(const Tensor& a, Scalar s) { return assign_in_place("mul_", a, false, [&] { return mul(a, s); }); }
-const Tensor& operator/=(const Tensor& a, Scalar s) { return assign_in_place("div_", a, false, [&] { return div(a, s); }); }
+// The compound operators (+= ...) are the in-place ops of ops_inplace.cpp.
 
 }  // namespace xgrad

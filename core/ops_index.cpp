@@ -349,10 +349,10 @@ template <class F> void for_each_pick(const IndexPlan& p, F f) {
 Tensor Tensor::select_index(long i) const {
     if (!defined()) throw Error("index: t[i] on an undefined tensor");
     if (dim() == 0) throw Error(fmt::format("index: t[{}] on a 0-d tensor (it has no axis to index)", i));
-    return index({i});
+    return index_values({i});
 }
 
-Tensor Tensor::index(const std::vector<TensorIndex>& indices) const {
+Tensor Tensor::index_values(const std::vector<TensorIndex>& indices) const {
     constexpr const char* op = "index";
     if (!defined()) throw Error("index: an undefined tensor cannot be indexed");
     const IndexPlan plan = plan_index(op, shape(), indices);
@@ -372,23 +372,65 @@ Tensor Tensor::index(const std::vector<TensorIndex>& indices) const {
     });
 }
 
+namespace {
+
+// x with v written at the elements `plan` picks, as a new tensor: what index_put_ records in the
+// graph (v already of the picked shape and of x's dtype). Its gradient: g to x except at the
+// picks (index_put of zeros), g at the picks to v (index).
+Tensor index_put(const Tensor& x, const IndexPlan& plan, const std::vector<TensorIndex>& indices, const Tensor& v) {
+    constexpr const char* op = "index_put_";
+    const AllocContext context(op, x.shape());
+    return dispatch_all(x.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        xt::xarray<T> y = values<T>(x);
+        const T* src = values<T>(v).data();
+        T* dst = y.data();
+        for_each_pick(plan, [&](std::size_t d, std::size_t s) { dst[s] = src[d]; });
+        return make_any_result<T>(
+            std::move(y), {x, v}, op,
+            Formula([plan, indices](const GradArgs& in) -> std::vector<Tensor> {
+                const Tensor& g = in.grad();
+                return {in.needs(0) ? index_put(g, plan, indices, zeros(plan.shape, g.dtype())) : Tensor(),
+                        in.needs(1) ? Tensor(g.index(indices)) : Tensor()};
+            }),
+            Saves::none());
+    });
+}
+
+// The value without the leading axes of length 1 it has beyond the indexed part's rank, as
+// torch's setitem drops them (t[0][1] = tensor({5.0}) writes a (1,) value into a 0-d part).
+Tensor drop_leading_ones(const Tensor& value, std::size_t rank) {
+    const Shape& s = value.shape();
+    std::size_t lead = 0;
+    while (s.size() - lead > rank && s[lead] == 1) ++lead;
+    if (lead == 0) return value;
+    return value.reshape(std::vector<long>(s.begin() + static_cast<long>(lead), s.end()));
+}
+
+}  // namespace
+
 const Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, const Tensor& value) const {
     constexpr const char* op = "index_put_";
     if (!defined() || !value.defined()) throw Error("index_put_: the tensor and the value must be defined");
-    if (grad_enabled() && requires_grad() && is_leaf())
-        throw Error("index_put_: a leaf tensor that requires grad cannot be changed in place while gradients are "
-                    "recorded (as in torch); do it under NoGradGuard");
-    if (grad_enabled() && (requires_grad() || value.requires_grad()))
-        throw Error("index_put_: xgrad does not record in-place ops in the autograd graph; run it under "
-                    "NoGradGuard, or build a new tensor (where, masked_fill, concat)");
     const IndexPlan plan = plan_index(op, shape(), indices);
-    if (!broadcastable_to(value.shape(), plan.shape))
+    Shape kept(value.shape().begin(), value.shape().end());
+    while (kept.size() > plan.shape.size() && kept.front() == 1) kept.erase(kept.begin());
+    if (!broadcastable_to(kept, plan.shape))
         throw Error(fmt::format("{}: value of shape {} cannot be broadcast to the indexed shape {} (tensor of shape {})",
                                 op, shape_str(value.shape()), shape_str(plan.shape), shape_str(shape())));
+    if (grad_enabled() && (requires_grad() || value.requires_grad())) {
+        // Recorded: the value reaches the picks through expand and cast, which carry its
+        // gradient back to its own shape and dtype.
+        check_in_place_leaf(op, *this);
+        return record_in_place(op, *this, {value}, [&](const Tensor& old, const std::vector<Tensor>& others) {
+            const Tensor v = drop_leading_ones(others[0], plan.shape.size());
+            return index_put(old, plan, indices, cast(expand(v, plan.shape), old.dtype()));
+        });
+    }
     Tensor v;
     {
         NoGradGuard no_grad;
-        v = cast(expand(value, plan.shape), dtype());
+        v = cast(expand(drop_leading_ones(value, plan.shape.size()), plan.shape), dtype());
         if (v.is_same(*this)) v = v.clone();  // never read the storage being written
     }
     dispatch_all(dtype(), [&](auto tag) {

@@ -12,6 +12,10 @@ namespace xgrad {
 /// but whose backward does not exist for it.
 void check_no_bfloat16_graph(const char* op, const std::vector<Tensor>& inputs);
 
+/// Throws, with torch's message, when gradients are recorded and t is a leaf that requires grad:
+/// what every in-place op (`op`) checks before writing t.
+void check_in_place_leaf(const char* op, const Tensor& t);
+
 /// cast (Tensor::to) to or from bfloat16, differentiable between the floating types: the
 /// gradient goes back converted to the source dtype (bfloat16 gradients round to nearest even).
 Tensor cast_bfloat16(const Tensor& a, Dtype d);

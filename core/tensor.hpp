@@ -2,8 +2,11 @@
 /// Tensor: the handle users hold. A cheap-to-copy pointer to a Node that owns the values,
 /// the gradient and the link back into the graph that made it.
 ///
-/// Copies alias: `Tensor b = a;` shares a's data, gradient and graph position, as a second
-/// Python name for the same torch.Tensor would. Use clone() for an independent copy.
+/// Copies of the handle alias: `Tensor b = a;` shares a's data, gradient and graph position, as
+/// a second Python name for the same torch.Tensor would, and so does every Tensor an accessor
+/// documents as the tensor itself (grad(), a module's parameters). What an op returns owns its
+/// values: xgrad has no views, so reshape, permute, t[i] and index() copy (see IndexedTensor for
+/// how writes through t[i] still reach t). Use clone() for an independent copy.
 ///
 /// This header does not include xtensor: code that only composes ops (nn/, optim/, user
 /// programs) never pays for xtensor's templates. core/xt.hpp gives typed access to the array.
@@ -27,6 +30,7 @@ namespace xgrad {
 struct Node;
 class Scalar;
 class TensorIndex;
+class IndexedTensor;
 
 /// What to build a tensor as: `zeros({2, 3}, kFloat64)` or
 /// `zeros({2, 3}, TensorOptions(kFloat64).requires_grad(true))`.
@@ -49,6 +53,18 @@ public:
     /// An undefined tensor (as a default torch::Tensor): defined() is false.
     Tensor() = default;
     explicit Tensor(std::shared_ptr<Node> node);
+    Tensor(const Tensor&) = default;
+    Tensor(Tensor&&) noexcept = default;
+    ~Tensor() = default;
+    /// Assigning to a named tensor rebinds the handle (`a = b` makes a another name for b), as
+    /// LibTorch's lvalue operator=.
+    Tensor& operator=(const Tensor&) & = default;
+    Tensor& operator=(Tensor&&) & noexcept = default;
+    /// Assigning to a temporary writes into the tensor it stands for, as LibTorch's rvalue
+    /// operator=: `p.grad() = g` is `p.grad().copy_(g)` and `f() = 0.5` is `f().fill_(0.5)`, so
+    /// that no such write vanishes into a copy of the handle.
+    Tensor& operator=(const Tensor& src) &&;
+    Tensor& operator=(Scalar value) &&;
 
     bool defined() const noexcept { return static_cast<bool>(m_node); }
     const Shape& shape() const;
@@ -121,7 +137,7 @@ public:
     /// remove_post_accumulate_grad_hook, which ignores an unknown id.
     std::uint64_t register_post_accumulate_grad_hook(std::function<void(Tensor&)> hook);
     void remove_post_accumulate_grad_hook(std::uint64_t id);
-    /// The same values as a new leaf, cut from the graph (a copy: nodes own their arrays).
+    /// The values as a new leaf cut from the graph: a copy (torch's detach shares storage); writes stay in it.
     Tensor detach() const;
     /// Name of the op that made this tensor ("mul", "softmax"...), "" for a leaf.
     std::string op_name() const;
@@ -174,28 +190,34 @@ public:
 
     // --- indexing as torch (ops_index.cpp; the index forms are below the class) ---------
     /// t[i]: the sub-tensor at i along axis 0 (negative i counts from the end), a copy with
-    /// gradient. Out of range throws, naming the axis, the index and the size.
+    /// gradient, as an IndexedTensor: assigning to it and its in-place ops write into t
+    /// (`t[0] = v`, `t[0][1] = 5`, `t[0].mul_(2)`, `t[0] += 1`). Out of range throws, naming the
+    /// axis, the index and the size.
     template <class I, std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool>, int> = 0>
-    Tensor operator[](I i) const {
-        return select_index(checked_index("index", i));
-    }
+    IndexedTensor operator[](I i) const;
     /// LibTorch's t.index({Slice(0, 2), 1, None, Ellipsis}): integers (negative from the end),
     /// Slice(start, stop, step) with None ends, None (a new axis of length 1) and one Ellipsis.
-    /// A copy (xgrad has no views) whose gradient goes back to the picked elements.
-    Tensor index(const std::vector<TensorIndex>& indices) const;
+    /// A copy (xgrad has no views) whose gradient goes back to the picked elements, as an
+    /// IndexedTensor: `t.index({Slice(), 0}) = v` and in-place ops on it write into t.
+    IndexedTensor index(const std::vector<TensorIndex>& indices) const;
     /// Writes `value` (broadcast to the indexed part, cast to this tensor's dtype) into the
-    /// elements `indices` pick, in place: every alias sees it and version() is bumped. As in
-    /// torch, refused on a leaf that requires grad while gradients are recorded; and, as xgrad
-    /// records no in-place op, on any tensor in a graph (run it under NoGradGuard).
+    /// elements `indices` pick, in place: every alias sees it and version() is bumped. With
+    /// gradients recorded and this tensor or `value` requiring grad, it is recorded in the graph
+    /// as torch's: the tensor's gradient flows to its old value except at the picked elements,
+    /// whose gradient goes to `value` (summed over its broadcast). Refused, as in torch, on a
+    /// leaf that requires grad while gradients are recorded.
     const Tensor& index_put_(const std::vector<TensorIndex>& indices, const Tensor& value) const;
     const Tensor& index_put_(const std::vector<TensorIndex>& indices, Scalar value) const;
 
     // --- in-place ops (ops_inplace.cpp), as torch's: every handle on this tensor sees the new
     // values and version() is bumped. With gradients recorded and this tensor or an operand
     // requiring grad, the op is recorded in the graph (the tensor's history moves onto it, see
-    // record_in_place in node.hpp); a leaf that requires grad is refused, as in torch. Results
-    // are cast back to this tensor's dtype where torch's can_cast allows it (an int64 tensor
-    // mul_(2.5) throws), and operands must broadcast to this tensor's shape.
+    // record_in_place in node.hpp): the ops that read it before keep their gradient path to the
+    // old value, and a backward through one that saved it is refused (version()). A leaf that
+    // requires grad is refused while gradients are recorded, as in torch. Without a graph the
+    // values are written into the tensor's own storage. Arithmetic results are cast back to this
+    // tensor's dtype where torch's can_cast allows it (an int64 tensor mul_(2.5) throws), and
+    // operands must broadcast to this tensor's shape.
     const Tensor& add_(const Tensor& other) const;
     /// this += alpha·other (torch's add_ with alpha).
     const Tensor& add_(const Tensor& other, Scalar alpha) const;
@@ -211,8 +233,11 @@ public:
     const Tensor& masked_fill_(const Tensor& mask, Scalar value) const;
     /// clamp (ops.hpp) in place; either bound may be missing, not both.
     const Tensor& clamp_(std::optional<double> min, std::optional<double> max = std::nullopt) const;
-    /// src's values (broadcast to this shape, cast to this dtype); the gradient goes to src.
+    /// src's values (broadcast to this shape, cast to this dtype as torch's copy_, a float into
+    /// int64 truncating); the gradient goes to src, summed over its broadcast, none to the old
+    /// values.
     const Tensor& copy_(const Tensor& src) const;
+    /// Every element 0 / `value` (cast to this dtype, as torch's fill_); no gradient to the old values.
     const Tensor& zero_() const;
     const Tensor& fill_(Scalar value) const;
 
@@ -223,7 +248,9 @@ public:
     const std::shared_ptr<Node>& node_ptr() const { return m_node; }
 
 private:
-    Tensor select_index(long i) const;  // t[i]
+    friend class IndexedTensor;
+    Tensor select_index(long i) const;                                   // t[i]'s values
+    Tensor index_values(const std::vector<TensorIndex>& indices) const;  // index()'s values
     std::uint64_t add_hook(std::function<Tensor(const Tensor&)> hook);
     std::shared_ptr<Node> m_node;
 };
@@ -272,6 +299,124 @@ private:
     long m_integer = 0;
     indexing::Slice m_slice;
 };
+
+// --- writing through t[i] and index() (indexed_tensor.cpp) -----------------------------------
+
+/// What t[i] and t.index({...}) return: the picked values, a copy with gradient that remembers t
+/// and the indices, so a write through it lands in t as with torch's views and LibTorch's rvalue
+/// operator=. Not a view: every node owns its contiguous array, which every kernel relies on;
+/// views would bring storage offsets and strides into all of them for the sake of these writes:
+///
+///     t[0] = v;  t[0][1] = 5;  t.index({Slice(), 0}) = v;          // t.index_put_(...)
+///     t[0].mul_(2);  t[0] += 1;  t[0].index_put_({1}, 5);          // read, op, write back
+///
+/// Every write becomes t.index_put_ (chained through each level for t[0][1]): it bumps t's
+/// version and, with gradients recorded, is recorded in the graph, so the gradient reaches t's
+/// old value and the operands as torch's does. An in-place op reads t's part afresh, applies the
+/// op and writes the result back, then this handle holds the values written (so a write to t
+/// made since it was taken is not lost). Otherwise reading it gives the values as they were when
+/// it was taken: a later write to t does not show in it (no view).
+///
+/// The link lives in this type only. `auto r = t[0];` keeps it (r.mul_(2) writes into t);
+/// held as a plain Tensor (`Tensor r = t[0];`, or passed on as `const Tensor&`) it is an ordinary
+/// copy, and writes to it stay in it. Forms that would write into the copy alone do not compile,
+/// with a message naming the form that works: assigning to a named one (`r = v`, which would
+/// only rebind r; write `r.copy_(v)`), data_ptr() and mutable_data_ptr() (a pointer cannot reach
+/// t; read with const_data_ptr()), and set_data().
+class IndexedTensor : public Tensor {
+    template <class> static constexpr bool always_false = false;
+
+public:
+    IndexedTensor(const IndexedTensor&) = default;
+    IndexedTensor(IndexedTensor&&) noexcept = default;
+    ~IndexedTensor() = default;
+
+    /// t[i] = v: writes v (broadcast to the picked shape, cast to t's dtype) into t.
+    IndexedTensor& operator=(const Tensor& value) &&;
+    IndexedTensor& operator=(const IndexedTensor& value) &&;
+    IndexedTensor& operator=(Scalar value) &&;
+    template <class T> IndexedTensor& operator=(T&&) & {
+        static_assert(always_false<T>,
+                      "assigning to a named t[i] / t.index(...) handle would only rebind it: write "
+                      "`r.copy_(v)` to write into the tensor it came from, or hold it as `Tensor r` to rebind");
+        return *this;
+    }
+
+    /// The in-place ops of Tensor, written into the tensor this came from (see the class).
+    const IndexedTensor& add_(const Tensor& other) const;
+    const IndexedTensor& add_(const Tensor& other, Scalar alpha) const;
+    const IndexedTensor& add_(Scalar other) const;
+    const IndexedTensor& sub_(const Tensor& other) const;
+    const IndexedTensor& sub_(const Tensor& other, Scalar alpha) const;
+    const IndexedTensor& sub_(Scalar other) const;
+    const IndexedTensor& mul_(const Tensor& other) const;
+    const IndexedTensor& mul_(Scalar other) const;
+    const IndexedTensor& div_(const Tensor& other) const;
+    const IndexedTensor& div_(Scalar other) const;
+    const IndexedTensor& masked_fill_(const Tensor& mask, Scalar value) const;
+    const IndexedTensor& clamp_(std::optional<double> min, std::optional<double> max = std::nullopt) const;
+    const IndexedTensor& copy_(const Tensor& src) const;
+    const IndexedTensor& zero_() const;
+    const IndexedTensor& fill_(Scalar value) const;
+    const IndexedTensor& index_put_(const std::vector<TensorIndex>& indices, const Tensor& value) const;
+    const IndexedTensor& index_put_(const std::vector<TensorIndex>& indices, Scalar value) const;
+
+    /// Indexing again keeps the chain: t[0][1] = 5 writes into t.
+    template <class I, std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool>, int> = 0>
+    IndexedTensor operator[](I i) const;
+    IndexedTensor index(const std::vector<TensorIndex>& indices) const;
+
+    /// Reading is as Tensor's; writing through a pointer or set_data would miss t (see the class).
+    template <class T> const T* data_ptr() const { return Tensor::data_ptr<T>(); }
+    template <class T> T* data_ptr() {
+        static_assert(always_false<T>,
+                      "data_ptr() on t[i] / t.index(...) hands out a copy's storage, so a write through it would "
+                      "not reach t: read with const_data_ptr(), write with index_put_, copy_ or an in-place op");
+        return nullptr;
+    }
+    template <class T> T* mutable_data_ptr() const {
+        static_assert(always_false<T>,
+                      "mutable_data_ptr() on t[i] / t.index(...) hands out a copy's storage, so a write through it "
+                      "would not reach t: write with index_put_, copy_ or an in-place op");
+        return nullptr;
+    }
+    template <class T = void> void set_data(const Tensor&) const {
+        static_assert(always_false<T>,
+                      "set_data() on t[i] / t.index(...) would replace a copy's values only: write into t with "
+                      "copy_(v) (or t.index_put_(...))");
+    }
+
+private:
+    friend class Tensor;
+    IndexedTensor(Tensor values, Tensor base, std::vector<TensorIndex> indices);
+    IndexedTensor(Tensor values, std::shared_ptr<const IndexedTensor> parent, std::vector<TensorIndex> indices);
+    // Refuses a write into a leaf that requires grad (the tensor at the root of the chain, t
+    // for t[0][1]) while gradients are recorded, before anything is written.
+    void check_root(const char* op) const;
+    // Runs `write(base)` on what this handle indexes: t itself, or for t[0][1] the part that
+    // t[0] stands for, read from t and written back into it.
+    void write_base(const char* op, const std::function<void(const Tensor& base)>& write) const;
+    // An in-place op `f` on a fresh read of this part, written back into the base; when `keep`,
+    // this handle then holds the values written.
+    const IndexedTensor& update(const char* op, const std::function<void(const Tensor& part)>& f,
+                                bool keep = true) const;
+
+    Tensor m_base;                                  // what the indices pick from, or
+    std::shared_ptr<const IndexedTensor> m_parent;  // the IndexedTensor they pick from (t[0][1])
+    std::vector<TensorIndex> m_indices;
+};
+
+template <class I, std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool>, int>>
+IndexedTensor Tensor::operator[](I i) const {
+    const long k = checked_index("index", i);
+    return IndexedTensor(select_index(k), *this, {TensorIndex(k)});
+}
+
+template <class I, std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool>, int>>
+IndexedTensor IndexedTensor::operator[](I i) const {
+    const long k = checked_index("index", i);
+    return IndexedTensor(select_index(k), std::make_shared<const IndexedTensor>(*this), {TensorIndex(k)});
+}
 
 // --- operators as torch (ops_elementwise.cpp) -------------------------------------------
 //
@@ -351,12 +496,9 @@ Tensor operator<=(Scalar s, const Tensor& a);
 Tensor operator>(Scalar s, const Tensor& a);
 Tensor operator>=(Scalar s, const Tensor& a);
 
-/// In place, as torch's add_ and friends: every handle sharing a's storage sees the new values,
-/// and a's version() is bumped. The result is cast back to a's dtype, which must be possible
-/// as torch's can_cast says (an int64 tensor += 2.5 throws), and the other operand must
-/// broadcast to a's shape. Refused, as in torch, on a leaf that requires grad while gradients
-/// are recorded (use NoGradGuard). Unlike torch, an in-place op is never recorded in the graph:
-/// with gradients on and either operand requiring grad it throws (write `a = a + b`).
+/// In place: a += b is a.add_(b), and so on (see the in-place ops of Tensor): every handle on a
+/// sees the new values, a's version() is bumped, and with gradients recorded the op is recorded
+/// in the graph (a leaf that requires grad is refused, as in torch).
 const Tensor& operator+=(const Tensor& a, const Tensor& b);
 const Tensor& operator-=(const Tensor& a, const Tensor& b);
 const Tensor& operator*=(const Tensor& a, const Tensor& b);
@@ -365,6 +507,15 @@ const Tensor& operator+=(const Tensor& a, Scalar s);
 const Tensor& operator-=(const Tensor& a, Scalar s);
 const Tensor& operator*=(const Tensor& a, Scalar s);
 const Tensor& operator/=(const Tensor& a, Scalar s);
+/// On t[i] or t.index(...), the same written into t (see IndexedTensor).
+inline const IndexedTensor& operator+=(const IndexedTensor& a, const Tensor& b) { return a.add_(b); }
+inline const IndexedTensor& operator-=(const IndexedTensor& a, const Tensor& b) { return a.sub_(b); }
+inline const IndexedTensor& operator*=(const IndexedTensor& a, const Tensor& b) { return a.mul_(b); }
+inline const IndexedTensor& operator/=(const IndexedTensor& a, const Tensor& b) { return a.div_(b); }
+inline const IndexedTensor& operator+=(const IndexedTensor& a, Scalar s) { return a.add_(s); }
+inline const IndexedTensor& operator-=(const IndexedTensor& a, Scalar s) { return a.sub_(s); }
+inline const IndexedTensor& operator*=(const IndexedTensor& a, Scalar s) { return a.mul_(s); }
+inline const IndexedTensor& operator/=(const IndexedTensor& a, Scalar s) { return a.div_(s); }
 
 /// Throws unless t is defined with `dims` axes, for ops and layers checking their arguments:
 /// "<who>: <arg> must be 3-D (batch, length, features), got shape (2, 3)" (`layout` in brackets).
@@ -462,3 +613,6 @@ struct fmt::formatter<xgrad::Tensor> : fmt::formatter<std::string> {
         return fmt::formatter<std::string>::format(xgrad::to_string(t), ctx);
     }
 };
+
+template <>
+struct fmt::formatter<xgrad::IndexedTensor> : fmt::formatter<xgrad::Tensor> {};

@@ -334,7 +334,7 @@ int run(int argc, char** argv) {
     std::vector<std::vector<Tensor>> panels;
     std::vector<std::vector<std::string>> titles;
     for (std::size_t l = 0; l < net.layers(); ++l) {
-        const Tensor w = net.decoder().block(l).attention2()->attention_weights();  // (1, heads, T, Ts)
+        const Tensor w = net.decoder().block(l).attention2()->attention_weights_copy();  // (1, heads, T, Ts)
         panels.emplace_back();
         titles.emplace_back();
         for (std::size_t h = 0; h < w.size(1); ++h) {

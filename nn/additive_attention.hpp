@@ -27,7 +27,9 @@ public:
     Tensor forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
                    const AttentionMask& mask);
 
-    /// (batch, Tq, Tk) from the last forward, before dropout; undefined before the first.
+    /// (batch, Tq, Tk) from the last forward, before dropout; undefined before the first. The
+    /// tensor itself (aliases what the module keeps and that forward's graph), as
+    /// DotProductAttention::attention_weights.
     const Tensor& attention_weights() const { return m_attention_weights; }
 
 private:

@@ -38,8 +38,10 @@ public:
                          const ResolvedMask& mask);
 
     /// (batch·H, Tq, Tk) from the last forward (H = 1 for forward()), head h of batch row b at
-    /// row b·H + h; part of that forward's graph (detach() to keep a copy
-    /// apart from it); undefined before the first forward.
+    /// row b·H + h; undefined before the first forward. The tensor itself, as d2l's attribute:
+    /// the handle aliases what the module keeps and what that forward computed with (a write
+    /// through it changes both, and is refused at that forward's backward, which saved it);
+    /// detach() keeps a copy apart from the graph.
     const Tensor& attention_weights() const { return m_attention_weights; }
 
 private:

@@ -17,6 +17,7 @@ public:
 
     Tensor forward(const Tensor& ids);
 
+    /// The table parameter itself (num_embeddings, embedding_dim): the handle aliases it.
     const Tensor& weight() const { return parameter("weight"); }
     std::size_t num_embeddings() const { return m_num; }
     std::size_t embedding_dim() const { return m_dim; }

@@ -20,7 +20,8 @@ public:
 
     const Shape& normalized_shape() const { return m_shape; }
     double eps() const { return m_eps; }
-    /// Undefined when built without elementwise_affine.
+    /// The parameters themselves (the handles alias them); undefined when built without
+    /// elementwise_affine.
     Tensor weight() const { return m_affine ? parameter("weight") : Tensor(); }
     Tensor bias() const { return m_affine ? parameter("bias") : Tensor(); }
     std::string extra_repr() const override;

@@ -18,8 +18,9 @@ public:
 
     Tensor forward(const Tensor& x);
 
+    /// The weight parameter itself (out_features, in_features): the handle aliases it.
     const Tensor& weight() const { return parameter("weight"); }
-    /// The bias, or an undefined tensor for Linear(..., bias = false).
+    /// The bias parameter itself (aliases), or an undefined tensor for Linear(..., bias = false).
     Tensor bias() const { return m_has_bias ? parameter("bias") : Tensor(); }
     std::size_t in_features() const { return m_in; }
     std::size_t out_features() const { return m_out; }

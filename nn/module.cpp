@@ -252,9 +252,7 @@ void Module::collect_state(const std::string& prefix, std::vector<std::pair<std:
 NamedTensors Module::state_dict() const {
     std::vector<std::pair<std::string, Tensor>> entries;
     collect_state("", entries);  // every name, shared tensors included
-    NamedTensors out;
-    for (const auto& [name, t] : entries) out.emplace_back(name, t.detach());
-    return out;
+    return entries;
 }
 
 LoadResult Module::load_state_dict(const NamedTensors& state, bool strict) {
@@ -309,19 +307,29 @@ LoadResult Module::load_state_dict(const NamedTensors& state, bool strict) {
         throw Error(msg);
     }
 
-    // Every conversion first (one can throw: a NaN into an integer buffer), then the writes.
+    // Every conversion first (one can throw: a NaN into an integer buffer), then the writes. A
+    // state_dict() entry is the tensor itself: one that is also loaded into (entries under
+    // other names) is copied first, so that every entry loads the values it had.
     NoGradGuard no_grad;
+    std::vector<const void*> targets;
+    for (const auto& l : to_load) targets.push_back(l.into.node_ptr().get());
+    auto is_target = [&](const Tensor& t) {
+        return std::find(targets.begin(), targets.end(), t.node_ptr().get()) != targets.end();
+    };
     std::vector<Tensor> converted;
     for (const auto& l : to_load) {
         try {
-            converted.push_back(l.from->dtype() == l.into.dtype() ? *l.from : cast(*l.from, l.into.dtype()));
+            converted.push_back(l.from->dtype() != l.into.dtype() ? cast(*l.from, l.into.dtype())
+                                : is_target(*l.from)               ? l.from->detach()
+                                                                   : *l.from);
         } catch (const Error& e) {
             throw Error(fmt::format("load_state_dict: {} ({} into {}) cannot be converted, nothing was loaded: {}",
                                     l.name, dtype_name(l.from->dtype()), dtype_name(l.into.dtype()), e.what()));
         }
     }
-    for (std::size_t i = 0; i < to_load.size(); ++i)
-        if (!converted[i].is_same(to_load[i].into)) to_load[i].into.set_data(converted[i]);
+    // Written in place, as torch's copy_: every handle sees the values and the version counts
+    // the write (a graph made before refuses its backward), even when the values are the same.
+    for (std::size_t i = 0; i < to_load.size(); ++i) to_load[i].into.copy_(converted[i]);
     return result;
 }
 

@@ -10,6 +10,11 @@
 /// The registry is the one place a parameter handle lives: layers read their parameters back
 /// with parameter("weight") rather than keeping a second copy of the handle, so that
 /// set_parameter() (a functional call, as torch.func.functional_call) is seen by forward().
+///
+/// Every accessor here hands out the registered tensors themselves, as torch's: parameters(),
+/// named_parameters(), buffers(), named_buffers(), parameter(), buffer() and the entries of
+/// state_dict() alias, so a write through one (under NoGradGuard for a parameter, as in torch)
+/// is what the module computes with. Take a snapshot with detach() (a copy).
 #include <cstddef>
 #include <functional>
 #include <iosfwd>
@@ -49,7 +54,8 @@ public:
     // --- parameters and children -----------------------------------------------------------
     /// Own parameters first, then each child's, depth first (torch's order); names dotted
     /// from the path: "W_q.weight", "addnorm1.ln.bias". A tensor shared by two modules (tied
-    /// weights) is listed once, under its first name, as torch does.
+    /// weights) is listed once, under its first name, as torch does. The handles alias the
+    /// parameters: `{ NoGradGuard g; p.mul_(0.5); }` on one changes the module.
     std::vector<std::pair<std::string, Tensor>> named_parameters() const;
     std::vector<Tensor> parameters() const;
     /// The direct children, in registration order.
@@ -74,13 +80,13 @@ public:
 
     /// Buffers: tensors that are state but not parameters (running statistics, fixed tables).
     /// Own buffers first, then each child's, depth first, each tensor once, as torch's
-    /// named_buffers. Persistent and non-persistent alike.
+    /// named_buffers. Persistent and non-persistent alike. The handles alias the buffers.
     std::vector<std::pair<std::string, Tensor>> named_buffers() const;
     std::vector<Tensor> buffers() const;
-    /// One of this module's own buffers by its local name; throws if there is none.
+    /// One of this module's own buffers by its local name (the buffer itself); throws if there is none.
     const Tensor& buffer(const std::string& name) const;
 
-    /// One of this module's own parameters by its local name; throws if there is none.
+    /// One of this module's own parameters by its local name (the parameter itself); throws if there is none.
     const Tensor& parameter(const std::string& name) const;
     /// Replaces the handle registered under a dotted name with `value` (same shape and dtype).
     /// The module computes with `value` from then on; an optimizer built earlier still holds
@@ -104,12 +110,18 @@ public:
     Module& to(Dtype dtype);
 
     // --- state ----------------------------------------------------------------------------
-    /// Copies of every parameter's and persistent buffer's values by dotted name, in torch's
-    /// order: a module's own parameters, then its own persistent buffers, then each child's
-    /// entries; a shared tensor appears under each of its names (as in torch).
+    /// Every parameter and persistent buffer by dotted name, in torch's order: a module's own
+    /// parameters, then its own persistent buffers, then each child's entries; a shared tensor
+    /// appears under each of its names (as in torch). The entries alias the module's tensors,
+    /// as torch's do: `{ NoGradGuard g; sd[0].second.copy_(w); }` sets the weight, and a later
+    /// training step shows in them. Unlike torch's detached entries, a parameter's entry still
+    /// requires grad. For a snapshot (to roll back to, or to keep the best model), copy each
+    /// entry with detach(), as torch needs copy.deepcopy.
     NamedTensors state_dict() const;
-    /// Copies values into the existing parameter and persistent-buffer handles, converting the
-    /// dtype as torch's copy_ does (a float64 .npz from numpy loads into a float32 model).
+    /// Copies values into the existing parameter and persistent-buffer handles, in place as
+    /// torch's copy_ (each write bumps the tensor's version, even of equal values), converting
+    /// the dtype as copy_ does (a float64 .npz from numpy loads into a float32 model). The state
+    /// may be this module's own state_dict(), whose entries are its tensors.
     /// First checks every entry: a shape that differs, an undefined tensor or a repeated name
     /// is always an error; with `strict`, so is an entry the module lacks or a parameter or
     /// buffer with no entry. If anything is wrong it throws one Error listing all of it and the

@@ -101,7 +101,7 @@ Tensor MultiHeadAttention::forward(const Tensor& queries, const Tensor& keys, co
     return m_W_o->forward(out);  // (batch, Tq, num_hiddens)
 }
 
-Tensor MultiHeadAttention::attention_weights() const {
+Tensor MultiHeadAttention::attention_weights_copy() const {
     const Tensor& w = m_attention->attention_weights();  // (batch·H, Tq, Tk)
     if (!w.defined()) return w;
     return reshape(

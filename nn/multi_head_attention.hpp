@@ -49,8 +49,10 @@ struct MultiHeadAttentionOptions {
 ///
 /// Attention weights, two accessors with one shape each:
 ///  - attention()->attention_weights(): (batch·num_heads, Tq, Tk), d2l's
-///    `mha.attention.attention_weights` (head h of batch row b at row b·num_heads + h);
-///  - attention_weights(): the same weights as (batch, num_heads, Tq, Tk).
+///    `mha.attention.attention_weights` (head h of batch row b at row b·num_heads + h), the
+///    tensor itself (aliases);
+///  - attention_weights_copy(): the same weights as (batch, num_heads, Tq, Tk), a new tensor
+///    (reshaped: xgrad has no views).
 class MultiHeadAttention : public Module, public Callable<MultiHeadAttention> {
 public:
     /// d2l's positional form: MultiHeadAttention(key_size, query_size, value_size, num_hiddens,
@@ -67,9 +69,10 @@ public:
                    const AttentionMask& mask);
 
     /// Per-head weights of the last forward, before dropout: (batch, num_heads, Tq, Tk);
-    /// undefined before the first forward. d2l's (batch·num_heads, Tq, Tk) view is
+    /// undefined before the first forward. A copy, reshaped (with gradient to the weights): a
+    /// write to it stays in it. d2l's (batch·num_heads, Tq, Tk), the tensor the module keeps, is
     /// attention()->attention_weights().
-    Tensor attention_weights() const;
+    Tensor attention_weights_copy() const;
 
     std::size_t num_heads() const { return m_num_heads; }
     std::size_t num_hiddens() const { return m_W_o->out_features(); }

@@ -27,7 +27,7 @@ public:
 
     Tensor forward(const Tensor& X, std::size_t offset = 0);
 
-    /// The table P, (1, max_len, num_hiddens).
+    /// The table P itself, (1, max_len, num_hiddens): the handle aliases what forward adds.
     const Tensor& table() const { return m_P; }
 
 private:

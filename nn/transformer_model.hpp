@@ -69,7 +69,8 @@ public:
     Tensor forward(const Tensor& X, const Tensor& valid_lens = Tensor());
 
     /// d2l's attention_weights: per block, blk.attention.attention.attention_weights of the last
-    /// forward, (batch·num_heads, T, T) each.
+    /// forward, (batch·num_heads, T, T) each: the blocks' tensors themselves (the handles alias
+    /// them, see DotProductAttention::attention_weights).
     std::vector<Tensor> attention_weights() const;
 
     const std::shared_ptr<Sequential>& blks() const { return m_blks; }
@@ -113,7 +114,8 @@ public:
                                                        const AttentionMask& self_mask);
 
     /// d2l's attention_weights: [0][i] block i's self-attention weights, [1][i] its
-    /// cross-attention weights, each (batch·num_heads, T, keys) from the last forward.
+    /// cross-attention weights, each (batch·num_heads, T, keys) from the last forward: the
+    /// blocks' tensors themselves (the handles alias them).
     std::vector<std::vector<Tensor>> attention_weights() const;
 
     std::size_t num_layers() const { return m_blks->size(); }

@@ -29,7 +29,8 @@ public:
     /// The lr at step `epoch` (>= 0), unchecked.
     virtual double lr_at(std::int64_t epoch) const = 0;
 
-    /// {"last_epoch": int64 0-d, "base_lr": float64 0-d}.
+    /// {"last_epoch": int64 0-d, "base_lr": float64 0-d}: new tensors made from the numbers the
+    /// schedule keeps (copies: writing one changes nothing; load_state_dict sets them).
     NamedTensors state_dict() const;
     /// Restores a state_dict() (checked first) and sets the optimizer's lr to match.
     void load_state_dict(const NamedTensors& state);

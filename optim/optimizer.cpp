@@ -85,7 +85,7 @@ NamedTensors Optimizer::state_dict() const {
     const auto names = buffer_names(hyper);
     for (std::size_t i = 0; i < m_params.size(); ++i) {
         const auto buffers = get_state(i);
-        for (std::size_t j = 0; j < buffers.size(); ++j) out.emplace_back(state_key(i, names[j]), buffers[j].detach());
+        for (std::size_t j = 0; j < buffers.size(); ++j) out.emplace_back(state_key(i, names[j]), buffers[j]);
     }
     return out;
 }

@@ -32,16 +32,22 @@ public:
     double lr() const { return m_lr; }
     /// Sets the learning rate (schedulers call this); throws unless lr is finite and >= 0.
     void set_lr(double lr);
+    /// The parameters this optimizer updates: the handles themselves (they alias the module's).
     const std::vector<Tensor>& parameters() const { return m_params; }
     /// "SGD", "Adam", "AdamW": the name used in messages.
     const std::string& name() const { return m_name; }
 
-    /// Everything a resumed run needs to continue bit for bit, as named copies:
+    /// Everything a resumed run needs to continue bit for bit, by name:
     ///   "<kind>.num_params"       int64 0-d: the number of parameters
     ///   "<kind>.lr", ".momentum"… float64 0-d: the hyper-parameters (flags as 0 / 1)
     ///   "state.<i>.<buffer>"      parameter i's buffers ("state.3.exp_avg"; "state.3.step" is
     ///                             int64 0-d), present only once parameter i has been stepped.
-    /// <kind> is "sgd", "adam" or "adamw". Later steps do not change the returned tensors.
+    /// <kind> is "sgd", "adam" or "adamw". As torch's, the buffer entries (exp_avg, exp_avg_sq,
+    /// max_exp_avg_sq, momentum_buffer) alias the optimizer's state: a later step() shows in
+    /// them, and a write through one is what the next step reads. What the optimizer keeps as
+    /// numbers (the counts, step, lr and the hyper-parameters) comes as new 0-d tensors, copies:
+    /// writing one changes nothing (set_lr, or load_state_dict, does). For a snapshot (to
+    /// resume from later in the same run) copy each entry with detach().
     NamedTensors state_dict() const;
     /// Restores a state_dict(): hyper-parameters (the learning rate included) and buffers are
     /// copied in, buffers converted to their parameter's float dtype (as torch). Everything is

@@ -172,9 +172,14 @@ void load_checkpoint(const std::string& path, TrainState& s) {
 
     // Each load_state_dict checks everything before changing anything; if a later one throws,
     // the earlier ones are rolled back so the state stays as it was.
-    const NamedTensors model_before = s.model->state_dict();
-    const auto optim_before = s.optimizer->state_dict();
-    const auto sched_before = s.schedule->state_dict();
+    // state_dict() aliases the tensors (as torch's): the rollback needs copies.
+    auto snapshot = [](NamedTensors state) {
+        for (auto& entry : state) entry.second = entry.second.detach();
+        return state;
+    };
+    const NamedTensors model_before = snapshot(s.model->state_dict());
+    const NamedTensors optim_before = snapshot(s.optimizer->state_dict());
+    const NamedTensors sched_before = s.schedule->state_dict();  // numbers: new tensors already
     try {
         s.model->load_state_dict(take_prefixed(all, "model."));
         s.optimizer->load_state_dict(take_prefixed(all, "optim."));

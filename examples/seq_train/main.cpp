@@ -165,7 +165,7 @@ std::string write_attention_plot(const std::string& path, SeqEncoder& model, con
     for (auto t : input) ticks.push_back(token_str(t));
     std::vector<std::vector<Tensor>> panels;
     std::vector<std::vector<std::string>> titles;
-    const auto weights = model.attention_weights();
+    const auto weights = model.attention_weights_copy();
     for (std::size_t l = 0; l < weights.size(); ++l) {
         panels.emplace_back();
         titles.emplace_back();

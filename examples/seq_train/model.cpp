@@ -35,9 +35,10 @@ Tensor SeqEncoder::forward(const Tensor& X, const Tensor& valid_lens) {
     return m_head->forward(m_encoder->forward(X, valid_lens));  // (batch, T, hidden) → (batch, T, vocab)
 }
 
-std::vector<Tensor> SeqEncoder::attention_weights() const {
+std::vector<Tensor> SeqEncoder::attention_weights_copy() const {
     std::vector<Tensor> out;
-    for (std::size_t l = 0; l < m_spec.layers; ++l) out.push_back(m_encoder->block(l).attention()->attention_weights());
+    for (std::size_t l = 0; l < m_spec.layers; ++l)
+        out.push_back(m_encoder->block(l).attention()->attention_weights_copy());
     return out;
 }
 

@@ -44,8 +44,9 @@ public:
     /// Parameters drawn from `gen`. Throws if hidden is not a multiple of heads.
     SeqEncoder(const ModelSpec& spec, Generator& gen);
     Tensor forward(const Tensor& X, const Tensor& valid_lens);
-    /// Per-layer attention weights of the last forward, each (batch, heads, T, T).
-    std::vector<Tensor> attention_weights() const;
+    /// Per-layer attention weights of the last forward, each (batch, heads, T, T): copies
+    /// (reshaped from what the layers keep).
+    std::vector<Tensor> attention_weights_copy() const;
     const ModelSpec& spec() const { return m_spec; }
     std::string extra_repr() const override;
 

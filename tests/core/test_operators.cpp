@@ -215,11 +215,13 @@ TEST_CASE("compound assignment writes in place as torch", "[operators][inplace]"
     }
     CHECK_THAT(vals(w), approx({0.5, 1.5}));
     CHECK(w.requires_grad());
-    // A tensor in the graph: xgrad does not record in-place ops, and says so.
+    // A tensor in the graph: the op is recorded, as torch's (test_inplace.cpp has the rest).
     Tensor h = w * 2;
-    CHECK_THROWS_WITH(h += 1, Catch::Contains("add_") && Catch::Contains("a = a + b"));
+    h += 1;
+    CHECK(h.op_name() == "add_");
     Tensor acc = zeros({2});
-    CHECK_THROWS_WITH(acc += w, Catch::Contains("add_") && Catch::Contains("in-place"));
+    acc += w;
+    CHECK(acc.requires_grad());
     // An op that saved a tensor sees the write at backward, as torch.
     Tensor u = tensor({1.0, 2.0});
     Tensor prod = w * u;

@@ -69,7 +69,7 @@ TEST_CASE("SeqEncoder: logits shape, per-layer attention weights, bad sizes") {
         const Batch b = make_batch(TaskSpec{Task::copy, 5, 6}, 3, data);
         const Tensor logits = model(b.inputs, b.valid_lens);
         CHECK(logits.shape() == Shape{3, 5, 7});
-        const auto w = model.attention_weights();
+        const auto w = model.attention_weights_copy();
         REQUIRE(w.size() == 3);
         CHECK(w[0].shape() == Shape{3, 4, 5, 5});
         // keys past a sequence's valid length get no weight

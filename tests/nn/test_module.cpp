@@ -226,17 +226,43 @@ TEST_CASE("state_dict round-trips through an .npz file into fresh handles' value
     CHECK(vals(a.forward(q, k, v)) == vals(b.forward(q, k, v)));
 }
 
-TEST_CASE("state_dict holds copies, not the parameters", "[module][state]") {
+TEST_CASE("state_dict holds the parameters themselves, as torch's (test_accessors.cpp writes through them)",
+          "[module][state]") {
     Linear lin(2, 2);
     auto state = lin.state_dict();
     REQUIRE(state[0].first == "weight");
-    CHECK_FALSE(state[0].second.is_same(lin.weight()));
-    CHECK_FALSE(state[0].second.requires_grad());
+    CHECK(state[0].second.is_same(lin.weight()));
+    // Loading a module's own state is a write, as torch's copy_: the version counts it.
+    const auto v0 = lin.weight().version();
+    const auto values = vals(lin.weight());
+    lin.load_state_dict(state);
+    CHECK(lin.weight().version() == v0 + 1);
+    CHECK(vals(lin.weight()) == values);
+}
+
+TEST_CASE("a state whose entries alias the module's tensors under other names loads the values they had",
+          "[module][state]") {
+    Linear lin(2, 2, false);
+    Linear other(2, 2, false);
+    other.load_state_dict({{"weight", lin.weight()}});  // other.weight takes lin's values
+    CHECK(vals(other.weight()) == vals(lin.weight()));
+    // Two entries that are each other's tensors: both load what the other held before.
+    Tensor a = tensor({1.0, 2.0}), b = tensor({3.0, 4.0});
+    struct Pair : Module {
+        Pair(Tensor x, Tensor y) : Module("Pair") {
+            register_buffer("a", std::move(x));
+            register_buffer("b", std::move(y));
+        }
+    } pair(a, b);
+    pair.load_state_dict({{"a", pair.buffer("b")}, {"b", pair.buffer("a")}});
+    CHECK(vals(pair.buffer("a")) == std::vector<double>{3, 4});
+    CHECK(vals(pair.buffer("b")) == std::vector<double>{1, 2});
 }
 
 TEST_CASE("a mismatched load reports everything at once and changes nothing", "[module][state]") {
     MultiHeadAttention m(3, 2, 4, 4, 2, 0.0, true);
-    const auto before = m.state_dict();
+    NamedTensors before = m.state_dict();
+    for (auto& entry : before) entry.second = entry.second.detach();  // a snapshot: the entries alias
     NamedTensors state = m.state_dict();
     state.erase(state.begin());                       // W_q.weight missing
     state[0].second = zeros({5});                     // W_q.bias: shape

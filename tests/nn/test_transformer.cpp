@@ -307,7 +307,7 @@ TEST_CASE("MultiHeadAttention attention weights: d2l's shape from the inner atte
     // d2l: mha.attention.attention_weights, (batch·num_heads, Tq, Tk)
     const Tensor d2l = mha.attention()->attention_weights();
     CHECK(d2l.shape() == Shape{6, 4, 5});
-    const Tensor four_d = mha.attention_weights();
+    const Tensor four_d = mha.attention_weights_copy();
     CHECK(four_d.shape() == Shape{3, 2, 4, 5});
     CHECK(vals(four_d) == vals(d2l));  // the same weights, row b·H + h is [b, h]
     // batch row 0 has 1 valid key: both its heads put all weight on key 0

@@ -263,7 +263,9 @@ TEST_CASE("a restored optimizer continues bit for bit", "[optim][state]") {
         auto params = fresh_params(dtype);
         auto opt = make_optimizer(params);
         run_steps(*opt, params, 0, 3);
-        const NamedTensors saved = opt->state_dict();
+        // state_dict() aliases the buffers (as torch's): a snapshot to resume from copies them.
+        NamedTensors saved = opt->state_dict();
+        for (auto& entry : saved) entry.second = entry.second.detach();
         const auto saved_values = snapshot(params);
         run_steps(*opt, params, 3, 5);
 
@@ -276,7 +278,7 @@ TEST_CASE("a restored optimizer continues bit for bit", "[optim][state]") {
         run_steps(*restored, restored_params, 3, 5);
         for (std::size_t i = 0; i < params.size(); ++i) CHECK(vals(restored_params[i]) == vals(params[i]));
 
-        // The saved tensors are copies: the two extra steps did not write into them.
+        // The snapshot's tensors are copies: the two extra steps did not write into them.
         auto again = make_optimizer(fresh_params(dtype, saved_values));
         again->load_state_dict(saved);
         const NamedTensors resaved = again->state_dict();
@@ -337,7 +339,8 @@ TEST_CASE("load_state_dict rejects a mismatching state and leaves the optimizer 
     auto other_params = fresh_params(kFloat64);
     Adam target(other_params, AdamOptions(0.5).betas({0.5, 0.5}));
     run_steps(target, other_params, 0, 1);
-    const NamedTensors before = target.state_dict();
+    NamedTensors before = target.state_dict();
+    for (auto& entry : before) entry.second = entry.second.detach();  // a snapshot: the entries alias
 
     auto rejects = [&](const NamedTensors& bad, const std::string& fragment) {
         CHECK_THROWS_WITH(target.load_state_dict(bad),
