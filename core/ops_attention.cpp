@@ -4,7 +4,10 @@
 // is row b·H + h of the weights, the order of transpose_qkv.
 #include "core/ops.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <initializer_list>
+#include <memory>
 
 #include "core/autocast_product.hpp"
 #include "core/creation.hpp"
@@ -175,6 +178,14 @@ enum class Engine { blas, dnnl_f32, dnnl_bf16 };
 dnnl::Input input_of(Engine e) { return e == Engine::dnnl_bf16 ? dnnl::Input::bf16 : dnnl::Input::f32; }
 using autocast::Bf16;
 
+// Whether an op's result is to be recorded: gradients on and an input requiring one. When it
+// is not (a first-order backward runs its formulas so), its formula is not even made.
+bool records(std::initializer_list<const Tensor*> inputs) {
+    return grad_enabled() && std::any_of(inputs.begin(), inputs.end(), [](const Tensor* t) {
+               return t->defined() && t->requires_grad();
+           });
+}
+
 // A gradient that is zeros whatever its arguments: a plain tensor (no graph, no second derivative).
 template <class T> Tensor zeros_result(const Shape& shape) { return make_leaf(Storage(xt::xarray<T>(xt::zeros<T>(shape)))); }
 
@@ -197,19 +208,17 @@ struct Combine {
     // the (batch, head) pairs, of which an empty axis leaves room for 2^40 and more.
     bool products() const { return B * Lq * E != 0 && Lk != 0; }
 };
-using CombineSpec = std::shared_ptr<const Combine>;
 
-Formula combine_formula(CombineSpec cs, Bf16 w16, Bf16 v16);
-Formula combine_grad_w_formula(CombineSpec cs, Bf16 g16, Bf16 v16);
-Formula combine_grad_v_formula(CombineSpec cs, Bf16 g16, Bf16 w16);
+Formula combine_formula(const Combine& c, Bf16 w16, Bf16 v16);
+Formula combine_grad_w_formula(const Combine& c, Bf16 g16, Bf16 v16);
+Formula combine_grad_v_formula(const Combine& c, Bf16 g16, Bf16 w16);
 
-// out_bh = W_bh·V_bh on the engine of `cs`. On oneDNN: of W and V themselves, or of their
+// out_bh = W_bh·V_bh on the engine of `c`. On oneDNN: of W and V themselves, or of their
 // bfloat16 roundings (w16 and v16 when already made), V head-packed; each block of W's heads
 // rounded right before its products read it.
-Tensor combine_forward(const CombineSpec& cs, const Tensor& weights, const Tensor& values, Bf16 w16 = nullptr,
+Tensor combine_forward(const Combine& c, const Tensor& weights, const Tensor& values, Bf16 w16 = nullptr,
                        Bf16 v16 = nullptr) {
     constexpr const char* op = "head_attention_combine";
-    const Combine& c = *cs;
     const std::size_t B = c.B, H = c.H, Lq = c.Lq, Lk = c.Lk, E = c.E, dv = c.dv;
     const Shape out_shape = c.out_shape();
     if (c.engine != Engine::blas && values.dtype() == kFloat32) {
@@ -239,8 +248,9 @@ Tensor combine_forward(const CombineSpec& cs, const Tensor& weights, const Tenso
         // Each copy is kept only for the other operand's gradient.
         if (!autocast::keep_for(values)) w16 = nullptr;
         if (!autocast::keep_for(weights)) v16 = nullptr;
+        if (!records({&weights, &values})) return make_result<float>(std::move(out), {}, op, Formula());
         return make_result<float>(std::move(out), {weights, values}, op,
-                                  combine_formula(cs, std::move(w16), std::move(v16)),
+                                  combine_formula(c, std::move(w16), std::move(v16)),
                                   bf16 ? Saves::none() : Saves::only_inputs(3u));
     }
     return dispatch_floating(op, values.dtype(), [&](auto tag) {
@@ -258,33 +268,39 @@ Tensor combine_forward(const CombineSpec& cs, const Tensor& weights, const Tenso
                 }
             });
         }
-        return make_result<T>(std::move(out), {weights, values}, op, combine_formula(cs, nullptr, nullptr),
+        if (!records({&weights, &values})) return make_result<T>(std::move(out), {}, op, Formula());
+        return make_result<T>(std::move(out), {weights, values}, op, combine_formula(c, nullptr, nullptr),
                               c.products() ? Saves::only_inputs(3u) : Saves::none());
     });
 }
 
 // Wraps head_attention_combine's gradients as their ops: dW of (G, V), dV of (G, W).
 template <class T>
-std::pair<Tensor, Tensor> combine_grads(const CombineSpec& cs, xt::xarray<T>&& dw, xt::xarray<T>&& dval,
+std::pair<Tensor, Tensor> combine_grads(const Combine& c, xt::xarray<T>&& dw, xt::xarray<T>&& dval,
                                         const Tensor& grad, const Tensor& weights, const Tensor& values, Bf16 g16,
                                         Bf16 w16, Bf16 v16, bool need_w, bool need_v, bool bf16) {
     constexpr const char* op = "head_attention_combine_backward";
     const Saves saves = bf16 ? Saves::none() : Saves::only_inputs(3u);
     std::pair<Tensor, Tensor> r;
-    if (need_w) r.first = make_result<T>(std::move(dw), {grad, values}, op, combine_grad_w_formula(cs, g16, v16), saves);
-    if (need_v) r.second = make_result<T>(std::move(dval), {grad, weights}, op, combine_grad_v_formula(cs, g16, w16), saves);
+    if (need_w)
+        r.first = records({&grad, &values})
+                      ? make_result<T>(std::move(dw), {grad, values}, op, combine_grad_w_formula(c, g16, v16), saves)
+                      : make_result<T>(std::move(dw), {}, op, Formula());
+    if (need_v)
+        r.second = records({&grad, &weights})
+                       ? make_result<T>(std::move(dval), {grad, weights}, op, combine_grad_v_formula(c, g16, w16), saves)
+                       : make_result<T>(std::move(dval), {}, op, Formula());
     return r;
 }
 
 // head_attention_combine's gradients from G: dW_bh = G_bh·V_bhᵀ (when need_w; reads values) and
 // dV_bh = W_bhᵀ·G_bh (when need_v; reads weights), in one pass over the heads. On bfloat16,
 // g16, w16 and v16 are the copies already made (G and V head-packed), the others made here.
-std::pair<Tensor, Tensor> combine_backward(const CombineSpec& cs, const Tensor& grad, const Tensor& weights,
+std::pair<Tensor, Tensor> combine_backward(const Combine& c, const Tensor& grad, const Tensor& weights,
                                            const Tensor& values, Bf16 g16, Bf16 w16, Bf16 v16, bool need_w,
                                            bool need_v) {
     constexpr const char* op = "head_attention_combine_backward";
     if (!need_w && !need_v) return {};
-    const Combine& c = *cs;
     const std::size_t B = c.B, H = c.H, Lq = c.Lq, Lk = c.Lk, E = c.E, dv = c.dv;
     if (c.engine != Engine::blas && grad.dtype() == kFloat32 && c.products()) {
         const dnnl::Input in = input_of(c.engine);
@@ -312,7 +328,7 @@ std::pair<Tensor, Tensor> combine_backward(const CombineSpec& cs, const Tensor& 
             dnnl::matmul(p, bf16 ? static_cast<const void*>(w16->data()) : xgrad::values<float>(weights).data(), G,
                          dval.data());
         }
-        return combine_grads<float>(cs, std::move(dw), std::move(dval), grad, weights, values, std::move(g16),
+        return combine_grads<float>(c, std::move(dw), std::move(dval), grad, weights, values, std::move(g16),
                                     std::move(w16), std::move(v16), need_w, need_v, bf16);
     }
     return dispatch_floating(op, grad.dtype(), [&](auto tag) {
@@ -338,34 +354,38 @@ std::pair<Tensor, Tensor> combine_backward(const CombineSpec& cs, const Tensor& 
                                   dval.data() + v0, E);
             }
         });
-        return combine_grads<T>(cs, std::move(dw), std::move(dval), grad, weights, values, nullptr, nullptr, nullptr,
+        return combine_grads<T>(c, std::move(dw), std::move(dval), grad, weights, values, nullptr, nullptr, nullptr,
                                 need_w, need_v, false);
     });
 }
 
-Formula combine_formula(CombineSpec cs, Bf16 w16, Bf16 v16) {
-    return [cs = std::move(cs), w16 = std::move(w16), v16 = std::move(v16)](const GradArgs& in) -> std::vector<Tensor> {
-        auto [dw, dval] = combine_backward(cs, in.grad(), in.inputs[0], in.inputs[1], nullptr, w16, v16, in.needs(0),
-                                           in.needs(1));
-        return {dw, dval};
+// (Each formula returns a list made before the gradients, as the engine's older backwards had
+// it: a step's malloc pattern unchanged keeps glibc from trimming and regrowing its heap top
+// every step, which cost bench_mha tiny page faults inside gemm, 4-20% of its step.)
+Formula combine_formula(const Combine& c, Bf16 w16, Bf16 v16) {
+    return [c, w16 = std::move(w16), v16 = std::move(v16)](const GradArgs& in) -> std::vector<Tensor> {
+        std::vector<Tensor> r(2);
+        std::tie(r[0], r[1]) = combine_backward(c, in.grad(), in.inputs[0], in.inputs[1], nullptr, w16, v16,
+                                                in.needs(0), in.needs(1));
+        return r;
     };
 }
 
 // dW = G_bh·V_bhᵀ: its gradient gw gives G gw_bh·V_bh and V gw_bhᵀ·G_bh.
-Formula combine_grad_w_formula(CombineSpec cs, Bf16 g16, Bf16 v16) {
-    return [cs = std::move(cs), g16 = std::move(g16), v16 = std::move(v16)](const GradArgs& in) -> std::vector<Tensor> {
+Formula combine_grad_w_formula(const Combine& c, Bf16 g16, Bf16 v16) {
+    return [c, g16 = std::move(g16), v16 = std::move(v16)](const GradArgs& in) -> std::vector<Tensor> {
         const Tensor &G = in.inputs[0], &V = in.inputs[1], &gw = in.grad();
-        return {in.needs(0) ? combine_forward(cs, gw, V, nullptr, v16) : Tensor(),
-                in.needs(1) ? combine_backward(cs, G, gw, Tensor(), g16, nullptr, nullptr, false, true).second : Tensor()};
+        return {in.needs(0) ? combine_forward(c, gw, V, nullptr, v16) : Tensor(),
+                in.needs(1) ? combine_backward(c, G, gw, Tensor(), g16, nullptr, nullptr, false, true).second : Tensor()};
     };
 }
 
 // dV = W_bhᵀ·G_bh: its gradient gv gives G W_bh·gv_bh and W G_bh·gv_bhᵀ.
-Formula combine_grad_v_formula(CombineSpec cs, Bf16 g16, Bf16 w16) {
-    return [cs = std::move(cs), g16 = std::move(g16), w16 = std::move(w16)](const GradArgs& in) -> std::vector<Tensor> {
+Formula combine_grad_v_formula(const Combine& c, Bf16 g16, Bf16 w16) {
+    return [c, g16 = std::move(g16), w16 = std::move(w16)](const GradArgs& in) -> std::vector<Tensor> {
         const Tensor &G = in.inputs[0], &W = in.inputs[1], &gv = in.grad();
-        return {in.needs(0) ? combine_forward(cs, W, gv, w16, nullptr) : Tensor(),
-                in.needs(1) ? combine_backward(cs, G, Tensor(), gv, g16, nullptr, nullptr, true, false).first : Tensor()};
+        return {in.needs(0) ? combine_forward(c, W, gv, w16, nullptr) : Tensor(),
+                in.needs(1) ? combine_backward(c, G, Tensor(), gv, g16, nullptr, nullptr, true, false).first : Tensor()};
     };
 }
 
@@ -381,34 +401,42 @@ Formula combine_grad_v_formula(CombineSpec cs, Bf16 g16, Bf16 w16) {
 struct Weights {
     std::size_t B, H, Lq, Lk, D, d;
     double scale;
-    std::shared_ptr<const ResolvedMask> mask;
+    ResolvedMask mask;
     Engine engine;
     std::size_t grain, block;  // pairs per chunk, and per block on oneDNN (pair_grain, pair_block)
-    CombineSpec scores;        // head_attention_combine's family on these heads: x_bh·y_bhᵀ products
 };
-using WeightsSpec = std::shared_ptr<const Weights>;
 
-Formula weights_grad_q_formula(WeightsSpec ws, Bf16 k16);
-Formula weights_grad_k_formula(WeightsSpec ws, Bf16 q16);
+// head_attention_combine's family on these heads, for the products x_bh·y_bhᵀ of (B, Lq, D)
+// by (B, Lk, D) (its dW) that a second derivative takes.
+Combine scores_of(const Weights& w) { return Combine{w.B, w.H, w.Lq, w.Lk, w.D, w.d, w.engine}; }
+
+Formula weights_grad_q_formula(const Weights& w, Bf16 k16);
+Formula weights_grad_k_formula(const Weights& w, Bf16 q16);
 
 // Wraps head_attention_weights' gradients as their ops: dQ of (G, W, K), dK of (G, W, Q), each
 // with a bool mask as a last input (read again by a second derivative).
 template <class T>
-std::pair<Tensor, Tensor> weights_grads(const WeightsSpec& ws, xt::xarray<T>&& dq, xt::xarray<T>&& dk,
+std::pair<Tensor, Tensor> weights_grads(const Weights& w, xt::xarray<T>&& dq, xt::xarray<T>&& dk,
                                         const Tensor& grad, const Tensor& weights, const Tensor& queries,
                                         const Tensor& keys, Bf16 q16, Bf16 k16, bool need_q, bool need_k, bool bf16) {
     constexpr const char* op = "head_attention_weights_backward";
-    const bool by_mask = ws->mask->by_mask();
+    const bool by_mask = w.mask.by_mask();
     // G and W; the other operand unless its bfloat16 copy stands in for it; the mask
     const Saves saves{3u | (bf16 ? 0u : 4u) | (by_mask ? 8u : 0u), false};
     auto inputs = [&](const Tensor& x) {
         std::vector<Tensor> v{grad, weights, x};
-        if (by_mask) v.push_back(ws->mask->where());
+        if (by_mask) v.push_back(w.mask.where());
         return v;
     };
     std::pair<Tensor, Tensor> r;
-    if (need_q) r.first = make_result<T>(std::move(dq), inputs(keys), op, weights_grad_q_formula(ws, std::move(k16)), saves);
-    if (need_k) r.second = make_result<T>(std::move(dk), inputs(queries), op, weights_grad_k_formula(ws, std::move(q16)), saves);
+    if (need_q)
+        r.first = records({&grad, &weights, &keys})
+                      ? make_result<T>(std::move(dq), inputs(keys), op, weights_grad_q_formula(w, std::move(k16)), saves)
+                      : make_result<T>(std::move(dq), {}, op, Formula());
+    if (need_k)
+        r.second = records({&grad, &weights, &queries})
+                       ? make_result<T>(std::move(dk), inputs(queries), op, weights_grad_k_formula(w, std::move(q16)), saves)
+                       : make_result<T>(std::move(dk), {}, op, Formula());
     return r;
 }
 
@@ -416,15 +444,14 @@ std::pair<Tensor, Tensor> weights_grads(const WeightsSpec& ws, xt::xarray<T>&& d
 // dK (when need_k; reads queries). On bfloat16, q16 and k16 are the head-packed copies already
 // made, the others made here; a block's dS is rounded to bfloat16 as the softmax's backward
 // writes it, and read by the block's products while in cache.
-std::pair<Tensor, Tensor> weights_backward(const WeightsSpec& ws, const Tensor& grad, const Tensor& weights,
+std::pair<Tensor, Tensor> weights_backward(const Weights& w, const Tensor& grad, const Tensor& weights,
                                            const Tensor& queries, const Tensor& keys, Bf16 q16, Bf16 k16, bool need_q,
                                            bool need_k) {
     constexpr const char* op = "head_attention_weights_backward";
     if (!need_q && !need_k) return {};
-    const Weights& w = *ws;
     const std::size_t B = w.B, H = w.H, Lq = w.Lq, Lk = w.Lk, D = w.D, d = w.d;
     const std::size_t grain = w.grain, block = w.block;
-    const kernel::MaskedRows kept(*w.mask);
+    const kernel::MaskedRows kept(w.mask);
     // Without features dQ and dK are empty; without weights, zeros: no dS to make, pair by pair.
     const bool products = D != 0 && B * H * Lq * Lk != 0;
     if (w.engine != Engine::blas && grad.dtype() == kFloat32 && products) {
@@ -480,7 +507,7 @@ std::pair<Tensor, Tensor> weights_backward(const WeightsSpec& ws, const Tensor& 
                     run_heads(pk, b, nb, h0, h1, dS_at(b, h0), Q, dk.data());
                 });
         });
-        return weights_grads<float>(ws, std::move(dq), std::move(dk), grad, weights, queries, keys, std::move(q16),
+        return weights_grads<float>(w, std::move(dq), std::move(dk), grad, weights, queries, keys, std::move(q16),
                                     std::move(k16), need_q, need_k, bf16);
     }
     return dispatch_floating(op, grad.dtype(), [&](auto tag) {
@@ -510,7 +537,7 @@ std::pair<Tensor, Tensor> weights_backward(const WeightsSpec& ws, const Tensor& 
                     blas::gemm<T>(true, false, Lk, d, Lq, alpha, dS.data(), Lk, Q + q0, D, T(1), dk.data() + k0, D);
             }
         });
-        return weights_grads<T>(ws, std::move(dq), std::move(dk), grad, weights, queries, keys, nullptr, nullptr,
+        return weights_grads<T>(w, std::move(dq), std::move(dk), grad, weights, queries, keys, nullptr, nullptr,
                                 need_q, need_k, false);
     });
 }
@@ -518,7 +545,7 @@ std::pair<Tensor, Tensor> weights_backward(const WeightsSpec& ws, const Tensor& 
 // 1 where the mask lets a query attend a key, else 0: (B·H, Lq, Lk) in `dtype`, a constant;
 // undefined when every key is kept.
 Tensor keep_of(const Weights& w, Dtype dtype) {
-    const ResolvedMask& m = *w.mask;
+    const ResolvedMask& m = w.mask;
     const std::size_t Lq = w.Lq, Lk = w.Lk, H = w.H;
     if (Lk == 0) return Tensor();
     if (!m.by_mask() && std::all_of(m.prefix().begin(), m.prefix().end(), [Lk](std::size_t L) { return L == Lk; }))
@@ -556,38 +583,38 @@ std::pair<Tensor, Tensor> softmax_backward_grads(const Weights& w, const Tensor&
 }
 
 // dQ = scale·dS(G, W)·K_bh: its gradient gq gives K scale·dSᵀ·gq_bh, and dS E = scale·gq_bh·K_bhᵀ.
-Formula weights_grad_q_formula(WeightsSpec ws, Bf16 k16) {
-    return [ws = std::move(ws), k16 = std::move(k16)](const GradArgs& in) -> std::vector<Tensor> {
+Formula weights_grad_q_formula(const Weights& w, Bf16 k16) {
+    return [w, k16 = std::move(k16)](const GradArgs& in) -> std::vector<Tensor> {
         const Tensor &G = in.inputs[0], &W = in.inputs[1], &K = in.inputs[2], &gq = in.grad();
         std::vector<Tensor> r(in.inputs.size());
         if (in.needs(0) || in.needs(1)) {
-            const Tensor E = combine_backward(ws->scores, gq, Tensor(), K, nullptr, nullptr, k16, true, false).first;
-            std::tie(r[0], r[1]) = softmax_backward_grads(*ws, E * ws->scale, G, W, in.needs(0), in.needs(1));
+            const Tensor E = combine_backward(scores_of(w), gq, Tensor(), K, nullptr, nullptr, k16, true, false).first;
+            std::tie(r[0], r[1]) = softmax_backward_grads(w, E * w.scale, G, W, in.needs(0), in.needs(1));
         }
-        if (in.needs(2)) r[2] = weights_backward(ws, G, W, gq, Tensor(), nullptr, nullptr, false, true).second;
+        if (in.needs(2)) r[2] = weights_backward(w, G, W, gq, Tensor(), nullptr, nullptr, false, true).second;
         return r;
     };
 }
 
 // dK = scale·dS(G, W)ᵀ·Q_bh: its gradient gk gives Q scale·dS·gk_bh, and dS E = scale·Q_bh·gk_bhᵀ.
-Formula weights_grad_k_formula(WeightsSpec ws, Bf16 q16) {
-    return [ws = std::move(ws), q16 = std::move(q16)](const GradArgs& in) -> std::vector<Tensor> {
+Formula weights_grad_k_formula(const Weights& w, Bf16 q16) {
+    return [w, q16 = std::move(q16)](const GradArgs& in) -> std::vector<Tensor> {
         const Tensor &G = in.inputs[0], &W = in.inputs[1], &Q = in.inputs[2], &gk = in.grad();
         std::vector<Tensor> r(in.inputs.size());
         if (in.needs(0) || in.needs(1)) {
-            const Tensor E = combine_backward(ws->scores, Q, Tensor(), gk, q16, nullptr, nullptr, true, false).first;
-            std::tie(r[0], r[1]) = softmax_backward_grads(*ws, E * ws->scale, G, W, in.needs(0), in.needs(1));
+            const Tensor E = combine_backward(scores_of(w), Q, Tensor(), gk, q16, nullptr, nullptr, true, false).first;
+            std::tie(r[0], r[1]) = softmax_backward_grads(w, E * w.scale, G, W, in.needs(0), in.needs(1));
         }
-        if (in.needs(2)) r[2] = weights_backward(ws, G, W, Tensor(), gk, nullptr, nullptr, true, false).first;
+        if (in.needs(2)) r[2] = weights_backward(w, G, W, Tensor(), gk, nullptr, nullptr, true, false).first;
         return r;
     };
 }
 
 // head_attention_weights' own gradient: dQ and dK from G and its output W.
-Formula weights_formula(WeightsSpec ws, Bf16 q16, Bf16 k16) {
-    return [ws = std::move(ws), q16 = std::move(q16), k16 = std::move(k16)](const GradArgs& in) -> std::vector<Tensor> {
+Formula weights_formula(Weights w, Bf16 q16, Bf16 k16) {
+    return [w = std::move(w), q16 = std::move(q16), k16 = std::move(k16)](const GradArgs& in) -> std::vector<Tensor> {
         std::vector<Tensor> r(in.inputs.size());
-        std::tie(r[0], r[1]) = weights_backward(ws, in.grad(), in.output, in.inputs[0], in.inputs[1], q16, k16,
+        std::tie(r[0], r[1]) = weights_backward(w, in.grad(), in.output, in.inputs[0], in.inputs[1], q16, k16,
                                                 in.needs(0), in.needs(1));
         return r;
     };
@@ -596,9 +623,8 @@ Formula weights_formula(WeightsSpec ws, Bf16 q16, Bf16 k16) {
 // The scores S = scale·Q_bh·K_bhᵀ on oneDNN (float32 accumulation): of Q and K themselves, or
 // of bfloat16 copies, head-packed; the masked softmax stays float32, each block of heads'
 // softmax right after their products.
-Tensor weights_dnnl(const WeightsSpec& ws, const Tensor& queries, const Tensor& keys) {
+Tensor weights_dnnl(Weights w, const Tensor& queries, const Tensor& keys) {
     constexpr const char* op = "head_attention_weights";
-    const Weights& w = *ws;
     const dnnl::Input in = input_of(w.engine);
     const bool bf16 = in == dnnl::Input::bf16;
     const std::size_t B = w.B, H = w.H, Lq = w.Lq, Lk = w.Lk, d = w.d;
@@ -612,7 +638,7 @@ Tensor weights_dnnl(const WeightsSpec& ws, const Tensor& queries, const Tensor& 
     set_c(s, scores_layout(Lq, Lk, H));
     const void* Q = bf16 ? static_cast<const void*>(q16->data()) : values<float>(queries).data();
     const void* K = bf16 ? static_cast<const void*>(k16->data()) : values<float>(keys).data();
-    const kernel::MaskedRows kept(*w.mask);
+    const kernel::MaskedRows kept(w.mask);
     float* W = out.data();
     pair_blocks(B, H, w.grain, w.block, [&](std::size_t p0, std::size_t p1) {
         head_runs(s, p0, p1, H, [&](std::size_t b, std::size_t nb, std::size_t h0, std::size_t h1) {
@@ -627,15 +653,16 @@ Tensor weights_dnnl(const WeightsSpec& ws, const Tensor& queries, const Tensor& 
             }
         });
     });
+    if (!records({&queries, &keys})) return make_result<float>(std::move(out), {}, op, Formula());
     std::vector<Tensor> inputs{queries, keys};
-    if (w.mask->by_mask()) inputs.push_back(w.mask->where());
+    if (w.mask.by_mask()) inputs.push_back(w.mask.where());
     // Each copy is kept only for the other operand's gradient.
     if (!autocast::keep_for(keys)) q16 = nullptr;
     if (!autocast::keep_for(queries)) k16 = nullptr;
+    // the weights and a bool mask; bfloat16 copies Q and K, float32 reads them again
+    const Saves saves{(w.mask.by_mask() ? 4u : 0u) | (bf16 ? 0u : 3u), true};
     return make_result<float>(std::move(out), std::move(inputs), op,
-                              weights_formula(ws, std::move(q16), std::move(k16)),
-                              // the weights and a bool mask; bfloat16 copies Q and K, float32 reads them again
-                              Saves{(w.mask->by_mask() ? 4u : 0u) | (bf16 ? 0u : 3u), true});
+                              weights_formula(std::move(w), std::move(q16), std::move(k16)), saves);
 }
 
 // Where head_attention_weights runs now, for its arguments' shapes (empty: nothing to multiply).
@@ -653,18 +680,11 @@ Engine combine_engine(Dtype dtype, const Combine& c) {
     return gemm_uses_onednn(c.B * c.H, c.Lq, c.dv, c.Lk) ? Engine::dnnl_f32 : Engine::blas;
 }
 
-WeightsSpec weights_spec(const Tensor& queries, const Tensor& keys, std::size_t H, double scale,
+Weights weights_spec(const Tensor& queries, const Tensor& keys, std::size_t H, double scale,
                          const ResolvedMask& mask, bool empty) {
-    auto w = std::make_shared<Weights>();
-    w->B = queries.size(0), w->H = H, w->Lq = queries.size(1), w->Lk = keys.size(1), w->D = queries.size(2);
-    w->d = w->D / H;
-    w->scale = scale;
-    w->mask = std::make_shared<const ResolvedMask>(mask);
-    w->engine = weights_engine(queries.dtype(), empty, w->B, H, w->Lq, w->Lk, w->d);
-    w->grain = pair_grain(w->Lq, w->Lk, w->d);
-    w->block = pair_block(w->Lq, w->Lk);
-    w->scores = std::make_shared<const Combine>(Combine{w->B, H, w->Lq, w->Lk, w->D, w->d, w->engine});
-    return w;
+    const std::size_t B = queries.size(0), Lq = queries.size(1), Lk = keys.size(1), D = queries.size(2), d = D / H;
+    return Weights{B, H, Lq, Lk, D, d, scale, mask, weights_engine(queries.dtype(), empty, B, H, Lq, Lk, d),
+                   pair_grain(Lq, Lk, d), pair_block(Lq, Lk)};
 }
 
 // head_attention_weights once its arguments are checked (check_weights_args gave w_shape).
@@ -688,17 +708,17 @@ Tensor attention_weights(const Tensor& queries, const Tensor& keys, std::size_t 
                                   Saves::none());
         });
     }
-    const WeightsSpec ws = weights_spec(queries, keys, H, scale, mask, empty);
-    if (ws->engine != Engine::blas) return weights_dnnl(ws, queries, keys);
+    Weights w = weights_spec(queries, keys, H, scale, mask, empty);
+    if (w.engine != Engine::blas) return weights_dnnl(std::move(w), queries, keys);
     return dispatch_floating(op, queries.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         const T* Q = values<T>(queries).data();
         const T* K = values<T>(keys).data();
         const T alpha = static_cast<T>(scale);
-        const kernel::MaskedRows kept(*ws->mask);
+        const kernel::MaskedRows kept(w.mask);
         xt::xarray<T> out = xt::empty<T>(w_shape);
         T* W = out.data();
-        parallel_for(B * H, ws->grain, [&](std::size_t p0, std::size_t p1) {
+        parallel_for(B * H, w.grain, [&](std::size_t p0, std::size_t p1) {
             for (std::size_t p = p0; p < p1; ++p) {
                 const std::size_t b = p / H, h = p % H;
                 T* S = W + p * Lq * Lk;
@@ -708,11 +728,12 @@ Tensor attention_weights(const Tensor& queries, const Tensor& keys, std::size_t 
                 kept.forward_rows(b * Lq, Lq, S, S);
             }
         });
+        if (!records({&queries, &keys})) return make_result<T>(std::move(out), {}, op, Formula());
         // Saves only the weights (its output) and the resolved mask: no scores tensor is kept. A
         // bool mask is read again by the backward, so it is an input whose writes are refused.
         std::vector<Tensor> inputs{queries, keys};
         if (mask.by_mask()) inputs.push_back(mask.where());
-        return make_result<T>(std::move(out), std::move(inputs), op, weights_formula(ws, nullptr, nullptr));
+        return make_result<T>(std::move(out), std::move(inputs), op, weights_formula(std::move(w), nullptr, nullptr));
     });
 }
 
@@ -739,10 +760,10 @@ Shape check_combine_args(const char* op, const Tensor& weights, const Tensor& va
     return out_shape;
 }
 
-CombineSpec combine_spec(const Tensor& weights, const Tensor& values, std::size_t H) {
+Combine combine_spec(const Tensor& weights, const Tensor& values, std::size_t H) {
     Combine c{values.size(0), H, weights.size(1), values.size(1), values.size(2), values.size(2) / H, Engine::blas};
     c.engine = combine_engine(values.dtype(), c);
-    return std::make_shared<const Combine>(c);
+    return c;
 }
 
 // A backward op's argument `arg` that must have the forward's result shape and the inputs' dtype.
@@ -787,8 +808,8 @@ QueryKeyGrads head_attention_weights_backward(const Tensor& grad, const Tensor& 
     check_result_like(op, "weights", weights, w_shape, queries);
     check_result_like(op, "grad", grad, w_shape, queries);
     const bool empty = w_shape[0] * w_shape[1] * w_shape[2] == 0;
-    const WeightsSpec ws = weights_spec(queries, keys, num_heads, scale, mask, empty);
-    auto [dq, dk] = weights_backward(ws, grad, weights, queries, keys, nullptr, nullptr, true, true);
+    const Weights w = weights_spec(queries, keys, num_heads, scale, mask, empty);
+    auto [dq, dk] = weights_backward(w, grad, weights, queries, keys, nullptr, nullptr, true, true);
     return {dq, dk};
 }
 

@@ -151,16 +151,16 @@ enum class Engine { blas, dnnl_f32, dnnl_bf16 };
 
 // What a product and the products of its gradients share, fixed by its forward pass: the plan
 // (its offsets made once) and the engine, which its gradients run on too, whatever the engine
-// setting or the autocast state when they run.
+// setting or the autocast state when they run. Each recorded product's formula holds a copy
+// (in the one allocation of its std::function, as the older backward's lambda held the plan):
+// a first-order backward records nothing and copies nothing.
 struct Product {
     const char* op = "";       // "matmul", "bmm", "matmul_t"
     const char* grad_op = "";  // what its gradients' products are called: "matmul_backward", ...
     Plan p;
-    Shape a_shape, b_shape;    // the operands as given (matmul's 1-D ones 1-D)
     Engine engine = Engine::blas;
     autocast::Offsets c_off;   // oneDNN: where each batch's (M, N) result starts, i·M·N
 };
-using Spec = std::shared_ptr<const Product>;
 using autocast::Bf16;
 
 // The three products of a product's family, each linear in each of its two arguments:
@@ -171,10 +171,6 @@ using autocast::Bf16;
 // are products of the family again (role_formula), so a product is differentiable any number
 // of times, and the first-order backward runs the gemm calls it always ran.
 enum class Role { forward, grad_a, grad_b };
-
-const Shape& result_shape(const Product& s, Role role) {
-    return role == Role::forward ? s.p.out_shape : role == Role::grad_a ? s.a_shape : s.b_shape;
-}
 
 // The BLAS products of one role, X and Y its arguments, into D (zeroed where batches sum into it).
 template <class T> void blas_role(const Product& s, Role role, const T* X, const T* Y, T* D) {
@@ -255,35 +251,39 @@ void dnnl_role(const Product& s, Role role, const void* X, const void* Y, float*
 }
 
 // A role's result buffer: a gradient whose matrix serves several batches sums them into zeros.
-template <class T> xt::xarray<T> result_buffer(const Product& s, Role role) {
+template <class T> xt::xarray<T> result_buffer(const Product& s, Role role, const Shape& shape) {
     const bool sums = (role == Role::grad_a && s.p.a_repeats) || (role == Role::grad_b && s.p.b_repeats);
-    const Shape& shape = result_shape(s, role);
     return sums ? xt::xarray<T>(xt::zeros<T>(shape)) : xt::xarray<T>(xt::empty<T>(shape));
 }
 
-Formula role_formula(Spec s, Role role, Bf16 x16, Bf16 y16);
+Formula role_formula(Product s, Role role, Bf16 x16, Bf16 y16);
 
-// One product of the family (see Role) of x and y, recorded with its gradient. On bfloat16,
-// x16 and y16 are their copies when already made (by the forward, for its gradients), else
-// made here; each product keeps the copies its gradients read, so that a bfloat16 product,
-// and every order of its gradient, reads its operands once, as they were at its forward pass.
-// `first`: the forward pass of the op itself, which makes the plan's offsets once its result
-// is allocated (so that a batch too large for memory fails there, named).
-Tensor run(const Spec& sp, Role role, const Tensor& x, const Tensor& y, Bf16 x16 = nullptr, Bf16 y16 = nullptr,
-           Product* first = nullptr) {
-    const Product& s = *sp;
+// Whether an op's result is to be recorded: gradients on and an input requiring one. When it
+// is not (a first-order backward runs its formulas so), its formula is not even made.
+bool records(const Tensor& x, const Tensor& y) { return grad_enabled() && (x.requires_grad() || y.requires_grad()); }
+
+// One product of the family (see Role) of x and y, of shape `shape` (the forward's result, or
+// the operand the gradient is for), recorded with its gradient. On bfloat16, x16 and y16 are
+// their copies when already made (by the forward, for its gradients), else made here; each
+// product keeps the copies its gradients read, so that a bfloat16 product, and every order of
+// its gradient, reads its operands once, as they were at its forward pass. `first`: the forward
+// pass of the op itself, which makes the plan's offsets once its result is allocated (so that
+// a batch too large for memory fails there, named), and whose formula takes it over.
+Tensor run(const Product& s, Role role, const Shape& shape, const Tensor& x, const Tensor& y, Bf16 x16 = nullptr,
+           Bf16 y16 = nullptr, Product* first = nullptr) {
+    // The formula's copy of the family: the op's own plan moved in, else a copy (second order).
+    auto spec = [&] { return first ? std::move(*first) : Product(s); };
     const char* name = role == Role::forward ? s.op : s.grad_op;
     check_same_dtype(name, x, y);
-    const Shape& x_shape = role == Role::forward ? s.a_shape : s.p.out_shape;
-    const Shape& y_shape = role == Role::grad_b ? s.a_shape : s.b_shape;
-    if (x.shape() != x_shape || y.shape() != y_shape)
-        throw Error(fmt::format("{}: operands of shapes {} and {} where its forward pass had {} and {}", name,
-                                shape_str(x.shape()), shape_str(y.shape()), shape_str(x_shape), shape_str(y_shape)));
+    if (role != Role::forward && x.shape() != s.p.out_shape)
+        throw Error(fmt::format("{}: gradient of shape {} for a result of shape {}", name, shape_str(x.shape()),
+                                shape_str(s.p.out_shape)));
+    const bool record = records(x, y);
     if (s.engine != Engine::blas && x.dtype() == kFloat32) {
         const bool bf16 = s.engine == Engine::dnnl_bf16;
         if (bf16 && !x16) x16 = role == Role::forward ? autocast::to_bf16(x) : autocast::to_bf16(values<float>(x).data(), x.numel());
         if (bf16 && !y16) y16 = role == Role::forward ? autocast::to_bf16(y) : autocast::to_bf16(values<float>(y).data(), y.numel());
-        xt::xarray<float> d = result_buffer<float>(s, role);
+        xt::xarray<float> d = result_buffer<float>(s, role, shape);
         if (first) {
             make_offsets(first->p);
             first->c_off.resize(s.p.count);
@@ -296,15 +296,17 @@ Tensor run(const Spec& sp, Role role, const Tensor& x, const Tensor& y, Bf16 x16
             if (!autocast::keep_for(y)) x16 = nullptr;
             if (!autocast::keep_for(x)) y16 = nullptr;
         }
-        return make_result<float>(std::move(d), {x, y}, name, role_formula(sp, role, std::move(x16), std::move(y16)),
+        if (!record) return make_result<float>(std::move(d), {}, name, Formula());
+        return make_result<float>(std::move(d), {x, y}, name, role_formula(spec(), role, std::move(x16), std::move(y16)),
                                   bf16 ? Saves::none() : Saves::only_inputs(3u));
     }
     return dispatch_floating(name, x.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
-        xt::xarray<T> d = result_buffer<T>(s, role);
+        xt::xarray<T> d = result_buffer<T>(s, role, shape);
         if (first) make_offsets(first->p);
         blas_role<T>(s, role, values<T>(x).data(), values<T>(y).data(), d.data());
-        return make_result<T>(std::move(d), {x, y}, name, role_formula(sp, role, nullptr, nullptr),
+        if (!record) return make_result<T>(std::move(d), {}, name, Formula());
+        return make_result<T>(std::move(d), {x, y}, name, role_formula(spec(), role, nullptr, nullptr),
                               Saves::only_inputs(3u));
     });
 }
@@ -312,25 +314,30 @@ Tensor run(const Spec& sp, Role role, const Tensor& x, const Tensor& y, Bf16 x16
 // Each product's gradients, in products of its family: for the forward, dA and dB; for
 // dA(G, B) = α·G·op(B)ᵀ (say), the gradient gg of its result gives G the product α·gg·op(B),
 // the forward's, and B the product dB(G, gg) of A = gg; dB(G, A) likewise.
-Formula role_formula(Spec s, Role role, Bf16 x16, Bf16 y16) {
+Formula role_formula(Product s, Role role, Bf16 x16, Bf16 y16) {
     return [s = std::move(s), role, x16 = std::move(x16), y16 = std::move(y16)](const GradArgs& in) -> std::vector<Tensor> {
         const Tensor &x = in.inputs[0], &y = in.inputs[1], &g = in.grad();
-        Tensor dx, dy;
+        const Shape& out = s.p.out_shape;
+        // The list first, then the gradients, as the engine's older backwards allocated them: a
+        // step's malloc pattern unchanged keeps glibc from trimming and regrowing its heap top
+        // every step (bench_mha tiny: page faults inside gemm, 4-20% of its step).
+        std::vector<Tensor> r(2);
+        Tensor &dx = r[0], &dy = r[1];
         switch (role) {
             case Role::forward:  // (A, B)
-                if (in.needs(0)) dx = run(s, Role::grad_a, g, y, nullptr, y16);
-                if (in.needs(1)) dy = run(s, Role::grad_b, g, x, nullptr, x16);
+                if (in.needs(0)) dx = run(s, Role::grad_a, x.shape(), g, y, nullptr, y16);
+                if (in.needs(1)) dy = run(s, Role::grad_b, y.shape(), g, x, nullptr, x16);
                 break;
             case Role::grad_a:  // (G, B)
-                if (in.needs(0)) dx = run(s, Role::forward, g, y, nullptr, y16);
-                if (in.needs(1)) dy = run(s, Role::grad_b, x, g, x16, nullptr);
+                if (in.needs(0)) dx = run(s, Role::forward, out, g, y, nullptr, y16);
+                if (in.needs(1)) dy = run(s, Role::grad_b, y.shape(), x, g, x16, nullptr);
                 break;
             case Role::grad_b:  // (G, A)
-                if (in.needs(0)) dx = run(s, Role::forward, y, g, y16, nullptr);
-                if (in.needs(1)) dy = run(s, Role::grad_a, x, g, x16, nullptr);
+                if (in.needs(0)) dx = run(s, Role::forward, out, y, g, y16, nullptr);
+                if (in.needs(1)) dy = run(s, Role::grad_a, y.shape(), x, g, x16, nullptr);
                 break;
         }
-        return {dx, dy};
+        return r;
     };
 }
 
@@ -339,19 +346,17 @@ Formula role_formula(Spec s, Role role, Bf16 x16, Bf16 y16) {
 // a second derivative through one is correct to bfloat16's precision, as its first is.
 Tensor product(const char* op, const char* grad_op, const Tensor& a, const Tensor& b, Plan p) {
     check_same_dtype(op, a, b);
-    auto s = std::make_shared<Product>();
+    Product s;
     if (a.dtype() == kFloat32 && p.m != 0 && p.n != 0 && p.k != 0 && p.count != 0) {
-        if (autocast::use_bf16(p.m * p.n * p.k)) s->engine = Engine::dnnl_bf16;
-        else if (gemm_uses_onednn(p.count, p.m, p.n, p.k)) s->engine = Engine::dnnl_f32;
+        if (autocast::use_bf16(p.m * p.n * p.k)) s.engine = Engine::dnnl_bf16;
+        else if (gemm_uses_onednn(p.count, p.m, p.n, p.k)) s.engine = Engine::dnnl_f32;
     }
-    s->op = op;
-    s->grad_op = grad_op;
-    s->p = std::move(p);
-    s->a_shape = a.shape();
-    s->b_shape = b.shape();
-    const AllocContext context(op, s->p.out_shape);
-    Product* first = s.get();
-    return run(std::move(s), Role::forward, a, b, nullptr, nullptr, first);
+    s.op = op;
+    s.grad_op = grad_op;
+    s.p = std::move(p);
+    const Shape out_shape = s.p.out_shape;  // s moves into the formula
+    const AllocContext context(op, out_shape);
+    return run(s, Role::forward, out_shape, a, b, nullptr, nullptr, &s);
 }
 
 }  // namespace

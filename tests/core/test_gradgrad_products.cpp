@@ -10,6 +10,7 @@
 #include "core/autograd.hpp"
 #include "core/grad_ops.hpp"
 #include "core/random.hpp"
+#include "core/runtime/blas.hpp"
 #include "core/runtime/dnnl.hpp"
 #include "helpers.hpp"
 
@@ -385,5 +386,40 @@ TEST_CASE("autocast: a second derivative through the bfloat16 products runs in b
             CHECK(inside[i].to_vector<float>() == after[i].to_vector<float>());
             CHECK(relative_error(inside[i], want[i]) < 1e-2);
         }
+    }
+}
+
+TEST_CASE("second derivatives on oneDNN's float32 engine match float64", "[gradgrad][products][attention]") {
+    // The oneDNN paths (the float32 engine where oneDNN wins, XGRAD_GEMM=onednn) run their
+    // gradients of every order there too: a Hessian-vector product in float32 against float64.
+    if (!dnnl::available()) return;
+    struct OnOneDnn {
+        GemmEngine previous = gemm_engine();
+        OnOneDnn() { set_gemm_engine(GemmEngine::OneDnn); }
+        ~OnOneDnn() { set_gemm_engine(previous); }
+    };
+    std::optional<OnOneDnn> on_onednn(std::in_place);
+    Generator gen(23);
+    const Tensor a = randn({2, 6, 5}, {}, gen).requires_grad_(), b = randn({5, 4}, {}, gen).requires_grad_();
+    const Tensor q = randn({2, 5, 6}, {}, gen).requires_grad_(), k = randn({2, 7, 6}, {}, gen).requires_grad_();
+    const Tensor v = randn({2, 7, 6}, {}, gen).requires_grad_();
+    const AttentionMask mask = AttentionMask::valid_lens(from_vector(std::vector<std::int64_t>{7, 3}, {2}));
+    auto hessian_v = [&](const std::vector<Tensor>& x) {
+        const Tensor p = matmul(x[0], x[1]);
+        const Tensor out = head_attention_combine(head_attention_weights(x[2], x[3], 3, 0.4, mask), x[4], 3);
+        const Tensor loss = (p * p).sum() + (out * out).sum();
+        const auto g = autograd::grad({loss}, x, {}, std::nullopt, true);
+        Tensor gv = (g[0] * g[0]).sum();
+        for (std::size_t i = 1; i < g.size(); ++i) gv = gv + (g[i] * g[i]).sum();
+        return autograd::grad({gv}, x);
+    };
+    const auto got = hessian_v({a, b, q, k, v});
+    std::vector<Tensor> x64;
+    for (const Tensor& t : {a, b, q, k, v}) x64.push_back(t.to(kFloat64).detach().requires_grad_());
+    on_onednn.reset();
+    const auto want = hessian_v(x64);
+    for (std::size_t i = 0; i < got.size(); ++i) {
+        CAPTURE(i);
+        CHECK(relative_error(got[i], want[i]) < 1e-5);
     }
 }
