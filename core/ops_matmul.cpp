@@ -1,7 +1,9 @@
 // Matrix products on BLAS gemm. Forward and backward use gemm's transpose flags, so no
 // transposed copy is ever made, and accumulate with beta = 1 where a broadcast operand's
-// gradient sums over batches.
+// gradient sums over batches. A product's gradients are products of its family again (Role
+// below), so every product is differentiable any number of times.
 #include <cmath>
+#include <memory>
 
 #include "core/runtime/blas.hpp"
 #include "core/autocast_product.hpp"
@@ -142,148 +144,224 @@ Plan plan_matmul(const char* op, const Shape& sa, const Shape& sb) {
     return p;
 }
 
-// On oneDNN, with float32 accumulation and a float32 result: float32 operands when the float32
-// engine is oneDNN (gemm_uses_onednn, blas.hpp), or under autocast (core/autocast.hpp) the
-// operands rounded to bfloat16. A bfloat16 backward reads the copies made here, never the inputs
-// again, and multiplies in bfloat16 as well (G rounded), whatever the autocast state when it
-// runs; a float32 backward reads the inputs, as the BLAS path's does.
-Tensor product_dnnl(const char* op, const Tensor& a, const Tensor& b, Plan p, dnnl::Input in) {
-    using autocast::Bf16;
-    const bool bf16 = in == dnnl::Input::bf16;
-    const Shape out_shape = p.out_shape;  // p moves into the backward
-    const AllocContext context(op, out_shape);
-    const Bf16 a16 = bf16 ? autocast::to_bf16(a) : nullptr;
-    const Bf16 b16 = bf16 ? autocast::to_bf16(b) : nullptr;
-    xt::xarray<float> c = xt::empty<float>(out_shape);
-    make_offsets(p);
-    const std::size_t count = p.count, mn = p.m * p.n;
-    autocast::Offsets c_off(count);
-    for (std::size_t i = 0; i < count; ++i) c_off[i] = i * mn;
-    dnnl::Matmul shape;
-    shape.input = in;
-    shape.alpha = static_cast<float>(p.alpha);
-    // C[i] = α·op(A[i])·op(B[i]) : (M,K)·(K,N) → (M,N)
-    shape.trans_a = p.ta, shape.trans_b = p.tb, shape.m = p.m, shape.n = p.n, shape.k = p.k;
-    shape.lda = p.lda(), shape.ldb = p.ldb(), shape.ldc = p.n;
-    autocast::batched(shape, bf16 ? static_cast<const void*>(a16->data()) : values<float>(a).data(), p.a_off,
-                      bf16 ? static_cast<const void*>(b16->data()) : values<float>(b).data(), p.b_off, c.data(), c_off);
-    // Each copy is kept only for the other operand's gradient.
-    const Bf16 keep_a = bf16 && autocast::keep_for(b) ? a16 : nullptr, keep_b = bf16 && autocast::keep_for(a) ? b16 : nullptr;
-    return make_result<float>(std::move(c), {a, b}, op, [op, p = std::move(p), c_off = std::move(c_off), in, keep_a,
-                                                         keep_b](Node& self, const Storage& gs) {
-        const bool need_a = needs_grad(self, 0), need_b = needs_grad(self, 1);
-        if (!need_a && !need_b) return;
-        const bool bf16 = in == dnnl::Input::bf16;
-        const xt::xarray<float>& g = grad_as<float>(gs);
-        const Bf16 g16 = bf16 ? autocast::to_bf16(g.data(), g.size()) : nullptr;
-        const void* G = bf16 ? static_cast<const void*>(g16->data()) : g.data();
-        // The operands as multiplied: the bfloat16 copies, or the float32 inputs themselves.
-        auto operand = [&](std::size_t i) -> const void* {
-            if (bf16) return (i == 0 ? keep_a : keep_b)->data();
-            return values<float>(self.parents[i]).data();
-        };
-        dnnl::Matmul shape;
-        shape.input = in;
-        shape.alpha = static_cast<float>(p.alpha);
-        // A matrix shared by several batches sums their gradients, one product at a time into zeros.
-        auto buffer = [](const Shape& s, bool repeats) { return repeats ? xt::xarray<float>(xt::zeros<float>(s)) : xt::xarray<float>(xt::empty<float>(s)); };
-        if (need_a) {
-            xt::xarray<float> da = buffer(self.parents[0].shape(), p.a_repeats);
-            shape.accumulate = p.a_repeats;
-            if (!p.ta) {  // dA = α·G·op(B)ᵀ : (M,N)·(N,K) → (M,K)
-                shape.trans_a = false, shape.trans_b = !p.tb, shape.m = p.m, shape.n = p.k, shape.k = p.n;
-                shape.lda = p.n, shape.ldb = p.ldb(), shape.ldc = p.k;
-                autocast::batched(shape, G, c_off, operand(1), p.b_off, da.data(), p.a_off);
-            } else {  // A stored (K,M): dA = α·op(B)·Gᵀ : (K,N)·(N,M) → (K,M)
-                shape.trans_a = p.tb, shape.trans_b = true, shape.m = p.k, shape.n = p.m, shape.k = p.n;
-                shape.lda = p.ldb(), shape.ldb = p.n, shape.ldc = p.m;
-                autocast::batched(shape, operand(1), p.b_off, G, c_off, da.data(), p.a_off);
-            }
-            accumulate<float>(op, self.parents[0], std::move(da));
-        }
-        if (need_b) {
-            xt::xarray<float> db = buffer(self.parents[1].shape(), p.b_repeats);
-            shape.accumulate = p.b_repeats;
-            if (!p.tb) {  // dB = α·op(A)ᵀ·G : (K,M)·(M,N) → (K,N)
-                shape.trans_a = !p.ta, shape.trans_b = false, shape.m = p.k, shape.n = p.n, shape.k = p.m;
-                shape.lda = p.lda(), shape.ldb = p.n, shape.ldc = p.n;
-                autocast::batched(shape, operand(0), p.a_off, G, c_off, db.data(), p.b_off);
-            } else {  // B stored (N,K): dB = α·Gᵀ·op(A) : (N,M)·(M,K) → (N,K)
-                shape.trans_a = true, shape.trans_b = p.ta, shape.m = p.n, shape.n = p.k, shape.k = p.m;
-                shape.lda = p.n, shape.ldb = p.lda(), shape.ldc = p.k;
-                autocast::batched(shape, G, c_off, operand(0), p.a_off, db.data(), p.b_off);
-            }
-            accumulate<float>(op, self.parents[1], std::move(db));
-        }
-    }, bf16 ? Saves::none() : Saves::only_inputs(3u));
-}
+// Where a product runs: BLAS (float32 or float64), or oneDNN with float32 accumulation and a
+// float32 result, of float32 operands when the float32 engine is oneDNN (gemm_uses_onednn,
+// blas.hpp), or under autocast (core/autocast.hpp) of the operands rounded to bfloat16.
+enum class Engine { blas, dnnl_f32, dnnl_bf16 };
 
-Tensor product(const char* op, const Tensor& a, const Tensor& b, Plan p) {
-    check_same_dtype(op, a, b);
-    if (a.dtype() == kFloat32 && p.m != 0 && p.n != 0 && p.k != 0 && p.count != 0) {
-        if (autocast::use_bf16(p.m * p.n * p.k)) return product_dnnl(op, a, b, std::move(p), dnnl::Input::bf16);
-        if (gemm_uses_onednn(p.count, p.m, p.n, p.k)) return product_dnnl(op, a, b, std::move(p), dnnl::Input::f32);
-    }
-    return dispatch_floating(op, a.dtype(), [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        const Shape out_shape = p.out_shape;  // p moves into the backward
-        const AllocContext context(op, out_shape);
-        xt::xarray<T> c = xt::empty<T>(out_shape);
-        make_offsets(p);
-        const T* A = values<T>(a).data();
-        const T* B = values<T>(b).data();
-        const T alpha = static_cast<T>(p.alpha);
-        const std::size_t mn = p.m * p.n;
+// What a product and the products of its gradients share, fixed by its forward pass: the plan
+// (its offsets made once) and the engine, which its gradients run on too, whatever the engine
+// setting or the autocast state when they run. Each recorded product's formula holds a copy
+// (in the one allocation of its std::function, as the older backward's lambda held the plan):
+// a first-order backward records nothing and copies nothing.
+struct Product {
+    const char* op = "";       // "matmul", "bmm", "matmul_t"
+    const char* grad_op = "";  // what its gradients' products are called: "matmul_backward", ...
+    Plan p;
+    Engine engine = Engine::blas;
+    autocast::Offsets c_off;   // oneDNN: where each batch's (M, N) result starts, i·M·N
+};
+using autocast::Bf16;
+
+// The three products of a product's family, each linear in each of its two arguments:
+//   forward  C  = α·op(A)·op(B)                                  of (x, y) = (A, B)
+//   grad_a   dA = α·G·op(B)ᵀ, or α·op(B)·Gᵀ when A is stored (K, M)  of (G, B)
+//   grad_b   dB = α·op(A)ᵀ·G, or α·Gᵀ·op(A) when B is stored (N, K)  of (G, A)
+// a gradient summed over the batches its operand serves when broadcast. The gradients of each
+// are products of the family again (role_formula), so a product is differentiable any number
+// of times, and the first-order backward runs the gemm calls it always ran.
+enum class Role { forward, grad_a, grad_b };
+
+// The BLAS products of one role, X and Y its arguments, into D (zeroed where batches sum into it).
+template <class T> void blas_role(const Product& s, Role role, const T* X, const T* Y, T* D) {
+    const Plan& p = s.p;
+    const T alpha = static_cast<T>(p.alpha);
+    const std::size_t mn = p.m * p.n;
+    if (role == Role::forward) {
         // C[i] = α·op(A[i])·op(B[i]) : (M,K)·(K,N) → (M,N)
         for_batches(p, false, [&](std::size_t i) {
-            blas::gemm<T>(p.ta, p.tb, p.m, p.n, p.k, alpha, A + p.a_off[i], p.lda(), B + p.b_off[i], p.ldb(), 0,
-                          c.data() + i * mn, p.n);
+            blas::gemm<T>(p.ta, p.tb, p.m, p.n, p.k, alpha, X + p.a_off[i], p.lda(), Y + p.b_off[i], p.ldb(), 0,
+                          D + i * mn, p.n);
         });
-        return make_result<T>(std::move(c), {a, b}, op, [op, p = std::move(p)](Node& self, const Storage& gs) {
-            const Tensor& ta = self.parents[0];
-            const Tensor& tb = self.parents[1];
-            const T* G = grad_as<T>(gs).data();
-            const T alpha = static_cast<T>(p.alpha);
-            const std::size_t mn = p.m * p.n;
-            // A matrix shared by several batches sums their gradients (beta = 1 into zeros).
-            auto buffer = [](const Shape& s, bool repeats) { return repeats ? xt::xarray<T>(xt::zeros<T>(s)) : xt::xarray<T>(xt::empty<T>(s)); };
-            if (needs_grad(self, 0)) {
-                xt::xarray<T> da = buffer(ta.shape(), p.a_repeats);
-                const T* B = values<T>(tb).data();
-                const T beta = p.a_repeats ? 1 : 0;
-                for_batches(p, p.a_repeats, [&](std::size_t i) {
-                    T* D = da.data() + p.a_off[i];
-                    if (!p.ta)  // dA = α·G·op(B)ᵀ : (M,N)·(N,K) → (M,K)
-                        blas::gemm<T>(false, !p.tb, p.m, p.k, p.n, alpha, G + i * mn, p.n, B + p.b_off[i], p.ldb(),
-                                      beta, D, p.k);
-                    else  // A stored (K,M): dA = α·op(B)·Gᵀ : (K,N)·(N,M) → (K,M)
-                        blas::gemm<T>(p.tb, true, p.k, p.m, p.n, alpha, B + p.b_off[i], p.ldb(), G + i * mn, p.n,
-                                      beta, D, p.m);
-                });
-                accumulate<T>(op, ta, std::move(da));
-            }
-            if (needs_grad(self, 1)) {
-                xt::xarray<T> db = buffer(tb.shape(), p.b_repeats);
-                const T* A = values<T>(ta).data();
-                const T beta = p.b_repeats ? 1 : 0;
-                for_batches(p, p.b_repeats, [&](std::size_t i) {
-                    T* D = db.data() + p.b_off[i];
-                    if (!p.tb)  // dB = α·op(A)ᵀ·G : (K,M)·(M,N) → (K,N)
-                        blas::gemm<T>(!p.ta, false, p.k, p.n, p.m, alpha, A + p.a_off[i], p.lda(), G + i * mn, p.n,
-                                      beta, D, p.n);
-                    else  // B stored (N,K): dB = α·Gᵀ·op(A) : (N,M)·(M,K) → (N,K)
-                        blas::gemm<T>(true, p.ta, p.n, p.k, p.m, alpha, G + i * mn, p.n, A + p.a_off[i], p.lda(),
-                                      beta, D, p.k);
-                });
-                accumulate<T>(op, tb, std::move(db));
-            }
-        }, Saves::only_inputs(3u));
+    } else if (role == Role::grad_a) {
+        // A matrix shared by several batches sums their gradients (beta = 1 into zeros).
+        const T beta = p.a_repeats ? 1 : 0;
+        const T *G = X, *B = Y;
+        for_batches(p, p.a_repeats, [&](std::size_t i) {
+            T* dA = D + p.a_off[i];
+            if (!p.ta)  // dA = α·G·op(B)ᵀ : (M,N)·(N,K) → (M,K)
+                blas::gemm<T>(false, !p.tb, p.m, p.k, p.n, alpha, G + i * mn, p.n, B + p.b_off[i], p.ldb(), beta, dA,
+                              p.k);
+            else  // A stored (K,M): dA = α·op(B)·Gᵀ : (K,N)·(N,M) → (K,M)
+                blas::gemm<T>(p.tb, true, p.k, p.m, p.n, alpha, B + p.b_off[i], p.ldb(), G + i * mn, p.n, beta, dA,
+                              p.m);
+        });
+    } else {
+        const T beta = p.b_repeats ? 1 : 0;
+        const T *G = X, *A = Y;
+        for_batches(p, p.b_repeats, [&](std::size_t i) {
+            T* dB = D + p.b_off[i];
+            if (!p.tb)  // dB = α·op(A)ᵀ·G : (K,M)·(M,N) → (K,N)
+                blas::gemm<T>(!p.ta, false, p.k, p.n, p.m, alpha, A + p.a_off[i], p.lda(), G + i * mn, p.n, beta, dB,
+                              p.n);
+            else  // B stored (N,K): dB = α·Gᵀ·op(A) : (N,M)·(M,K) → (N,K)
+                blas::gemm<T>(true, p.ta, p.n, p.k, p.m, alpha, G + i * mn, p.n, A + p.a_off[i], p.lda(), beta, dB,
+                              p.k);
+        });
+    }
+}
+
+// The same products on oneDNN, X and Y float32 or bfloat16 bits as the engine says.
+void dnnl_role(const Product& s, Role role, const void* X, const void* Y, float* D) {
+    const Plan& p = s.p;
+    dnnl::Matmul shape;
+    shape.input = s.engine == Engine::dnnl_bf16 ? dnnl::Input::bf16 : dnnl::Input::f32;
+    shape.alpha = static_cast<float>(p.alpha);
+    if (role == Role::forward) {
+        // C[i] = α·op(A[i])·op(B[i]) : (M,K)·(K,N) → (M,N)
+        shape.trans_a = p.ta, shape.trans_b = p.tb, shape.m = p.m, shape.n = p.n, shape.k = p.k;
+        shape.lda = p.lda(), shape.ldb = p.ldb(), shape.ldc = p.n;
+        autocast::batched(shape, X, p.a_off, Y, p.b_off, D, s.c_off);
+    } else if (role == Role::grad_a) {
+        // A matrix shared by several batches sums their gradients, one product at a time into zeros.
+        shape.accumulate = p.a_repeats;
+        const void *G = X, *B = Y;
+        if (!p.ta) {  // dA = α·G·op(B)ᵀ : (M,N)·(N,K) → (M,K)
+            shape.trans_a = false, shape.trans_b = !p.tb, shape.m = p.m, shape.n = p.k, shape.k = p.n;
+            shape.lda = p.n, shape.ldb = p.ldb(), shape.ldc = p.k;
+            autocast::batched(shape, G, s.c_off, B, p.b_off, D, p.a_off);
+        } else {  // A stored (K,M): dA = α·op(B)·Gᵀ : (K,N)·(N,M) → (K,M)
+            shape.trans_a = p.tb, shape.trans_b = true, shape.m = p.k, shape.n = p.m, shape.k = p.n;
+            shape.lda = p.ldb(), shape.ldb = p.n, shape.ldc = p.m;
+            autocast::batched(shape, B, p.b_off, G, s.c_off, D, p.a_off);
+        }
+    } else {
+        shape.accumulate = p.b_repeats;
+        const void *G = X, *A = Y;
+        if (!p.tb) {  // dB = α·op(A)ᵀ·G : (K,M)·(M,N) → (K,N)
+            shape.trans_a = !p.ta, shape.trans_b = false, shape.m = p.k, shape.n = p.n, shape.k = p.m;
+            shape.lda = p.lda(), shape.ldb = p.n, shape.ldc = p.n;
+            autocast::batched(shape, A, p.a_off, G, s.c_off, D, p.b_off);
+        } else {  // B stored (N,K): dB = α·Gᵀ·op(A) : (N,M)·(M,K) → (N,K)
+            shape.trans_a = true, shape.trans_b = p.ta, shape.m = p.n, shape.n = p.k, shape.k = p.m;
+            shape.lda = p.n, shape.ldb = p.lda(), shape.ldc = p.k;
+            autocast::batched(shape, G, s.c_off, A, p.a_off, D, p.b_off);
+        }
+    }
+}
+
+// A role's result buffer: a gradient whose matrix serves several batches sums them into zeros.
+template <class T> xt::xarray<T> result_buffer(const Product& s, Role role, const Shape& shape) {
+    const bool sums = (role == Role::grad_a && s.p.a_repeats) || (role == Role::grad_b && s.p.b_repeats);
+    return sums ? xt::xarray<T>(xt::zeros<T>(shape)) : xt::xarray<T>(xt::empty<T>(shape));
+}
+
+Formula role_formula(Product s, Role role, Bf16 x16, Bf16 y16);
+
+// Whether an op's result is to be recorded: gradients on and an input requiring one. When it
+// is not (a first-order backward runs its formulas so), its formula is not even made.
+bool records(const Tensor& x, const Tensor& y) { return grad_enabled() && (x.requires_grad() || y.requires_grad()); }
+
+// One product of the family (see Role) of x and y, of shape `shape` (the forward's result, or
+// the operand the gradient is for), recorded with its gradient. On bfloat16, x16 and y16 are
+// their copies when already made (by the forward, for its gradients), else made here; each
+// product keeps the copies its gradients read, so that a bfloat16 product, and every order of
+// its gradient, reads its operands once, as they were at its forward pass. `first`: the forward
+// pass of the op itself, which makes the plan's offsets once its result is allocated (so that
+// a batch too large for memory fails there, named), and whose formula takes it over.
+Tensor run(const Product& s, Role role, const Shape& shape, const Tensor& x, const Tensor& y, Bf16 x16 = nullptr,
+           Bf16 y16 = nullptr, Product* first = nullptr) {
+    // The formula's copy of the family: the op's own plan moved in, else a copy (second order).
+    auto spec = [&] { return first ? std::move(*first) : Product(s); };
+    const char* name = role == Role::forward ? s.op : s.grad_op;
+    check_same_dtype(name, x, y);
+    if (role != Role::forward && x.shape() != s.p.out_shape)
+        throw Error(fmt::format("{}: gradient of shape {} for a result of shape {}", name, shape_str(x.shape()),
+                                shape_str(s.p.out_shape)));
+    const bool record = records(x, y);
+    if (s.engine != Engine::blas && x.dtype() == kFloat32) {
+        const bool bf16 = s.engine == Engine::dnnl_bf16;
+        if (bf16 && !x16) x16 = role == Role::forward ? autocast::to_bf16(x) : autocast::to_bf16(values<float>(x).data(), x.numel());
+        if (bf16 && !y16) y16 = role == Role::forward ? autocast::to_bf16(y) : autocast::to_bf16(values<float>(y).data(), y.numel());
+        xt::xarray<float> d = result_buffer<float>(s, role, shape);
+        if (first) {
+            make_offsets(first->p);
+            first->c_off.resize(s.p.count);
+            for (std::size_t i = 0; i < s.p.count; ++i) first->c_off[i] = i * s.p.m * s.p.n;
+        }
+        dnnl_role(s, role, bf16 ? static_cast<const void*>(x16->data()) : values<float>(x).data(),
+                  bf16 ? static_cast<const void*>(y16->data()) : values<float>(y).data(), d.data());
+        // The forward keeps each copy only for the other operand's gradient.
+        if (role == Role::forward) {
+            if (!autocast::keep_for(y)) x16 = nullptr;
+            if (!autocast::keep_for(x)) y16 = nullptr;
+        }
+        if (!record) return make_result<float>(std::move(d), {}, name, Formula());
+        return make_result<float>(std::move(d), {x, y}, name, role_formula(spec(), role, std::move(x16), std::move(y16)),
+                                  bf16 ? Saves::none() : Saves::only_inputs(3u));
+    }
+    return dispatch_floating(name, x.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        xt::xarray<T> d = result_buffer<T>(s, role, shape);
+        if (first) make_offsets(first->p);
+        blas_role<T>(s, role, values<T>(x).data(), values<T>(y).data(), d.data());
+        if (!record) return make_result<T>(std::move(d), {}, name, Formula());
+        return make_result<T>(std::move(d), {x, y}, name, role_formula(spec(), role, nullptr, nullptr),
+                              Saves::only_inputs(3u));
     });
+}
+
+// Each product's gradients, in products of its family: for the forward, dA and dB; for
+// dA(G, B) = α·G·op(B)ᵀ (say), the gradient gg of its result gives G the product α·gg·op(B),
+// the forward's, and B the product dB(G, gg) of A = gg; dB(G, A) likewise.
+Formula role_formula(Product s, Role role, Bf16 x16, Bf16 y16) {
+    return [s = std::move(s), role, x16 = std::move(x16), y16 = std::move(y16)](const GradArgs& in) -> std::vector<Tensor> {
+        const Tensor &x = in.inputs[0], &y = in.inputs[1], &g = in.grad();
+        const Shape& out = s.p.out_shape;
+        // The list first, then the gradients, as the engine's older backwards allocated them: a
+        // step's malloc pattern unchanged keeps glibc from trimming and regrowing its heap top
+        // every step (bench_mha tiny: page faults inside gemm, 4-20% of its step).
+        std::vector<Tensor> r(2);
+        Tensor &dx = r[0], &dy = r[1];
+        switch (role) {
+            case Role::forward:  // (A, B)
+                if (in.needs(0)) dx = run(s, Role::grad_a, x.shape(), g, y, nullptr, y16);
+                if (in.needs(1)) dy = run(s, Role::grad_b, y.shape(), g, x, nullptr, x16);
+                break;
+            case Role::grad_a:  // (G, B)
+                if (in.needs(0)) dx = run(s, Role::forward, out, g, y, nullptr, y16);
+                if (in.needs(1)) dy = run(s, Role::grad_b, y.shape(), x, g, x16, nullptr);
+                break;
+            case Role::grad_b:  // (G, A)
+                if (in.needs(0)) dx = run(s, Role::forward, out, y, g, y16, nullptr);
+                if (in.needs(1)) dy = run(s, Role::grad_a, y.shape(), x, g, x16, nullptr);
+                break;
+        }
+        return r;
+    };
+}
+
+// The op `op` on a and b planned as p. Under autocast (bfloat16) a product's gradients of
+// every order run in bfloat16 too, as torch runs the backward of an autocast op in its dtype:
+// a second derivative through one is correct to bfloat16's precision, as its first is.
+Tensor product(const char* op, const char* grad_op, const Tensor& a, const Tensor& b, Plan p) {
+    check_same_dtype(op, a, b);
+    Product s;
+    if (a.dtype() == kFloat32 && p.m != 0 && p.n != 0 && p.k != 0 && p.count != 0) {
+        if (autocast::use_bf16(p.m * p.n * p.k)) s.engine = Engine::dnnl_bf16;
+        else if (gemm_uses_onednn(p.count, p.m, p.n, p.k)) s.engine = Engine::dnnl_f32;
+    }
+    s.op = op;
+    s.grad_op = grad_op;
+    s.p = std::move(p);
+    const Shape out_shape = s.p.out_shape;  // s moves into the formula
+    const AllocContext context(op, out_shape);
+    return run(s, Role::forward, out_shape, a, b, nullptr, nullptr, &s);
 }
 
 }  // namespace
 
-Tensor matmul(const Tensor& a, const Tensor& b) { return product("matmul", a, b, plan_matmul("matmul", a.shape(), b.shape())); }
+Tensor matmul(const Tensor& a, const Tensor& b) { return product("matmul", "matmul_backward", a, b, plan_matmul("matmul", a.shape(), b.shape())); }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
     const Shape& sa = a.shape();
@@ -294,7 +372,7 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
     if (sa[0] != sb[0])
         throw Error(fmt::format("bmm: batch sizes differ: shapes {} and {} ({} != {})", shape_str(sa),
                                 shape_str(sb), sa[0], sb[0]));
-    return product("bmm", a, b, plan_matmul("bmm", sa, sb));
+    return product("bmm", "bmm_backward", a, b, plan_matmul("bmm", sa, sb));
 }
 
 Tensor matmul_t(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b, double alpha) {
@@ -306,7 +384,7 @@ Tensor matmul_t(const Tensor& a, const Tensor& b, bool transpose_a, bool transpo
     Plan p = plan_product("matmul_t", a.shape(), b.shape(), transpose_a, transpose_b, alpha, a.shape(), b.shape());
     p.out_shape.push_back(transpose_a ? a.size(-1) : a.size(-2));
     p.out_shape.push_back(transpose_b ? b.size(-2) : b.size(-1));
-    return product("matmul_t", a, b, std::move(p));
+    return product("matmul_t", "matmul_t_backward", a, b, std::move(p));
 }
 
 }  // namespace xgrad
