@@ -3,11 +3,14 @@
 ///
 /// An op is one function body in three beats (see ops_elementwise.cpp):
 ///   1. compute the value as an xt::xarray<T>;
-///   2. write the backward lambda: it receives the output node (its parents and its own
-///      value) and the upstream gradient, and accumulates each input's gradient;
-///   3. return make_result(value, {inputs...}, "name", backward).
-/// The lambda captures only materialised xarrays it needs, by value, and never a Tensor of
-/// the output (that would make a shared_ptr cycle). It reads inputs through self.parents.
+///   2. write its gradient formula (Formula, below): one gradient per input, in xgrad ops on
+///      Tensors, from the gradient of the output, the inputs and the output itself;
+///   3. return make_result(value, {inputs...}, "name", Formula(...), Saves).
+/// The formula is the op's only derivative: a first-order backward runs it as a computation,
+/// create_graph records it, so it serves both orders. A fused kernel's backward is an op of its
+/// own (grad_ops.hpp) with a formula of its own. The formula captures only what is not a tensor
+/// of the graph (axes, masks, statistics), never the output (it is handed in): a captured
+/// output would make a shared_ptr cycle.
 #include <functional>
 #include <optional>
 #include <utility>
@@ -46,11 +49,6 @@ struct GradArgs {
 /// result is itself differentiable. A fused kernel's backward is an op of its own, with its own
 /// formula, as torch's softmax_backward_data.
 using Formula = std::function<std::vector<Tensor>(const GradArgs& args)>;
-
-/// The older form of a backward, on raw arrays: `self` is the output node, `grad_out` its
-/// gradient; it adds into the inputs' gradients with accumulate(). It is first-order only: a
-/// graph that needs it under create_graph is refused, naming the op.
-using BackwardFn = std::function<void(Node& self, const Storage& grad_out)>;
 
 /// Which of an op's tensors its backward reads: inputs by position (bit i for input i) and its
 /// own output. Only these are checked against in-place writes before a backward runs (as torch
@@ -100,7 +98,6 @@ struct Node {
     Saves saves;
     std::vector<std::uint64_t> saved_versions;
     Formula formula;               // the op's gradient (see Formula)
-    BackwardFn backward;           // or an older first-order backward (see BackwardFn)
     // Tensor hooks (register_hook): each may replace the gradient before it is used.
     std::vector<std::pair<std::uint64_t, std::function<Tensor(const Tensor&)>>> grad_hooks;
     std::vector<std::pair<std::uint64_t, std::function<void(Tensor&)>>> post_grad_hooks;  // leaves only
@@ -113,7 +110,6 @@ struct Node {
     ~Node();
 
     Dtype dtype() const { return static_cast<Dtype>(data.index()); }
-    bool has_backward() const { return formula || backward; }
 };
 
 /// Throws "<op>: dtypes differ: float32 and float64 (convert one with .to())".
@@ -124,24 +120,12 @@ template <class T> xt::xarray<T>& values(Node& n) { return std::get<xt::xarray<T
 template <class T> const xt::xarray<T>& values(const Tensor& t) {
     return std::get<xt::xarray<T>>(t.node().data);
 }
-template <class T> const xt::xarray<T>& grad_as(const Storage& g) { return std::get<xt::xarray<T>>(g); }
 
-/// Whether input i of this op needs a gradient (skip the work when it does not).
-inline bool needs_grad(const Node& self, std::size_t i) { return self.parents[i].requires_grad(); }
 inline bool GradArgs::needs(std::size_t i) const { return i < inputs.size() && inputs[i].requires_grad(); }
 
-/// Adds `g` into the gradient flowing to `input`. Its shape must equal the input's shape:
-/// broadcasting ops reduce first with sum_to(). A mismatch is a bug in an op's backward and
-/// throws, naming the op, rather than silently broadcasting.
-template <class T> void accumulate(const char* op, const Tensor& input, xt::xarray<T>&& g);
-
 /// Wraps a computed value as an op's output. When gradients are enabled and any input
-/// requires one, the output records `inputs`, `backward`, and the versions of what `saves`
+/// requires one, the output records `inputs`, `formula`, and the versions of what `saves`
 /// names; otherwise it is a plain leaf.
-template <class T>
-Tensor make_result(xt::xarray<T>&& value, std::vector<Tensor> inputs, const char* op,
-                   BackwardFn backward, Saves saves = Saves::all());
-/// The same with a gradient formula (see Formula).
 template <class T>
 Tensor make_result(xt::xarray<T>&& value, std::vector<Tensor> inputs, const char* op,
                    Formula formula, Saves saves = Saves::all());

@@ -22,21 +22,9 @@ Tensor cast_bfloat16(const Tensor& a, Dtype d);
 
 /// An op result of any dtype: make_result for float32/float64 values, a plain leaf for
 /// int64 and bool values (they never carry a gradient, as in torch).
-/// A bfloat16 result has no backward here (those are written for float and double): one whose
-/// input requires grad, while gradients are recorded, is refused rather than silently cut from
-/// the graph. Only cast (Tensor::to) and clone differentiate through bfloat16.
-template <class T>
-Tensor make_any_result(xt::xarray<T>&& value, std::vector<Tensor> inputs, const char* op,
-                       BackwardFn backward, Saves saves = Saves::all()) {
-    if constexpr (std::is_floating_point_v<T>) {
-        return make_result<T>(std::move(value), std::move(inputs), op, std::move(backward), saves);
-    } else {
-        if constexpr (std::is_same_v<T, bfloat16>) check_no_bfloat16_graph(op, inputs);
-        return make_leaf(Storage(std::move(value)));
-    }
-}
-
-/// The same with a gradient formula (see Formula in node.hpp).
+/// A bfloat16 result has no gradient here: one whose input requires grad, while gradients are
+/// recorded, is refused rather than silently cut from the graph. Only cast (Tensor::to) and
+/// clone differentiate through bfloat16.
 template <class T>
 Tensor make_any_result(xt::xarray<T>&& value, std::vector<Tensor> inputs, const char* op, Formula formula,
                        Saves saves = Saves::all()) {
@@ -46,14 +34,6 @@ Tensor make_any_result(xt::xarray<T>&& value, std::vector<Tensor> inputs, const 
         if constexpr (std::is_same_v<T, bfloat16>) check_no_bfloat16_graph(op, inputs);
         return make_leaf(Storage(std::move(value)));
     }
-}
-
-/// A backward for an op whose forward runs on any dtype: it only ever runs for float
-/// outputs, so `f(type_tag<T>{}, self, grad_out)` is instantiated for float and double only.
-template <class F> BackwardFn floating_backward(const char* op, F f) {
-    return [op, f](Node& self, const Storage& grad_out) {
-        dispatch_floating(op, self.dtype(), [&](auto tag) { f(tag, self, grad_out); });
-    };
 }
 
 /// A row-major shape seen as (outer, n, inner) around one axis: element (o, k, i) sits at

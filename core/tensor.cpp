@@ -59,14 +59,6 @@ void check_no_bfloat16_graph(const char* op, const std::vector<Tensor>& inputs) 
 namespace {
 std::atomic<std::uint64_t> g_next_seq{1};
 
-// Where the gradients an older-style backward hands to accumulate() go: the node running and one
-// slot per input (the engine sets it around each such backward).
-struct LegacySink {
-    const Node* node = nullptr;
-    std::vector<Tensor>* grads = nullptr;
-};
-thread_local LegacySink t_sink;
-
 // A stand-in for values an in-place op no longer needs: empty, of the same dtype.
 Storage placeholder(Dtype d) {
     return dispatch_all(d, [](auto tag) {
@@ -99,8 +91,7 @@ Node::~Node() {
             std::move(n.parents.begin(), n.parents.end(), std::back_inserter(pending));
             n.parents.clear();
             take(n);
-            n.backward = nullptr;  // captured tensors may also hold parents
-            n.formula = nullptr;
+            n.formula = nullptr;  // captured tensors may also hold parents
         }
     }
 }
@@ -153,16 +144,6 @@ void link_node(Node& node, std::vector<Tensor> inputs, Formula formula, Saves sa
 
 template <class T>
 Tensor make_result(xt::xarray<T>&& value, std::vector<Tensor> inputs, const char* op,
-                   BackwardFn backward, Saves saves) {
-    check_forward_anomaly(op, value);
-    auto node = std::make_shared<Node>(Storage(std::move(value)));
-    node->op = op;
-    link(*node, std::move(inputs), saves, [&](Node& n) { n.backward = std::move(backward); });
-    return Tensor(std::move(node));
-}
-
-template <class T>
-Tensor make_result(xt::xarray<T>&& value, std::vector<Tensor> inputs, const char* op,
                    Formula formula, Saves saves) {
     check_forward_anomaly(op, value);
     auto node = std::make_shared<Node>(Storage(std::move(value)));
@@ -171,34 +152,8 @@ Tensor make_result(xt::xarray<T>&& value, std::vector<Tensor> inputs, const char
     return Tensor(std::move(node));
 }
 
-template <class T> void accumulate(const char* op, const Tensor& input, xt::xarray<T>&& g) {
-    if (!input.requires_grad()) return;
-    if (!t_sink.node)
-        throw Error(fmt::format("{} backward: accumulate() called outside a backward sweep", op));
-    const auto& parents = t_sink.node->parents;
-    std::size_t i = 0;
-    while (i < parents.size() && !parents[i].is_same(input)) ++i;
-    if (i == parents.size())
-        throw Error(fmt::format("{} backward: accumulate() given a tensor that is not one of the op's inputs", op));
-    Tensor& slot = (*t_sink.grads)[i];
-    if (!slot.defined()) {
-        slot = make_leaf(Storage(std::move(g)));
-        return;
-    }
-    auto& d = std::get<xt::xarray<T>>(slot.node().data);
-    if (!std::equal(g.shape().begin(), g.shape().end(), d.shape().begin(), d.shape().end()))
-        throw Error(fmt::format("{} backward: gradient of shape {} does not match its input of shape {}", op,
-                                shape_str(shape_of(g)), shape_str(input.shape())));
-    if constexpr (std::is_same_v<T, bfloat16>)
-        add_rounded(d, g);
-    else
-        d += g;
-}
-
 #define XGRAD_INSTANTIATE(T)                                                                    \
-    template Tensor make_result<T>(xt::xarray<T>&&, std::vector<Tensor>, const char*, BackwardFn, Saves); \
     template Tensor make_result<T>(xt::xarray<T>&&, std::vector<Tensor>, const char*, Formula, Saves); \
-    template void accumulate<T>(const char*, const Tensor&, xt::xarray<T>&&);
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)
 XGRAD_INSTANTIATE(bfloat16)
@@ -690,31 +645,17 @@ void run_node(const std::shared_ptr<Node>& sp, std::vector<Tensor>& grads, const
     Node& n = *sp;
     std::vector<Tensor> results;
     const AllocContext context(n.op, n.shape, AllocContext::Phase::backward);
-    if (n.formula) {
-        const Tensor output(sp);
+    const Tensor output(sp);
+    {
         // Anomaly detection judges what the formula hands on (check_gradient, naming this op),
         // not each op it is made of.
         const DetectAnomalyGuard quiet(false);
         results = n.formula(GradArgs{grads, n.parents, output, n});
-        if (results.size() != n.parents.size())
-            throw Error(fmt::format("{} backward: returned {} gradients for its {} inputs (one per input, undefined "
-                                    "for an input without one)",
-                                    n.op, results.size(), n.parents.size()));
-    } else {
-        if (sweep.create_graph)
-            throw Error(fmt::format("{}: its backward is not written in differentiable ops, so it cannot be "
-                                    "differentiated twice (create_graph)",
-                                    n.op));
-        results.resize(n.parents.size());
-        t_sink = {&n, &results};
-        try {
-            n.backward(n, grads[0].node().data);
-        } catch (...) {
-            t_sink = {};
-            throw;
-        }
-        t_sink = {};
     }
+    if (results.size() != n.parents.size())
+        throw Error(fmt::format("{} backward: returned {} gradients for its {} inputs (one per input, undefined "
+                                "for an input without one)",
+                                n.op, results.size(), n.parents.size()));
     for (std::size_t i = 0; i < results.size(); ++i) {
         if (!results[i].defined()) continue;
         const std::shared_ptr<Node>& in = input_node(n, i);
@@ -798,7 +739,6 @@ void run_sweep(const std::vector<std::shared_ptr<Node>>& roots, const std::vecto
             running = n.op;
             run_node(*it, grads, sweep, pruned ? &needed : nullptr);
             if (!sweep.keep_graph) {
-                n.backward = nullptr;
                 n.formula = nullptr;
                 n.parents.clear();
                 n.parent_history.clear();
@@ -807,7 +747,7 @@ void run_sweep(const std::vector<std::shared_ptr<Node>>& roots, const std::vecto
             }
         }
     } catch (const std::bad_variant_access&) {
-        // An older backward reads its inputs with the dtype they had in forward; converting
+        // A gradient op reads its inputs' arrays with the dtype they had in forward; converting
         // them in between (module.to(kFloat64) after the forward pass) leaves them unreadable.
         abandon(order);
         throw Error(fmt::format("backward: an input of '{}' changed dtype after the forward pass (e.g. "

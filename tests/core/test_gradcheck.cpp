@@ -11,10 +11,10 @@ namespace {
 // x³ with a deliberately wrong backward (2x² instead of 3x²).
 Tensor bad_cube(const Tensor& a) {
     xt::xarray<double> y = xt::pow(values<double>(a), 3.0);
-    return make_result<double>(std::move(y), {a}, "bad_cube", [](Node& self, const Storage& gs) {
-        const auto& x = values<double>(self.parents[0]);
-        accumulate<double>("bad_cube", self.parents[0], xt::xarray<double>(grad_as<double>(gs) * 2.0 * x * x));
-    });
+    return make_result<double>(std::move(y), {a}, "bad_cube", Formula([](const GradArgs& in) -> std::vector<Tensor> {
+        const Tensor& x = in.inputs[0];
+        return {in.grad() * 2.0 * x * x};
+    }));
 }
 }  // namespace
 
