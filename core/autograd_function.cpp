@@ -399,6 +399,14 @@ std::vector<Tensor> AutogradContext::State::finish(const std::shared_ptr<Autogra
         saved.push_back(std::move(e));
     }
     to_save.clear();
+    // The context lives in the function's node, so it must not hold the outputs: a dirty input
+    // is one (node -> context -> output -> node would never be freed).
+    for (std::size_t i = 0; i < k; ++i)
+        if (is_dirty[i])
+            for (Tensor& t : inputs)
+                if (t.defined() && t.is_same(outputs[i])) t = Tensor();
+    dirty.clear();
+    non_differentiable.clear();
     return outputs;
 }
 

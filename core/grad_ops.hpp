@@ -49,6 +49,10 @@ Tensor index_backward(const Tensor& g, const Shape& input_shape, const std::vect
 /// softmax's gradient: y ⊙ (g − Σ g⊙y) along `axis`, y the softmax's output. Linear in g, and
 /// its own gradient in g is itself; in y it is gg⊙(g − Σ g⊙y) − g·Σ gg⊙y.
 Tensor softmax_backward(const Tensor& g, const Tensor& y, long axis);
+/// The gradient of softmax_backward(g, y, axis) with respect to y, for an incoming gradient gg:
+/// gg ⊙ (g − Σ g⊙y) − g ⊙ Σ gg⊙y (sums along axis). The one copy of it, which the masked
+/// softmax's and the attention ops' backward formulas use too.
+Tensor softmax_backward_grad_y(const Tensor& gg, const Tensor& g, const Tensor& y, long axis);
 /// log_softmax's gradient: g − exp(y)·Σ g along `axis`, y the log_softmax's output. Its own
 /// gradient: gg − Σ gg⊙exp(y) in g, −gg⊙exp(y)·Σ g in y.
 Tensor log_softmax_backward(const Tensor& g, const Tensor& y, long axis);

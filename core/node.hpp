@@ -30,8 +30,9 @@ struct GradArgs {
     /// The gradient of each output: one for an op with one output, one per output of a custom
     /// Function (undefined where no gradient reached an output and it is not materialised).
     const std::vector<Tensor>& grads;
-    /// The op's inputs as they were at its forward pass, in argument order. An input written
-    /// in place since then is its value and history from before that write.
+    /// The op's inputs, in argument order. An input written in place since the forward pass
+    /// holds its new value: a formula that reads an input's value says so in its Saves, and
+    /// the engine then refuses such an input (version counter) before the formula runs.
     const std::vector<Tensor>& inputs;
     /// The op's output, with its graph (a one-output op): what a formula like exp's g·y reads.
     const Tensor& output;

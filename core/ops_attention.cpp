@@ -578,8 +578,7 @@ std::pair<Tensor, Tensor> softmax_backward_grads(const Weights& w, const Tensor&
                                                  bool need_g, bool need_w) {
     const Tensor keep = keep_of(w, E.dtype());
     const Tensor Ek = keep.defined() ? E * keep : E;
-    const Tensor s = sum(Ek * W, {-1}, true);
-    return {need_g ? W * (Ek - s) : Tensor(), need_w ? Ek * (G - sum(G * W, {-1}, true)) - G * s : Tensor()};
+    return {need_g ? softmax_backward(Ek, W, -1) : Tensor(), need_w ? softmax_backward_grad_y(Ek, G, W, -1) : Tensor()};
 }
 
 // dQ = scale·dS(G, W)·K_bh: its gradient gq gives K scale·dSᵀ·gq_bh, and dS E = scale·gq_bh·K_bhᵀ.

@@ -104,10 +104,15 @@ Tensor softmax_backward(const Tensor& g, const Tensor& y, long axis) {
             const std::vector<long> axes{static_cast<long>(ax)};
             Tensor dg, dy;
             if (in.needs(0)) dg = softmax_backward(gg, y, axes[0]);
-            if (in.needs(1)) dy = gg * (g - sum(g * y, axes, true)) - g * sum(gg * y, axes, true);
+            if (in.needs(1)) dy = softmax_backward_grad_y(gg, g, y, axes[0]);
             return {dg, dy};
         }), Saves::only_inputs(3u));
     });
+}
+
+Tensor softmax_backward_grad_y(const Tensor& gg, const Tensor& g, const Tensor& y, long axis) {
+    const std::vector<long> axes{axis};
+    return gg * (g - sum(g * y, axes, true)) - g * sum(gg * y, axes, true);
 }
 
 Tensor log_softmax(const Tensor& a, long axis) {
@@ -232,7 +237,7 @@ Tensor masked_softmax_backward(const Tensor& g, const Tensor& y, const ResolvedM
                 const Tensor gk = in.grad() * kept_keys(mask, y.dtype());
                 std::vector<Tensor> d(in.inputs.size());
                 if (in.needs(0)) d[0] = softmax_backward(gk, y, -1);
-                if (in.needs(1)) d[1] = gk * (g - sum(g * y, {-1}, true)) - g * sum(gk * y, {-1}, true);
+                if (in.needs(1)) d[1] = softmax_backward_grad_y(gk, g, y, -1);
                 return d;
             };
         return make_result<T>(std::move(gx), std::move(inputs), op, std::move(formula), Saves::only_inputs(~0u));

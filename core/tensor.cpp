@@ -152,8 +152,8 @@ Tensor make_result(xt::xarray<T>&& value, std::vector<Tensor> inputs, const char
     return Tensor(std::move(node));
 }
 
-#define XGRAD_INSTANTIATE(T)                                                                    \
-    template Tensor make_result<T>(xt::xarray<T>&&, std::vector<Tensor>, const char*, Formula, Saves); \
+#define XGRAD_INSTANTIATE(T) \
+    template Tensor make_result<T>(xt::xarray<T>&&, std::vector<Tensor>, const char*, Formula, Saves);
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)
 XGRAD_INSTANTIATE(bfloat16)
@@ -673,10 +673,6 @@ void run_node(const std::shared_ptr<Node>& sp, std::vector<Tensor>& grads, const
 
 void run_sweep(const std::vector<std::shared_ptr<Node>>& roots, const std::vector<Tensor>& seeds, const Sweep& sweep) {
     auto order = topological_order(roots);
-    // A node whose graph an earlier backward freed cannot pass gradients on.
-    for (const auto& n : order)
-        if (n->graph_freed)
-            throw Error(fmt::format("backward: part of this graph (a '{}' result) was {}", n->op, freed_how(*n)));
     // autograd::grad runs only the nodes between the inputs and the outputs: those with a
     // wanted node among their ancestors (parents come first in `order`).
     std::unordered_set<const Node*> needed;
@@ -691,6 +687,14 @@ void run_sweep(const std::vector<std::shared_ptr<Node>>& roots, const std::vecto
             if (need) needed.insert(n.get());
         }
     }
+    // A node whose graph an earlier backward freed cannot pass gradients on. autograd::grad
+    // minds only the ones it needs, unless a wanted input was not reached: it may sit behind
+    // one (a freed node's parents are gone).
+    bool all_reached = true;
+    for (const Node* w : sweep.wanted) all_reached = all_reached && needed.count(w);
+    for (const auto& n : order)
+        if (n->graph_freed && (!pruned || needed.count(n.get()) || !all_reached))
+            throw Error(fmt::format("backward: part of this graph (a '{}' result) was {}", n->op, freed_how(*n)));
     for (const auto& n : order)
         if (!pruned || needed.count(n.get())) check_versions(n);
     const char* running = "";  // the op whose backward is running, for the message below
@@ -863,7 +867,6 @@ void move_history(Node& to, Node& from) {
     to.saves = from.saves;
     to.saved_versions = std::move(from.saved_versions);
     to.formula = std::move(from.formula);
-    to.backward = std::move(from.backward);
 }
 }  // namespace
 

@@ -1,7 +1,7 @@
 # ctest driver: the layer rules, checked on the sources, and the include graph they give.
 #   core             includes nothing from nn/ or optim/
 #   nn               includes core's public headers only (NN_HEADERS), never nn/distributed or
-#                    optim, and defines no backward (make_result / BackwardFn / accumulate)
+#                    optim, and defines no gradient (make_result / Formula / link_node)
 #   optim            includes core's public headers and the pool (OPTIM_HEADERS), never nn
 #   nn/distributed   includes no core internal header (INTERNAL_HEADERS)
 # and no file anywhere includes with "../" (which would step around the per-layer include
@@ -60,7 +60,7 @@ foreach(file ${sources})
     endif()
   endforeach()
   if(file MATCHES "^nn/" AND NOT file MATCHES "^nn/distributed/")
-    file(STRINGS ${SOURCE_DIR}/${file} backward REGEX "make_result|BackwardFn|accumulate<")
+    file(STRINGS ${SOURCE_DIR}/${file} backward REGEX "make_result|Formula[(]|link_node")
     if(backward)
       list(APPEND violations "${file}: defines a backward (nn composes ops; a fused kernel is a core op)")
     endif()

@@ -202,3 +202,38 @@ TEST_CASE("register_hook sees and may replace the gradient of any tensor", "[aut
     z.register_hook([](const Tensor&) { return tensor({1.0}, kFloat64); });
     CHECK_THROWS_WITH((z * 2.0).sum().backward(), Catch::Contains("register_hook") && Catch::Contains("(2,)"));
 }
+
+TEST_CASE("autograd::grad runs only the part of the graph it needs", "[autograd][higher]") {
+    Tensor a = tensor({1.0, 2.0}, kFloat64).requires_grad_();
+    Tensor w = tensor({3.0, 4.0}, kFloat64).requires_grad_();
+    Tensor z = a * a;
+    z.sum().backward();  // frees z's graph
+    Tensor y = (z + w).sum();
+    // w's gradient does not go through the freed part (torch gives [1, 1] too)...
+    CHECK_THAT(vals(autograd::grad({y}, {w}, {}, true)[0]), approx({1.0, 1.0}));
+    // ...a's does, and that is refused with the reason, not as an unused input.
+    CHECK_THROWS_WITH(autograd::grad({y}, {a}), Catch::Contains("freed"));
+}
+
+namespace {
+struct AddOneInPlace : autograd::Function<AddOneInPlace> {
+    static Tensor forward(autograd::AutogradContext* ctx, const Tensor& x) {
+        x.add_(1.0);
+        ctx->mark_dirty({x});
+        return x;
+    }
+    static autograd::variable_list backward(autograd::AutogradContext*, autograd::variable_list g) { return {g[0]}; }
+};
+}  // namespace
+
+TEST_CASE("a custom in-place function's graph is freed with its tensors", "[custom][memory]") {
+    std::weak_ptr<Node> seen;
+    {
+        Tensor w = tensor({1.0, 2.0}).requires_grad_();
+        Tensor x = w * 2.0;
+        AddOneInPlace::apply(x);
+        CHECK_THAT(vals(x), approx({3.0, 5.0}));
+        seen = x.node_ptr();
+    }
+    CHECK(seen.expired());  // no cycle through the function's context
+}

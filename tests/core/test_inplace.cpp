@@ -341,7 +341,7 @@ TEST_CASE("a write through t[i] passes gradcheck", "[inplace][views][gradcheck]"
                       {param({3, 2}, -1.0, 1.0, 4), param({2}, -1.0, 1.0, 5)}, "t[i] writes");
 }
 
-TEST_CASE("auto r = t[i] keeps writing into t; a Tensor holds a copy", "[inplace][views]") {
+TEST_CASE("a held IndexedTensor (auto r = t of i) keeps writing into t, a Tensor holds a copy", "[inplace][views]") {
     Tensor t = tensor({{1.0, 2.0}, {3.0, 4.0}});
     auto r = t[0];
     t.mul_(10);  // a write to t after r was taken: r still reads the values it was taken with...

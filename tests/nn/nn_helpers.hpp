@@ -14,9 +14,9 @@ namespace xgrad::test {
 /// The parameters are passed to gradcheck as extra inputs; on each evaluation the lambda swaps
 /// gradcheck's (perturbed) copies into the module with set_parameter, as a functional call
 /// does, and the original handles are put back afterwards.
-inline GradcheckResult module_gradcheck(nn::Module& module, std::vector<Tensor> inputs,
-                                        const std::function<Tensor(const std::vector<Tensor>&)>& forward,
-                                        const std::string& name) {
+inline GradcheckResult module_check(decltype(&gradcheck) check, nn::Module& module, std::vector<Tensor> inputs,
+                                    const std::function<Tensor(const std::vector<Tensor>&)>& forward,
+                                    const std::string& name) {
     const auto original = module.named_parameters();
     const std::size_t n_inputs = inputs.size();
     for (const auto& [pname, p] : original) inputs.push_back(p.detach().requires_grad_(true));
@@ -27,9 +27,15 @@ inline GradcheckResult module_gradcheck(nn::Module& module, std::vector<Tensor> 
     };
     GradcheckOptions opts;
     opts.name = name;
-    GradcheckResult result = gradcheck(f, inputs, opts);
+    GradcheckResult result = check(f, inputs, opts);
     for (const auto& [pname, p] : original) module.set_parameter(pname, p);
     return result;
+}
+
+inline GradcheckResult module_gradcheck(nn::Module& module, std::vector<Tensor> inputs,
+                                        const std::function<Tensor(const std::vector<Tensor>&)>& forward,
+                                        const std::string& name) {
+    return module_check(&gradcheck, module, std::move(inputs), forward, name);
 }
 
 /// The same for second derivatives: gradgradcheck of `forward` with respect to the inputs and
@@ -37,19 +43,7 @@ inline GradcheckResult module_gradcheck(nn::Module& module, std::vector<Tensor> 
 inline GradcheckResult module_gradgradcheck(nn::Module& module, std::vector<Tensor> inputs,
                                             const std::function<Tensor(const std::vector<Tensor>&)>& forward,
                                             const std::string& name) {
-    const auto original = module.named_parameters();
-    const std::size_t n_inputs = inputs.size();
-    for (const auto& [pname, p] : original) inputs.push_back(p.detach().requires_grad_(true));
-    auto f = [&](const std::vector<Tensor>& x) {
-        for (std::size_t k = 0; k < original.size(); ++k)
-            module.set_parameter(original[k].first, x[n_inputs + k]);
-        return forward(std::vector<Tensor>(x.begin(), x.begin() + static_cast<long>(n_inputs)));
-    };
-    GradcheckOptions opts;
-    opts.name = name;
-    GradcheckResult result = gradgradcheck(f, inputs, opts);
-    for (const auto& [pname, p] : original) module.set_parameter(pname, p);
-    return result;
+    return module_check(&gradgradcheck, module, std::move(inputs), forward, name);
 }
 
 #define REQUIRE_MODULE_GRADGRADCHECK(...)                                \

@@ -95,7 +95,7 @@ TEST_CASE("PositionalEncoding's table() is the table forward adds", "[module][al
     CHECK_THAT(vals(pe.forward(ones({1, 2, 4}))), approx({1, 1, 1, 1, 1, 1, 1, 1}));
 }
 
-TEST_CASE("attention_weights() alias what the attention modules keep; MHA's 4-D form is a copy",
+TEST_CASE("attention_weights() alias what the attention modules keep, MHA's 4-D form is a copy",
           "[attention][alias]") {
     const Tensor q = rand({2, 3, 4}), k = rand({2, 5, 4}), v = rand({2, 5, 2});
     DotProductAttention dot(0.0);

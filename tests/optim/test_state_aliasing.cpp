@@ -29,7 +29,7 @@ TEST_CASE("Optimizer::parameters() are the parameters themselves", "[optim][alia
     CHECK_THAT(vals(w), approx({3.0, 6.0}));
 }
 
-TEST_CASE("an optimizer's state_dict buffers alias its state; its numbers are copies", "[optim][alias][state]") {
+TEST_CASE("an optimizer's state_dict buffers alias its state, its numbers are copies", "[optim][alias][state]") {
     Tensor w = tensor({1.0, 2.0}, kFloat64).requires_grad_();
     Adam opt({w}, AdamOptions(0.1));
     w.set_grad(ones({2}, kFloat64));
