@@ -20,7 +20,10 @@
 /// The backward of a product runs in the precision its forward used, whether or not a guard is
 /// alive when backward() runs: the op records it, with bfloat16 copies of its inputs (so, as in
 /// torch where the cast is an op of its own, it does not read the inputs again), and the
-/// gradients it hands back are float32.
+/// gradients it hands back are float32. The same holds at every order: under create_graph the
+/// products in a product's gradient formula read the same bfloat16 copies, so a second
+/// derivative (a Hessian-vector product, a gradient penalty) is the bfloat16-rounded one, as in
+/// torch, whose backward of an autocast op runs in the autocast dtype.
 ///
 /// bfloat16 needs oneDNN in the build (libdnnl-dev) and a CPU with bfloat16 instructions
 /// (AVX512-BF16 or AMX). Elsewhere bfloat16 is emulated through float32: by oneDNN on other
