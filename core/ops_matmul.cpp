@@ -323,18 +323,22 @@ Formula role_formula(Product s, Role role, Bf16 x16, Bf16 y16) {
         // every step (bench_mha tiny: page faults inside gemm, 4-20% of its step).
         std::vector<Tensor> r(2);
         Tensor &dx = r[0], &dy = r[1];
+        // Both gradients read g: under bfloat16 it is rounded once, for both.
+        Bf16 g16;
+        if (s.engine == Engine::dnnl_bf16 && g.dtype() == kFloat32 && in.needs(0) && in.needs(1))
+            g16 = autocast::to_bf16(values<float>(g).data(), g.numel());
         switch (role) {
             case Role::forward:  // (A, B)
-                if (in.needs(0)) dx = run(s, Role::grad_a, x.shape(), g, y, nullptr, y16);
-                if (in.needs(1)) dy = run(s, Role::grad_b, y.shape(), g, x, nullptr, x16);
+                if (in.needs(0)) dx = run(s, Role::grad_a, x.shape(), g, y, g16, y16);
+                if (in.needs(1)) dy = run(s, Role::grad_b, y.shape(), g, x, g16, x16);
                 break;
             case Role::grad_a:  // (G, B)
-                if (in.needs(0)) dx = run(s, Role::forward, out, g, y, nullptr, y16);
-                if (in.needs(1)) dy = run(s, Role::grad_b, y.shape(), x, g, x16, nullptr);
+                if (in.needs(0)) dx = run(s, Role::forward, out, g, y, g16, y16);
+                if (in.needs(1)) dy = run(s, Role::grad_b, y.shape(), x, g, x16, g16);
                 break;
             case Role::grad_b:  // (G, A)
-                if (in.needs(0)) dx = run(s, Role::forward, out, y, g, y16, nullptr);
-                if (in.needs(1)) dy = run(s, Role::grad_a, y.shape(), x, g, x16, nullptr);
+                if (in.needs(0)) dx = run(s, Role::forward, out, y, g, y16, g16);
+                if (in.needs(1)) dy = run(s, Role::grad_a, y.shape(), x, g, x16, g16);
                 break;
         }
         return r;
