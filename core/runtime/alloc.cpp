@@ -1,5 +1,6 @@
 #include "core/runtime/alloc.hpp"
 
+#include <malloc.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -77,6 +78,14 @@ public:
         // held across the fork, so that both copies start unlocked and consistent.
         pthread_atfork([] { cache().m_mutex.lock(); }, [] { cache().m_mutex.unlock(); },
                        [] { cache().m_mutex.unlock(); });
+#ifdef __GLIBC__
+        // Blocks under kSmall, and the graph's nodes, go to malloc, and a training step frees
+        // and asks for the same ones every step. glibc hands its heap top back to the system
+        // when the free space there passes its (sliding) trim threshold, and the next step
+        // faults those pages in again: an eighth of bench_mha tiny's step was in the kernel.
+        // Slack kept at the top stops the churn, at the cost of at most this much memory.
+        mallopt(M_TOP_PAD, 16 << 20);
+#endif
     }
 
     void* alloc(std::size_t bytes) {
