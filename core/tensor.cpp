@@ -889,6 +889,7 @@ void rebase_history(Node& self, std::shared_ptr<Node> past, Node& made, const ch
     self.past[h] = std::move(past);
     self.graph_freed = false;
     self.freed_by_failure = false;
+    self.seq = g_next_seq.fetch_add(1, std::memory_order_relaxed);  // where this history begins
 }
 
 const Tensor& record_in_place(const char* op, const Tensor& self, std::vector<Tensor> others,
@@ -899,13 +900,13 @@ const Tensor& record_in_place(const char* op, const Tensor& self, std::vector<Te
                                 "recorded (as in torch); do it under NoGradGuard, or on a clone()",
                                 op));
     // The old value and history move to a node of their own, which the op reads.
+    const std::uint64_t since = a.seq;  // when the history now ending began
     auto past = split_history(a, std::move(a.data));
     a.data = placeholder(past->dtype());
     Node& x = *past;
     const Tensor old(past);
     for (Tensor& t : others)
         if (t.is_same(self)) t = old;
-    const std::uint64_t start = g_next_seq.load(std::memory_order_relaxed);
     Tensor r;
     try {
         r = compute(old, others);
@@ -919,21 +920,32 @@ const Tensor& record_in_place(const char* op, const Tensor& self, std::vector<Te
         move_history(a, x);
         throw;
     }
-    // Keep the old value only if an op made here reads it (mul_'s gradient for its operand).
+    // The ops on the way to the result that read this tensor before the write (an operand made
+    // from it, as in y.add_(y * 2), or t[0] written back into t) would hold the tensor while it
+    // holds them through its new history: a cycle that is never freed. They read the old
+    // history, so they get its node instead (what the engine would route them to anyway); only
+    // ops made since this history began can be among them. The old value is kept only if one
+    // of them, or an op made here, reads it (mul_'s gradient for its operand).
     bool read = false;
     {
-        std::vector<const Node*> stack{&r.node()};
+        std::vector<Node*> stack{&r.node()};
         std::unordered_set<const Node*> seen;
-        while (!stack.empty() && !read) {
-            const Node* n = stack.back();
+        while (!stack.empty()) {
+            Node* n = stack.back();
             stack.pop_back();
-            if (n->seq < start || !seen.insert(n).second) continue;
+            if (n->seq < since || !seen.insert(n).second) continue;
             for (std::size_t i = 0; i < n->parents.size(); ++i) {
-                if (!n->parents[i].defined()) continue;
-                if (&n->parents[i].node() == &x) {
+                Tensor& p = n->parents[i];
+                if (!p.defined()) continue;
+                Node* pn = &p.node();
+                if (pn == &a && i < n->parent_history.size() && n->parent_history[i] == x.history) {
+                    p = old;
+                    pn = &x;
+                }
+                if (pn == &x) {
                     if (n->saves.reads_input(i)) read = true;
                 } else {
-                    stack.push_back(&n->parents[i].node());
+                    stack.push_back(pn);
                 }
             }
         }

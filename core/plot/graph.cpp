@@ -300,7 +300,10 @@ std::optional<std::string> layout_svg(const std::string& dot, std::string& why) 
     std::string messages;
     g_messages = &messages;
     const agusererrf previous = agseterrf(collect_message);
-    GVC_t* gvc = nullptr;
+    // One context for the process, never freed: Graphviz's text-layout plugin keeps font state
+    // across contexts, and a second context after the first was freed reads freed memory
+    // (AddressSanitizer, in libgvplugin_pango's textspan_size).
+    static GVC_t* const gvc = gvContext();
     Agraph_t* graph = nullptr;
     bool laid_out = false;
     char* data = nullptr;
@@ -324,7 +327,7 @@ std::optional<std::string> layout_svg(const std::string& dot, std::string& why) 
         }
         return graphs > 0 || messages.size() > said;
     };
-    if (!(gvc = gvContext())) fail("Graphviz could not start");
+    if (!gvc) fail("Graphviz could not start");
     else if (agreadline(1), !(graph = agmemread(dot.c_str()))) fail("Graphviz could not read the DOT text");
     else if (rest_of_text()) fail("Graphviz read one graph and then more text; give it one graph");
     else if (!(laid_out = gvLayout(gvc, graph, "dot") == 0)) fail("Graphviz's dot layout failed");
@@ -333,7 +336,6 @@ std::optional<std::string> layout_svg(const std::string& dot, std::string& why) 
     if (data) gvFreeRenderData(data);
     if (laid_out) gvFreeLayout(gvc, graph);
     if (graph) agclose(graph);
-    if (gvc) gvFreeContext(gvc);
     agseterrf(previous);
     g_messages = nullptr;
     return svg;
