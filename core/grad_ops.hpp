@@ -108,8 +108,8 @@ Tensor var_backward(const Tensor& g, const Tensor& x, const std::vector<std::siz
 Tensor std_backward(const Tensor& g, const Tensor& x, const Tensor& result, const std::vector<std::size_t>& axes,
                     double dof);
 
-/// norm's gradient, fused, with torch's conventions: for p = 1 sgn(x)·g; p = inf g split
-/// evenly between the elements that reach the norm (NaN counting as reaching it); otherwise
+/// norm's gradient, fused, with torch's conventions: for p = 0 zero; p = 1 sgn(x)·g; p = ±inf
+/// g split evenly between the elements that reach the norm (NaN counting as reaching it); otherwise
 /// sgn(x)|x|^(p−1)·g / n^(p−1), 0 where the norm n is 0 (and, for p < 1, where x is 0).
 /// sgn(NaN) is 0, as torch's. `n` is norm's output, broadcast back over `axes` as g is.
 /// Differentiable in g, x and n, as torch's norm_backward is, NaNs included.

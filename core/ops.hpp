@@ -94,7 +94,8 @@ Tensor sum_to(const Tensor& g, const Shape& shape);
 /// sum / (number of elements summed); same axes rules as sum; float32/float64 only.
 Tensor mean(const Tensor& a);
 Tensor mean(const Tensor& a, const std::vector<long>& axes, bool keepdims = false);
-/// Index of the maximum along one axis (int64; first on ties; not differentiable).
+/// Index of the maximum along one axis (int64; first on ties, the first NaN if any; not
+/// differentiable). The axis must not be empty.
 Tensor argmax(const Tensor& a, long axis, bool keepdims = false);
 /// The same for the minimum.
 Tensor argmin(const Tensor& a, long axis, bool keepdims = false);
@@ -105,7 +106,8 @@ struct ValuesIndices {
     Tensor indices;
 };
 /// Maximum / minimum along one axis (any dtype; the axis must not be empty) and where it is
-/// (first on ties; NaN wins, as torch). The gradient of values goes to that index only.
+/// (first on ties; the first NaN wins, wherever it sits, as torch). The gradient of values goes
+/// to that index only.
 ValuesIndices max(const Tensor& a, long axis, bool keepdims = false);
 ValuesIndices min(const Tensor& a, long axis, bool keepdims = false);
 /// Maximum / minimum of all elements (0-d; NaN wins). The gradient is split evenly between
@@ -119,7 +121,8 @@ struct Correction {
 };
 /// Variance over `axes` (all when empty): Σ(x − mean)² / max(0, N − correction), as torch:
 /// unbiased = true is correction 1. N − correction ≤ 0 divides by 0, giving inf (or NaN for
-/// a constant), as torch. Fused, with backward 2(x − mean)/(N − correction)·g; saves its input.
+/// a constant), as torch; a NaN or infinite correction throws. An empty reduction is NaN (0/0).
+/// Fused, with backward 2(x − mean)/(N − correction)·g; saves its input.
 Tensor var(const Tensor& a, const std::vector<long>& axes = {}, bool unbiased = true, bool keepdims = false);
 Tensor var(const Tensor& a, const std::vector<long>& axes, Correction correction, bool keepdims = false);
 /// √var. Where the result is 0 the gradient is 0, as torch (not 0/0). Call it qualified,
@@ -129,9 +132,14 @@ Tensor std(const Tensor& a, const std::vector<long>& axes, Correction correction
 /// Running sum along one axis (torch.cumsum). int64 and bool give int64 (no gradient). Backward
 /// is the reversed running sum of the gradient.
 Tensor cumsum(const Tensor& a, long axis);
-/// Vector p-norm over `axes` (all when empty): (Σ|x|^p)^(1/p) for p > 0, max|x| for p = inf.
-/// The gradient at a zero norm is 0 (torch's choice, not NaN); for p = inf it is split between
-/// the elements that tie for the maximum, as torch.
+/// Vector p-norm over `axes` (all when empty), as torch.linalg.vector_norm: (Σ|x|^p)^(1/p),
+/// max|x| for p = inf, min|x| for p = -inf, the count of non-zero elements for p = 0; negative
+/// and fractional p follow the formula. p is read as a float32, as torch does for every dtype:
+/// |p| ≥ 2^128 is ±inf and |p| below float's smallest subnormal is 0 (so 1e300 is the max norm
+/// and 1e-300 the count); NaN throws. A NaN in the reduced elements gives NaN for every p but 0.
+/// An empty reduction is 0, except for p < 0 and ±inf, which have no identity and throw.
+/// The gradient at a zero norm is 0 (torch's choice, not NaN); for ±inf it is split between
+/// the elements that tie for the result, as torch; for p = 0 it is 0.
 Tensor norm(const Tensor& a, double p = 2, const std::vector<long>& axes = {}, bool keepdims = false);
 
 // --- shape (ops_shape.cpp): any dtype; gradients for float inputs ------------------------

@@ -2,13 +2,16 @@
 // (argmax has none), and the backward ops of the fused ones (core/grad_ops.hpp).
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
+#include "core/arguments.hpp"
 #include "core/broadcast.hpp"
 #include "core/creation.hpp"
 #include "core/grad_ops.hpp"
 #include "core/ops.hpp"
 #include "core/ops_util.hpp"
+#include "core/reduce_rules.hpp"
 
 namespace xgrad {
 
@@ -115,8 +118,8 @@ Tensor reduce_sum(const char* op, const Tensor& a, const std::vector<std::size_t
     });
 }
 
-// Index of the maximum along the middle axis of (outer, n, inner), first one on ties; a NaN
-// counts as larger than any number so that it propagates, as in torch. Values go to `best`.
+// Index of the maximum (or minimum) along the middle axis of (outer, n, inner), first one on
+// ties; a NaN wins and stays (beats), so that it propagates, as in torch. Values go to `best`.
 template <class T, bool Largest = true>
 std::vector<std::size_t> argmax_along(const xt::xarray<T>& x, const axis_split& s, xt::xarray<T>& best) {
     std::vector<std::size_t> idx(s.outer * s.inner, 0);
@@ -129,15 +132,11 @@ std::vector<std::size_t> argmax_along(const xt::xarray<T>& x, const axis_split& 
         std::copy(p + o * s.n * s.inner, p + (o * s.n + 1) * s.inner, b);
         for (std::size_t k = 1; k < s.n; ++k) {
             const T* row = p + (o * s.n + k) * s.inner;
-            for (std::size_t i = 0; i < s.inner; ++i) {
-                bool beats = Largest ? row[i] > b[i] : row[i] < b[i];
-                if constexpr (is_floating_v<T>)
-                    beats = beats || (std::isnan(static_cast<double>(row[i])) && !std::isnan(static_cast<double>(b[i])));
-                if (beats) {
+            for (std::size_t i = 0; i < s.inner; ++i)
+                if (beats<Largest>(row[i], b[i])) {
                     b[i] = row[i];
                     bi[i] = k;
                 }
-            }
         }
     }
     return idx;
@@ -150,9 +149,10 @@ Shape without_axis(const Shape& in, std::size_t axis, bool keepdims) {
     return out;
 }
 
-void check_nonempty_axis(const char* op, const Shape& in, std::size_t axis) {
-    if (in[axis] == 0)
-        throw Error(fmt::format("{}: cannot reduce axis {} of length 0 (shape {})", op, axis, shape_str(in)));
+// What max, min, argmax and argmin call the set they cannot take over an empty axis.
+const char* extreme_name(bool largest, bool index) {
+    if (index) return largest ? "the index of the maximum" : "the index of the minimum";
+    return largest ? "the maximum" : "the minimum";
 }
 
 }  // namespace
@@ -174,7 +174,7 @@ namespace {
 template <bool Largest> ValuesIndices extreme(const char* op, const Tensor& a, long axis, bool keepdims) {
     const Shape& in = a.shape();
     const std::size_t ax = normalize_axis(op, axis, in);
-    check_nonempty_axis(op, in, ax);
+    check_empty_reduction(op, EmptyReduction::refuse, in, {ax}, extreme_name(Largest, false));
     const axis_split s = split_at(in, ax);
     const Shape out_shape = without_axis(in, ax, keepdims);
     return dispatch_all(a.dtype(), [&](auto tag) {
@@ -222,19 +222,15 @@ std::pair<Tensor, std::size_t> misses(const Tensor& x, const Tensor& m) {
 
 // max or min of every element; ties share the gradient evenly (torch's amax/amin backward).
 template <bool Largest> Tensor extreme_all(const char* op, const Tensor& a) {
-    if (a.numel() == 0) throw Error(fmt::format("{}: the input is empty (shape {})", op, shape_str(a.shape())));
+    std::vector<std::size_t> every(a.dim());
+    std::iota(every.begin(), every.end(), std::size_t{0});
+    if (a.numel() == 0) check_empty_reduction(op, EmptyReduction::refuse, a.shape(), every, extreme_name(Largest, false));
     return dispatch_all(a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         const T* x = values<T>(a).data();
         T best = x[0];
-        for (std::size_t i = 0; i < a.numel(); ++i) {
-            if constexpr (is_floating_v<T>)
-                if (std::isnan(static_cast<double>(x[i]))) {
-                    best = x[i];
-                    break;
-                }
-            if (Largest ? x[i] > best : x[i] < best) best = x[i];
-        }
+        for (std::size_t i = 1; i < a.numel() && !is_nan_value(best); ++i)
+            if (beats<Largest>(x[i], best)) best = x[i];
         xt::xarray<T> y = xt::zeros<T>(Shape{});
         y() = best;
         return make_any_result<T>(std::move(y), {a}, op, Formula([](const GradArgs& in) -> std::vector<Tensor> {
@@ -290,26 +286,28 @@ ValuesIndices min(const Tensor& a, long axis, bool keepdims) { return extreme<fa
 Tensor max(const Tensor& a) { return extreme_all<true>("max", a); }
 Tensor min(const Tensor& a) { return extreme_all<false>("min", a); }
 
-Tensor argmin(const Tensor& a, long axis, bool keepdims) {
-    NoGradGuard no_grad;  // only the indices are kept: no graph for the values
-    return min(a, axis, keepdims).indices;
-}
+namespace {
 
-Tensor argmax(const Tensor& a, long axis, bool keepdims) {
+template <bool Largest> Tensor arg_extreme(const char* op, const Tensor& a, long axis, bool keepdims) {
     const Shape& in = a.shape();
-    const std::size_t ax = normalize_axis("argmax", axis, in);
-    check_nonempty_axis("argmax", in, ax);
+    const std::size_t ax = normalize_axis(op, axis, in);
+    check_empty_reduction(op, EmptyReduction::refuse, in, {ax}, extreme_name(Largest, true));
     const axis_split s = split_at(in, ax);
     const Shape out_shape = without_axis(in, ax, keepdims);
     return dispatch_all(a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         xt::xarray<T> best = xt::xarray<T>::from_shape(out_shape);
-        std::vector<std::size_t> idx = argmax_along(values<T>(a), s, best);
+        std::vector<std::size_t> idx = argmax_along<T, Largest>(values<T>(a), s, best);
         xt::xarray<std::int64_t> r = xt::xarray<std::int64_t>::from_shape(out_shape);
         std::copy(idx.begin(), idx.end(), r.begin());
         return make_leaf(Storage(std::move(r)));
     });
 }
+
+}  // namespace
+
+Tensor argmax(const Tensor& a, long axis, bool keepdims) { return arg_extreme<true>("argmax", a, axis, keepdims); }
+Tensor argmin(const Tensor& a, long axis, bool keepdims) { return arg_extreme<false>("argmin", a, axis, keepdims); }
 
 // --- var and std -------------------------------------------------------------------------
 
@@ -324,6 +322,8 @@ template <class T> xt::xarray<T> centred(const xt::xarray<T>& x, const std::vect
 
 Tensor moments(const char* op, const Tensor& a, const std::vector<long>& axes_in, double correction, bool keepdims,
                bool take_sqrt) {
+    // A NaN or infinite correction would divide by NaN or 0 and give NaN or inf without a word.
+    check_finite_argument(op, "correction", correction);
     const std::vector<std::size_t> axes = reduce_axes(op, axes_in, a.shape());
     const Shape out_shape = reduced_shapes(a.shape(), axes, keepdims).second;
     std::size_t count = 1;
@@ -529,6 +529,12 @@ std::vector<Tensor> norm_double_backward(const GradArgs& in, double p, const std
     auto like_g = [&](const Tensor& t) { return reshape(t, as_dims(g.shape())); };
     auto like_n = [&](const Tensor& t) { return reshape(t, as_dims(n.shape())); };
     std::vector<Tensor> out(3);
+    if (p == 0) {
+        // norm_backward is 0 whatever g, x and n are.
+        if (in.needs(0)) out[0] = zeros_like(g);
+        if (in.needs(1)) out[1] = zeros_like(x);
+        return out;
+    }
     if (std::isinf(p)) {
         // sgn(x)·((g / count)·mask): linear in g; x reaches it only through sgn (gradient 0).
         const Tensor mask = inf_norm_mask(x, nk);
@@ -584,31 +590,81 @@ std::vector<Tensor> norm_double_backward(const GradArgs& in, double p, const std
 
 }  // namespace
 
-Tensor norm(const Tensor& a, double p, const std::vector<long>& axes_in, bool keepdims) {
+namespace {
+
+// |x| folded over `axes` into an array of the kept shape: acc = f(acc, |x_i|) from `init`, in
+// row-major order. The ±inf norms (nan_max, nan_min) and the 0 norm (a count) take this path;
+// it is not the float hot path (the sums are).
+template <class T, class F>
+xt::xarray<T> fold_abs(const xt::xarray<T>& x, const Shape& kept, T init, F f) {
+    xt::xarray<T> y = xt::xarray<T>::from_shape(kept);
+    std::fill(y.begin(), y.end(), init);
+    const std::size_t rank = kept.size();
+    if (x.size() == 0) return y;
+    if (rank == 0) {
+        y() = f(init, static_cast<T>(std::abs(x())));
+        return y;
+    }
+    // The output offset moves by out_step[d] along axis d: 0 along the reduced axes.
+    std::vector<std::size_t> out_step = row_major_strides(kept);
+    for (std::size_t d = 0; d < rank; ++d)
+        if (kept[d] != x.shape()[d]) out_step[d] = 0;
+    std::vector<std::size_t> idx(rank, 0);
+    const T* px = x.data();
+    T* py = y.data();
+    std::size_t out = 0;
+    for (std::size_t i = 0, n = x.size(); i < n; ++i) {
+        py[out] = f(py[out], static_cast<T>(std::abs(px[i])));
+        // Next element: the last axis first, carrying into the ones before it.
+        for (std::size_t d = rank; d-- > 0;) {
+            out += out_step[d];
+            if (++idx[d] < x.shape()[d]) break;
+            out -= out_step[d] * idx[d];
+            idx[d] = 0;
+        }
+    }
+    return y;
+}
+
+}  // namespace
+
+Tensor norm(const Tensor& a, double p_arg, const std::vector<long>& axes_in, bool keepdims) {
     constexpr const char* op = "norm";
-    if (!(p > 0))
-        throw Error(fmt::format("{}: p must be positive (1, 2, ..., or inf), got {}", op, p));
+    const double p = norm_order(op, p_arg);
     const std::vector<std::size_t> axes = reduce_axes(op, axes_in, a.shape());
     const auto shapes = reduced_shapes(a.shape(), axes, keepdims);
+    const Shape& kept = shapes.first;
     const Shape out_shape = shapes.second;
-    const bool inf = std::isinf(p);
+    // Σ|x|^p over nothing is 0 for p ≥ 0; the ±inf norms and p < 0 have no identity (torch).
+    if (a.numel() == 0)
+        check_empty_reduction(op, p < 0 || std::isinf(p) ? EmptyReduction::refuse : EmptyReduction::identity,
+                              a.shape(), axes, fmt::format("the {} norm", p).c_str());
     return dispatch_floating(op, a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
-        const xt::xarray<T> m = xt::abs(values<T>(a));
+        const xt::xarray<T>& x = values<T>(a);
         xt::xarray<T> y;
-        if (inf) {
-            // NaN propagates, as torch's: amax alone may skip one, by where it sits.
-            y = xt::amax(m, axes, xt::keep_dims | xt::evaluation_strategy::immediate);
-            const xt::xarray<T> any_nan = xt::sum(m, axes, xt::keep_dims | xt::evaluation_strategy::immediate);
-            y = xt::where(xt::isnan(any_nan), any_nan, y);
-        } else if (p == 1) {
-            y = xt::sum(m, axes, xt::keep_dims | xt::evaluation_strategy::immediate);
-        } else if (p == 2) {
-            y = xt::sqrt(xt::eval(xt::sum(m * m, axes, xt::keep_dims | xt::evaluation_strategy::immediate)));
+        if (x.size() == 0) {
+            y = xt::zeros<T>(kept);
+        } else if (p == INFINITY) {
+            // max|x|, NaN wherever a NaN is (nan_max), from 0 as torch.
+            y = fold_abs<T>(x, kept, T(0), [](T acc, T v) { return nan_max(acc, v); });
+        } else if (p == -INFINITY) {
+            y = fold_abs<T>(x, kept, std::numeric_limits<T>::infinity(), [](T acc, T v) { return nan_min(acc, v); });
+        } else if (p == 0) {
+            // How many are not 0 (NaN counts), as torch.
+            y = fold_abs<T>(x, kept, T(0), [](T acc, T v) { return acc + T(v != T(0)); });
         } else {
-            y = xt::pow(xt::eval(xt::sum(xt::pow(m, static_cast<T>(p)), axes,
-                                         xt::keep_dims | xt::evaluation_strategy::immediate)),
-                        static_cast<T>(1 / p));
+            const xt::xarray<T> m = xt::abs(x);
+            if (p == 1) {
+                y = xt::sum(m, axes, xt::keep_dims | xt::evaluation_strategy::immediate);
+            } else if (p == 2) {
+                y = xt::sqrt(xt::eval(xt::sum(m * m, axes, xt::keep_dims | xt::evaluation_strategy::immediate)));
+            } else {
+                // The order and its inverse in T, as torch's kernel holds them.
+                const T pt = static_cast<T>(p);
+                y = xt::pow(xt::eval(xt::sum(xt::pow(m, pt), axes, xt::keep_dims | xt::evaluation_strategy::immediate)),
+                            T(1) / pt);
+            }
         }
         y.reshape(out_shape);
         return make_result<T>(std::move(y), {a}, op, Formula([p, axes](const GradArgs& in) -> std::vector<Tensor> {
@@ -642,7 +698,10 @@ Tensor norm_backward(const Tensor& g, const Tensor& x, const Tensor& n, double p
         nk.reshape(kept);
         const xt::xarray<T> sign = sgn(xv);
         xt::xarray<T> dx;
-        if (inf) {
+        if (p == 0) {
+            // The count of non-zeros is flat wherever it has a derivative (torch returns none).
+            dx = xt::zeros<T>(xv.shape());
+        } else if (inf) {
             // sgn(x)·g / (how many reach the max), on the elements that reach it or are NaN.
             const xt::xarray<T> hit = xt::cast<T>(xt::equal(xt::abs(xv), nk) || xt::isnan(xv));
             xt::xarray<T> ties = xt::sum(hit, axes, xt::keep_dims | xt::evaluation_strategy::immediate);

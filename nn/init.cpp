@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/arguments.hpp"
 #include "core/creation.hpp"
 #include "core/ops.hpp"
 
@@ -20,7 +21,7 @@ void check_floating(const char* who, const Tensor& t) {
 }
 
 void check_finite(const char* who, const char* what, double v) {
-    if (!std::isfinite(v)) throw Error(fmt::format("init.{}: {} must be finite, got {}", who, what, v));
+    check_finite_argument(fmt::format("init.{}", who).c_str(), what, v);
 }
 
 // The one write path: values of the tensor's own shape and dtype, set under no-grad.
@@ -107,8 +108,20 @@ Tensor zeros_(const Tensor& tensor) { return constant_(tensor, 0.0); }
 Tensor ones_(const Tensor& tensor) { return constant_(tensor, 1.0); }
 
 // Below 2-D the fans throw, as torch; a tensor with no elements is left alone, as torch.
+namespace {
+
+// The gain and the slope are checked at entry, so that a bad one is named as the caller passed
+// it, not as the bound or std made from it.
+void check_gain(const char* who, double gain) {
+    check_argument(std::isfinite(gain) && gain >= 0, fmt::format("init.{}", who).c_str(), "gain", gain,
+                   "a finite gain >= 0");
+}
+
+}  // namespace
+
 Tensor xavier_uniform_(const Tensor& tensor, double gain, Generator& gen) {
     check_floating("xavier_uniform_", tensor);
+    check_gain("xavier_uniform_", gain);
     const auto [fan_in, fan_out] = calculate_fan_in_and_fan_out(tensor);
     if (tensor.numel() == 0) return tensor;
     const double a = std::sqrt(3.0) * gain * std::sqrt(2.0 / static_cast<double>(fan_in + fan_out));
@@ -117,6 +130,7 @@ Tensor xavier_uniform_(const Tensor& tensor, double gain, Generator& gen) {
 
 Tensor xavier_normal_(const Tensor& tensor, double gain, Generator& gen) {
     check_floating("xavier_normal_", tensor);
+    check_gain("xavier_normal_", gain);
     const auto [fan_in, fan_out] = calculate_fan_in_and_fan_out(tensor);
     if (tensor.numel() == 0) return tensor;
     const double std = gain * std::sqrt(2.0 / static_cast<double>(fan_in + fan_out));
@@ -125,6 +139,7 @@ Tensor xavier_normal_(const Tensor& tensor, double gain, Generator& gen) {
 
 Tensor kaiming_uniform_(const Tensor& tensor, double a, Mode mode, Nonlinearity nonlinearity, Generator& gen) {
     check_floating("kaiming_uniform_", tensor);
+    check_finite("kaiming_uniform_", "a", a);
     const std::size_t f = fan(tensor, mode);
     if (tensor.numel() == 0) return tensor;
     const double bound = std::sqrt(3.0) * calculate_gain(nonlinearity, a) / std::sqrt(static_cast<double>(f));
@@ -133,6 +148,7 @@ Tensor kaiming_uniform_(const Tensor& tensor, double a, Mode mode, Nonlinearity 
 
 Tensor kaiming_normal_(const Tensor& tensor, double a, Mode mode, Nonlinearity nonlinearity, Generator& gen) {
     check_floating("kaiming_normal_", tensor);
+    check_finite("kaiming_normal_", "a", a);
     const std::size_t f = fan(tensor, mode);
     if (tensor.numel() == 0) return tensor;
     const double std = calculate_gain(nonlinearity, a) / std::sqrt(static_cast<double>(f));

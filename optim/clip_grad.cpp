@@ -3,22 +3,23 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/arguments.hpp"
 #include "core/dispatch.hpp"
+#include "core/reduce_rules.hpp"
 #include "core/runtime/kernel_loops.hpp"
 
 namespace xgrad::optim {
 
-namespace {
-// std::max drops a NaN in its second argument; torch's inf-norm keeps it.
-double nan_max(double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); }
-}  // namespace
-
-double clip_grad_norm(const std::vector<Tensor>& parameters, double max_norm, double norm_type) {
-    if (!(max_norm >= 0))
-        throw Error(fmt::format("clip_grad_norm: invalid max_norm {} (expected max_norm >= 0)", max_norm));
-    if (!(norm_type > 0))
-        throw Error(fmt::format("clip_grad_norm: invalid norm_type {} (expected norm_type > 0 or INFINITY)",
-                                norm_type));
+double clip_grad_norm(const std::vector<Tensor>& parameters, double max_norm, double norm_type_arg) {
+    constexpr const char* op = "clip_grad_norm";
+    // max_norm = inf is meaningful (never clip), as in torch.
+    check_argument(max_norm >= 0, op, "max_norm", max_norm, "max_norm >= 0");
+    check_argument(norm_type_arg > 0, op, "norm_type", norm_type_arg, "norm_type > 0 or INFINITY");
+    // The order as torch's norms read it (a float): 1e300 is the inf-norm, where Σ|g|^p would
+    // overflow to inf and zero every gradient; one that rounds to 0 is refused.
+    const double norm_type = norm_order(op, norm_type_arg);
+    check_argument(norm_type > 0, op, "norm_type", norm_type_arg,
+                   "norm_type > 0 or INFINITY, not below float's smallest value, where torch reads it as 0");
     const bool inf = std::isinf(norm_type);
     // Per-tensor norms first, then the norm of those (torch's order), accumulated in double.
     double total = 0;

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 
+#include "core/arguments.hpp"
 #include "core/creation.hpp"
 
 namespace xgrad::optim {
@@ -35,11 +36,11 @@ Optimizer::Optimizer(std::vector<Tensor> params, double lr, std::string name)
 }
 
 void Optimizer::require(bool ok, const char* what, double value, const char* rule) const {
-    if (!ok) throw Error(fmt::format("{}: invalid {} {} (expected {})", m_name, what, value, rule));
+    check_argument(ok, m_name.c_str(), what, value, rule);
 }
 
 void Optimizer::require_finite_non_negative(const char* what, double value, const char* rule) const {
-    require(std::isfinite(value), what, value, "a finite number");
+    check_finite_argument(m_name.c_str(), what, value);
     require(value >= 0, what, value, rule);
 }
 
