@@ -319,10 +319,16 @@ int run(int argc, const char* const* argv) {
     std::optional<AutocastGuard> autocast;
     if (o.autocast == "bf16") autocast.emplace(kBFloat16);
     // The last checks before anything runs: whether the run fits in memory, and whether --out
-    // can take it. Every rank makes them (before MPI starts), so all refuse alike.
+    // can take it. Every rank makes them (before MPI starts), so all refuse alike. One process
+    // locks --out now, for its whole life, before looking in it; the ranks of a data-parallel
+    // run leave that to rank 0, which writes --out, once they know which of them it is.
+    OutFolder folder;
+    Start start = Start::fresh;
     try {
         check_memory(c, o.held_out, physical_memory_bytes());
-        prepare_out_folder(o.out, kOutputs, start_from_flags(o.resume, o.overwrite), kOutputs.front());
+        start = start_from_flags(o.resume, o.overwrite);
+        if (o.distributed) check_out_folder(o.out, kOutputs, start, kOutputs.front());
+        else folder = prepare_out_folder(o.out, kOutputs, start, kOutputs.front());
     } catch (const Error& e) {
         return flags::refuse(app, e.what());
     }
@@ -336,9 +342,18 @@ int run(int argc, const char* const* argv) {
     const std::string checkpoint = o.out + "/" + kOutputs.front();
     o.loop.checkpoint = checkpoint;
     TrainState state(c);
-    // Every rank reads the checkpoint: on several hosts --out must be on a shared filesystem.
+    // Rank 0 of a data-parallel run locks --out (another run there stops the whole job, at the
+    // agreement check below, before anything is read or written) and checks it again under the lock.
     std::string load_error;
-    if (o.resume) {
+    if (o.distributed && main_rank) {
+        try {
+            folder = prepare_out_folder(o.out, kOutputs, start, kOutputs.front());
+        } catch (const Error& e) {
+            load_error = e.what();
+        }
+    }
+    // Every rank reads the checkpoint: on several hosts --out must be on a shared filesystem.
+    if (o.resume && load_error.empty()) {
         try {
             load_checkpoint(checkpoint, state);
         } catch (const Error& e) {

@@ -22,24 +22,15 @@
 #include "core/io/atomic_file.hpp"
 #include "core/io/npz.hpp"
 #include "helpers.hpp"
+#include "programs.hpp"
 #include "seq_train/train.hpp"
 
 using namespace xgrad;
 using namespace xgrad::examples;
+using namespace xgrad::test_programs;
 namespace fs = std::filesystem;
 
-extern char** environ;
-
 namespace {
-
-std::string fresh_dir(const std::string& name) {
-    const fs::path dir = fs::temp_directory_path() / fmt::format("xgrad_test_runs_{}_{}", name, ::getpid());
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    return dir.string();
-}
-
-void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
 const std::vector<std::string> kSeqTrainOutputs = {"checkpoint.npz", "metrics.json", "loss.svg", "attention.svg"};
 
@@ -76,7 +67,7 @@ TEST_CASE("out folder: every kind of unusable path is refused naming --out and t
         fs::permissions(dir + "/ro", fs::perms::owner_all);
     }
     // A good path is created with its parents, and nothing is left in it by the check.
-    CHECK_NOTHROW(prepare_out_folder(dir + "/a/b/c", kSeqTrainOutputs, Start::fresh, "checkpoint.npz"));
+    CHECK_NOTHROW(static_cast<void>(prepare_out_folder(dir + "/a/b/c", kSeqTrainOutputs, Start::fresh, "checkpoint.npz")));
     CHECK(fs::is_directory(dir + "/a/b/c"));
     CHECK(fs::is_empty(dir + "/a/b/c"));
     fs::remove_all(dir);
@@ -99,7 +90,7 @@ TEST_CASE("out folder: an earlier run is refused unless --resume or --overwrite"
             CHECK_THROWS_WITH(prepare_out_folder(out, kSeqTrainOutputs, Start::fresh),
                               !Catch::Contains("--resume") && Catch::Contains("--overwrite"));
             // --overwrite removes the run's files and nothing else.
-            CHECK_NOTHROW(prepare_out_folder(out, kSeqTrainOutputs, Start::overwrite, "checkpoint.npz"));
+            CHECK_NOTHROW(static_cast<void>(prepare_out_folder(out, kSeqTrainOutputs, Start::overwrite, "checkpoint.npz")));
             CHECK_FALSE(fs::exists(out + "/" + name));
             CHECK(read_file(out + "/notes.txt", "test") == "mine");
         }
@@ -125,7 +116,7 @@ TEST_CASE("out folder: --resume needs a checkpoint and excludes --overwrite", "[
                       Catch::Contains("--resume") && Catch::Contains("no checkpoint"));
     // With one, the run's other files stay for it to replace.
     write_text(dir + "/other/checkpoint.npz", "x");
-    CHECK_NOTHROW(prepare_out_folder(dir + "/other", kSeqTrainOutputs, Start::resume, "checkpoint.npz"));
+    CHECK_NOTHROW(static_cast<void>(prepare_out_folder(dir + "/other", kSeqTrainOutputs, Start::resume, "checkpoint.npz")));
     CHECK(fs::exists(dir + "/other/metrics.json"));
     fs::remove_all(dir);
 }
@@ -367,87 +358,6 @@ TEST_CASE("checkpoint: a different task or encoding or optimizer is named and no
 // ---- the programs themselves ---------------------------------------------------------------
 
 namespace {
-
-std::string program(const std::string& name) { return std::string(XGRAD_EXAMPLES_BIN_DIR) + "/" + name; }
-
-// Starts `args` (args[0] is the program) with stdout and stderr going to files.
-pid_t start(const std::vector<std::string>& args, const std::string& out_file, const std::string& err_file) {
-    posix_spawn_file_actions_t files;
-    posix_spawn_file_actions_init(&files);
-    posix_spawn_file_actions_addopen(&files, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&files, 1, out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&files, 2, err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    // SIGINT as the program would get it from a terminal, even if this test runs with it ignored.
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    sigset_t defaults, none;
-    sigemptyset(&defaults);
-    sigaddset(&defaults, SIGINT);
-    sigemptyset(&none);
-    posix_spawnattr_setsigdefault(&attr, &defaults);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-    std::vector<char*> argv;
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    const int rc = ::posix_spawn(&pid, argv[0], &files, &attr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&files);
-    posix_spawnattr_destroy(&attr);
-    REQUIRE(rc == 0);
-    return pid;
-}
-
-// Waits until the running program has printed `marker` to `stdout_file` (it flushes each line):
-// true then, false if it ended first.
-bool wait_until_printed(pid_t pid, const std::string& stdout_file, const std::string& marker) {
-    for (;;) {
-        if (read_file(stdout_file, "test").find(marker) != std::string::npos) return true;
-        int status = 0;
-        if (::waitpid(pid, &status, WNOHANG) == pid) return false;
-        const timespec pause{0, 10'000'000};
-        ::nanosleep(&pause, nullptr);
-    }
-}
-
-// The exit code, or 128 + the signal that ended it (as a shell reports it).
-int wait_for(pid_t pid) {
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0) REQUIRE(errno == EINTR);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-struct Result {
-    int code;
-    std::string out, err;
-};
-
-// Runs a program to its end in `dir` (its output files go there too).
-Result run(const std::string& dir, std::vector<std::string> args) {
-    args[0] = program(args[0]);
-    const std::string out = dir + "/stdout.txt", err = dir + "/stderr.txt";
-    const int code = wait_for(start(args, out, err));
-    return {code, read_file(out, "test"), read_file(err, "test")};
-}
-
-// A seq_train run that takes well under a second.
-std::vector<std::string> small_run(const std::string& out, std::vector<std::string> more = {},
-                                   const std::string& steps = "6") {
-    std::vector<std::string> args = {"seq_train", "--steps", steps, "--batch", "8", "--hidden", "16", "--heads", "2",
-                                     "--layers", "1", "--ffn", "16", "--max-len", "5", "--held-out", "10",
-                                     "--eval-every", "2", "--out", out};
-    args.insert(args.end(), more.begin(), more.end());
-    return args;
-}
-
-#define CHECK_REFUSED(result, flag)                                                                   \
-    do {                                                                                              \
-        const Result& r_ = (result);                                                                  \
-        CHECK(r_.code == 2);                                                                          \
-        CHECK_THAT(r_.err, Catch::Contains(flag));                                                    \
-        CHECK_THAT(r_.err, Catch::EndsWith("(see --help)\n"));                                        \
-        CHECK_THAT(r_.out, !Catch::Contains("step"));                                                 \
-    } while (false)
 
 struct FlagCase {
     std::string flag;
