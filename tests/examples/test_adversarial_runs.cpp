@@ -303,7 +303,7 @@ TEST_CASE("checkpoint: an entry of the wrong shape is refused naming the file an
         CHECK_THROWS_WITH(load_checkpoint(path, fresh), Catch::Contains(file) && Catch::Contains("'" + name + "'") &&
                                                             Catch::Contains("one number") && Catch::Contains("(3,)"));
     }
-    CHECK(n == 20);  // 19 settings and the step
+    CHECK(n == 24);  // 23 settings and the step
     // Non-finite, fractional, negative or too large a step.
     for (double step : {std::nan(""), 2.5, -1.0, 11.0}) {
         const std::string path = with_entry(r, "trainer.step", tensor(step, kFloat64), "step.npz");
@@ -342,14 +342,14 @@ TEST_CASE("checkpoint: a different task or encoding or optimizer is named and no
     other.model.scale_embeddings = true;
     TrainState s(other);
     CHECK_THROWS_WITH(load_checkpoint(r.path, s),
-                      Catch::Contains("task: checkpoint reverse, this run sort") &&
-                          Catch::Contains("pos: checkpoint learned, this run sinusoidal") &&
-                          Catch::Contains("optimizer: checkpoint adam, this run adamw") &&
-                          Catch::Contains("scale_embeddings: checkpoint off, this run on"));
+                      Catch::Contains("task (--task): checkpoint reverse, this run sort") &&
+                          Catch::Contains("pos (--pos): checkpoint learned, this run sinusoidal") &&
+                          Catch::Contains("optimizer (--optimizer): checkpoint adam, this run adamw") &&
+                          Catch::Contains("scale_embeddings (--scale-embeddings): checkpoint off, this run on"));
     // A code no program writes is shown as such.
     TrainState same(r.config);
     CHECK_THROWS_WITH(load_checkpoint(with_entry(r, "config.task", tensor(7.0, kFloat64), "code.npz"), same),
-                      Catch::Contains("task: checkpoint unknown (7), this run reverse"));
+                      Catch::Contains("task (--task): checkpoint unknown (7), this run reverse"));
     fs::remove_all(r.dir);
 }
 
@@ -503,7 +503,7 @@ TEST_CASE("seq_train: a fresh run never replaces an earlier one", "[runs]") {
     // A resume with other flags says which, by name.
     const Result other = run(dir, small_run(out, {"--resume", "--warmup", "1", "--task", "copy"}, "4"));
     CHECK(other.code == 1);
-    CHECK_THAT(other.err, Catch::Contains("checkpoint.npz") && Catch::Contains("task: checkpoint reverse, this run copy"));
+    CHECK_THAT(other.err, Catch::Contains("checkpoint.npz") && Catch::Contains("task (--task): checkpoint reverse, this run copy"));
 
     // seq2seq and nadaraya_watson: the same for their pictures, with --overwrite only.
     const std::vector<std::string> s2s = {"seq2seq", "--steps", "2", "--batch", "4", "--hidden", "8", "--heads",
@@ -594,6 +594,7 @@ TEST_CASE("seq_train: a SIGINT leaves the checkpoint and the metrics and plots o
     TrainConfig c = tiny_config(1000000);
     c.task = TaskSpec{Task::reverse, 5, 10};
     c.seed = TrainConfig().seed;
+    c.held_out = 10;
     TrainState state(c);
     CHECK_NOTHROW(load_checkpoint(out + "/checkpoint.npz", state));
     CHECK(state.step >= 1);
