@@ -69,7 +69,7 @@ std::vector<NumericSetting> numeric_settings(const TrainConfig& c) {
     add("seed", "--seed", std::to_string(c.seed));  // every bit: stored as an int64, not a double
     add("autocast", "--autocast", c.autocast);
     add("held_out", "--held-out", number(static_cast<double>(c.held_out)));
-    add("ranks", "--distributed (mpirun -np)", number(static_cast<double>(c.ranks)));
+    add("ranks", "mpirun -np", number(static_cast<double>(c.ranks)));
     add("bucket_kb", "--bucket-kb", number(static_cast<double>(c.ranks > 1 ? c.bucket_kb : 0)));
     return out;
 }

@@ -193,7 +193,7 @@ TEST_CASE("resume numerics: a checkpoint from before a setting was recorded is r
     const NamedTensors entries = load_npz(path);
     for (const auto& [entry, flag] : std::vector<std::pair<std::string, std::string>>{
              {"config.autocast", "--autocast"}, {"config.held_out", "--held-out"},
-             {"config.ranks", "--distributed"}, {"config.bucket_kb", "--bucket-kb"}, {"config.lr", "--lr"}}) {
+             {"config.ranks", "mpirun -np"}, {"config.bucket_kb", "--bucket-kb"}, {"config.lr", "--lr"}}) {
         INFO(entry);
         NamedTensors old;
         for (const auto& e : entries)
