@@ -43,8 +43,9 @@ int run(int argc, char** argv) {
     if (const auto exit_code = flags::parse(app, argc, argv)) return *exit_code;
     std::vector<std::string> outputs{"tanh.dot", "attention.dot"};
     if (has_graphviz()) outputs.insert(outputs.end(), {"tanh.svg", "attention.svg"});
+    examples::OutFolder folder;  // locked until the program ends
     try {
-        examples::prepare_out_folder(out, outputs, examples::start_from_flags(false, overwrite));
+        folder = examples::prepare_out_folder(out, outputs, examples::start_from_flags(false, overwrite));
     } catch (const Error& e) {
         return flags::refuse(app, e.what());
     }

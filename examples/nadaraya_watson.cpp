@@ -75,8 +75,9 @@ int run(int argc, char** argv) {
     app.add_flag("--overwrite", overwrite, "replace the pictures of an earlier run in --out");
     if (const auto exit_code = flags::parse(app, argc, argv)) return *exit_code;
     const std::string fit_path = out + "/regression.svg", heat_path = out + "/attention.svg";
+    examples::OutFolder folder;  // locked until the program ends
     try {
-        examples::prepare_out_folder(out, {"regression.svg", "attention.svg"},
+        folder = examples::prepare_out_folder(out, {"regression.svg", "attention.svg"},
                                      examples::start_from_flags(false, overwrite));
     } catch (const Error& e) {
         return flags::refuse(app, e.what());

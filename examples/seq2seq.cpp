@@ -188,8 +188,9 @@ int run(int argc, char** argv) {
         return flags::refuse(app, fmt::format("this run would need about {} of memory, more than the {} this machine "
                                               "has: make --batch, --hidden or --layers smaller",
                                               format_bytes(estimated_bytes(c)), format_bytes(memory)));
+    examples::OutFolder folder;  // locked until the program ends
     try {
-        prepare_out_folder(c.out, kOutputs, start_from_flags(false, c.overwrite));
+        folder = prepare_out_folder(c.out, kOutputs, start_from_flags(false, c.overwrite));
     } catch (const Error& e) {
         return flags::refuse(app, e.what());
     }

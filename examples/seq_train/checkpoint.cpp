@@ -1,5 +1,6 @@
 // seq_train's checkpoint: one .npz that numpy reads, with entries config.*, trainer.step,
 // model.*, optim.*, sched.* and history.*.
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -11,52 +12,69 @@ namespace xgrad::examples {
 
 namespace {
 
-double optimizer_code(const std::string& name) { return name == "sgd" ? 0 : name == "adam" ? 1 : 2; }
+// The names of a choice's codes, in code order: the checkpoint stores a choice as its index here.
+const std::vector<std::string>& choice_names(const std::string& name) {
+    static const std::vector<std::string> task = {task_name(Task::copy), task_name(Task::reverse),
+                                                  task_name(Task::sort)},
+                                          pos = {pos_name(PosEncoding::learned), pos_name(PosEncoding::sinusoidal)},
+                                          optimizer = {"sgd", "adam", "adamw"}, autocast = {"none", "bf16"},
+                                          on_off = {"off", "on"}, none = {};
+    return name == "task" ? task : name == "pos" ? pos : name == "optimizer" ? optimizer
+         : name == "autocast" ? autocast : name == "scale_embeddings" ? on_off : none;
+}
 
-// The checkpoint stores every setting as a number; the names a user typed for the ones that
-// are choices, for messages.
-std::string config_value_str(const std::string& name, double v) {
-    const auto is = [&](double code) { return v == code; };
-    if (name == "task") {
-        for (Task t : {Task::copy, Task::reverse, Task::sort})
-            if (is(static_cast<double>(t))) return task_name(t);
-    } else if (name == "pos") {
-        for (PosEncoding p : {PosEncoding::learned, PosEncoding::sinusoidal})
-            if (is(static_cast<double>(p))) return pos_name(p);
-    } else if (name == "optimizer") {
-        for (const char* o : {"sgd", "adam", "adamw"})
-            if (is(optimizer_code(o))) return o;
-    } else if (name == "scale_embeddings") {
-        if (is(0) || is(1)) return is(1) ? "on" : "off";
-    } else {
-        return fmt::format("{}", v);
-    }
+// A stored number as a user types it: a choice by its name; the shortest text that reads back
+// as the same double otherwise, so two values show alike exactly when they are equal.
+std::string shown_of(const std::string& name, double v) {
+    const std::vector<std::string>& names = choice_names(name);
+    if (names.empty()) return fmt::format("{}", v);
+    for (std::size_t i = 0; i < names.size(); ++i)
+        if (v == static_cast<double>(i)) return names[i];
     return fmt::format("unknown ({})", v);
 }
 
-// Everything that shapes the trajectory: a checkpoint resumes only into the same configuration.
-std::vector<std::pair<std::string, double>> config_entries(const TrainConfig& c) {
-    return {{"task", static_cast<double>(c.task.task)},
-            {"max_len", static_cast<double>(c.task.max_len)},
-            {"symbols", static_cast<double>(c.task.num_symbols)},
-            {"hidden", static_cast<double>(c.model.hidden)},
-            {"heads", static_cast<double>(c.model.heads)},
-            {"layers", static_cast<double>(c.model.layers)},
-            {"ffn", static_cast<double>(c.model.ffn_hidden)},
-            {"dropout", c.model.dropout},
-            {"pos", static_cast<double>(c.model.pos)},
-            {"scale_embeddings", c.model.scale_embeddings ? 1.0 : 0.0},
-            {"optimizer", optimizer_code(c.optimizer)},
-            {"steps", static_cast<double>(c.steps)},
-            {"lr", c.lr > 0 ? c.lr : default_lr(c.optimizer)},
-            {"batch", static_cast<double>(c.batch)},
-            {"warmup", static_cast<double>(c.warmup)},
-            {"momentum", c.momentum},
-            {"weight_decay", c.weight_decay},
-            {"clip", c.clip},
-            // a double holds every seed a user types; larger ones are compared modulo rounding
-            {"seed", static_cast<double>(c.seed)}};
+double code_of(const std::string& name, const std::string& shown) {
+    const std::vector<std::string>& names = choice_names(name);
+    for (std::size_t i = 0; i < names.size(); ++i)
+        if (names[i] == shown) return static_cast<double>(i);
+    return std::stod(shown);
 }
+
+}  // namespace
+
+std::vector<NumericSetting> numeric_settings(const TrainConfig& c) {
+    std::vector<NumericSetting> out;
+    const auto add = [&](const char* name, const char* flag, std::string shown) {
+        out.push_back({name, flag, std::move(shown), !choice_names(name).empty()});
+    };
+    const auto number = [](double v) { return fmt::format("{}", v); };
+    add("task", "--task", task_name(c.task.task));
+    add("max_len", "--max-len", number(static_cast<double>(c.task.max_len)));
+    add("symbols", "--symbols", number(static_cast<double>(c.task.num_symbols)));
+    add("hidden", "--hidden", number(static_cast<double>(c.model.hidden)));
+    add("heads", "--heads", number(static_cast<double>(c.model.heads)));
+    add("layers", "--layers", number(static_cast<double>(c.model.layers)));
+    add("ffn", "--ffn", number(static_cast<double>(c.model.ffn_hidden)));
+    add("dropout", "--dropout", number(c.model.dropout));
+    add("pos", "--pos", pos_name(c.model.pos));
+    add("scale_embeddings", "--scale-embeddings", c.model.scale_embeddings ? "on" : "off");
+    add("optimizer", "--optimizer", c.optimizer);
+    add("steps", "--steps", number(static_cast<double>(c.steps)));
+    add("lr", "--lr", number(c.lr > 0 ? c.lr : default_lr(c.optimizer)));
+    add("batch", "--batch", number(static_cast<double>(c.batch)));
+    add("warmup", "--warmup", number(static_cast<double>(c.warmup)));
+    add("momentum", "--momentum", number(c.momentum));
+    add("weight_decay", "--weight-decay", number(c.weight_decay));
+    add("clip", "--clip", number(c.clip));
+    add("seed", "--seed", std::to_string(c.seed));  // every bit: stored as an int64, not a double
+    add("autocast", "--autocast", c.autocast);
+    add("held_out", "--held-out", number(static_cast<double>(c.held_out)));
+    add("ranks", "mpirun -np", number(static_cast<double>(c.ranks)));
+    add("bucket_kb", "--bucket-kb", number(static_cast<double>(c.ranks > 1 ? c.bucket_kb : 0)));
+    return out;
+}
+
+namespace {
 
 // The history's curves by their names in the checkpoint; H is History or const History.
 template <class H>
@@ -84,7 +102,13 @@ namespace {
 
 NamedTensors checkpoint_entries(const TrainState& s) {
     NamedTensors all;
-    for (const auto& [name, v] : config_entries(s.config)) all.emplace_back("config." + name, tensor(v, kFloat64));
+    for (const NumericSetting& setting : numeric_settings(s.config)) {
+        const std::string entry = "config." + setting.name;
+        if (setting.name == "seed")  // the seed's 64 bits, as numpy's int64 (view them as uint64)
+            all.emplace_back(entry, from_vector(std::vector<std::int64_t>{static_cast<std::int64_t>(s.config.seed)}, {}));
+        else
+            all.emplace_back(entry, tensor(code_of(setting.name, setting.shown), kFloat64));
+    }
     all.emplace_back("trainer.step", from_vector(std::vector<std::int64_t>{s.step}, {}));
     add_prefixed(all, "model.", s.model->state_dict());
     add_prefixed(all, "optim.", s.optimizer->state_dict());
@@ -141,16 +165,35 @@ void load_checkpoint(const std::string& path, TrainState& s) {
         return t.to_vector<double>();
     };
 
+    // Each setting as the checkpoint says the run was trained, beside this run's.
     std::string mismatches;
-    for (const auto& [name, v] : config_entries(s.config)) {
-        const double saved = scalar("config." + name);
-        if (saved != v)
-            mismatches += fmt::format("\n  {}: checkpoint {}, this run {}", name, config_value_str(name, saved),
-                                      config_value_str(name, v));
+    for (const NumericSetting& setting : numeric_settings(s.config)) {
+        const std::string entry = "config." + setting.name;
+        if (std::none_of(all.begin(), all.end(), [&](const auto& e) { return e.first == entry; }))
+            throw Error(fmt::format("load checkpoint '{}': entry '{}' is missing: it was written by a seq_train that "
+                                    "did not record {}, so this run cannot make sure it continues with the same "
+                                    "numbers; resume it with that seq_train, or start afresh (--overwrite)",
+                                    path, entry, setting.flag));
+        std::string saved;
+        if (setting.name == "seed") {
+            const Tensor& t = find(entry);
+            (void)scalar(entry);  // its shape
+            if (t.dtype() != kInt64)
+                throw Error(fmt::format("load checkpoint '{}': entry '{}': expected the seed's 64 bits as int64, got "
+                                        "{}: it was written by a seq_train that kept the seed as a double (seeds "
+                                        "past 2^53 rounded); start afresh (--overwrite)", path, entry,
+                                        t.dtype()));
+            saved = std::to_string(static_cast<std::uint64_t>(t.item<std::int64_t>()));
+        } else {
+            saved = shown_of(setting.name, scalar(entry));
+        }
+        if (saved != setting.shown)
+            mismatches += fmt::format("\n  {} ({}): checkpoint {}, this run {}", setting.name, setting.flag, saved,
+                                      setting.shown);
     }
     if (!mismatches.empty())
-        throw Error(fmt::format("load checkpoint '{}': it was written with a different configuration "
-                                "(resume with the same flags):{}", path, mismatches));
+        throw Error(fmt::format("load checkpoint '{}': it was written with settings that change the numbers, and "
+                                "this run has others (resume with the same flags):{}", path, mismatches));
     const double saved_step = scalar("trainer.step");
     if (!(saved_step >= 0 && saved_step <= static_cast<double>(s.config.steps)) ||
         saved_step != std::floor(saved_step))

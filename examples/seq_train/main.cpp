@@ -43,8 +43,7 @@ extern "C" void on_sigint(int) {
 struct Options {
     TrainConfig config;
     LoopOptions loop;
-    std::string task = "reverse", pos = "learned", out = "seq_train_out", autocast = "none";
-    std::size_t held_out = 1000;
+    std::string task = "reverse", pos = "learned", out = "seq_train_out";
     std::int64_t log_every = 50;
     bool resume = false, overwrite = false, distributed = false;
     DataParallelSettings parallel;
@@ -83,7 +82,7 @@ void add_flags(CLI::App& app, Options& o) {
     app.add_option("--clip", c.clip, "clip the gradient norm to this (0: no clipping)")->check(real(0));
     app.add_option("--seed", c.seed, "seed for initialisation, batches, dropout and the held-out set")
         ->check(flags::seed());
-    app.add_option("--held-out", o.held_out, "held-out sequences")->check(whole(1, kMaxSize));
+    app.add_option("--held-out", c.held_out, "held-out sequences")->check(whole(1, kMaxSize));
     app.add_option("--eval-every", o.loop.eval_every, "evaluate on the held-out set every N steps (0: only at the end)")
         ->check(whole(0, kMaxCount));
     app.add_option("--log-every", o.log_every, "print a progress line every N steps when stdout is not a terminal")
@@ -95,7 +94,7 @@ void add_flags(CLI::App& app, Options& o) {
     app.add_option("--target-accuracy", o.loop.target_accuracy,
                    "stop at the first held-out evaluation with this token accuracy or more, and report the "
                    "seconds of training steps and the step it took (0: run to --steps)")->check(real(0, 1));
-    app.add_option("--autocast", o.autocast,
+    app.add_option("--autocast", c.autocast,
                    "none, or bf16: the products in bfloat16 on oneDNN (as torch.autocast); refused on a CPU "
                    "without bfloat16 instructions unless XGRAD_AUTOCAST_ALLOW_EMULATION=1")
         ->check(CLI::IsMember({"none", "bf16"}));
@@ -190,6 +189,13 @@ std::string write_attention_plot(const std::string& path, SeqEncoder& model, con
     return fmt::format("{} => {}   (truth {})", join_tokens(input), join_tokens(pred), join_tokens(truth));
 }
 
+nlohmann::ordered_json settings_json(const TrainConfig& c) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::object();
+    for (const NumericSetting& s : numeric_settings(c))
+        out[s.name] = s.choice ? nlohmann::ordered_json(s.shown) : nlohmann::ordered_json::parse(s.shown);
+    return out;
+}
+
 // The summary of a run, finished or stopped early: held-out results, speed, and where the
 // files are. A stopped run gets the same files, describing it as far as it went.
 void report(const Options& o, TrainState& state, const Replicas& replicas, const Batch& held, const EvalResult& e,
@@ -217,7 +223,7 @@ void report(const Options& o, TrainState& state, const Replicas& replicas, const
         {"held_out_loss", e.loss},
         {"held_out_token_accuracy", e.token_acc},
         {"held_out_sequence_accuracy", e.seq_acc},
-        {"held_out_size", o.held_out},
+        {"held_out_size", c.held_out},
         {"seconds", wall},
         {"train_seconds", run.seconds},
         {"tokens_per_second", tps},
@@ -227,7 +233,9 @@ void report(const Options& o, TrainState& state, const Replicas& replicas, const
         {"target_train_seconds", run.target_reached() ? nlohmann::ordered_json(run.target_seconds) : nullptr},
         {"eval_steps", h.eval_step},
         {"eval_token_accuracy", h.eval_token_acc},
-        {"parameters", state.model->num_parameters()}};
+        {"parameters", state.model->num_parameters()},
+        // Every setting that changes the numbers, as the checkpoint records them.
+        {"settings", settings_json(c)}};
     write_file_atomic(o.out + "/metrics.json", metrics.dump(2) + "\n", "metrics.json");
     const std::string stopped =
         state.step < c.steps ? fmt::format(", stopped at step {} of {}", state.step, c.steps) : "";
@@ -238,7 +246,7 @@ void report(const Options& o, TrainState& state, const Replicas& replicas, const
     const std::string example = write_attention_plot(o.out + "/attention.svg", *state.model, held);
 
     fmt::print("held-out ({} sequences): token accuracy {:.2f}%, sequence accuracy {:.2f}%, loss {:.4f}\n",
-               o.held_out, 100 * e.token_acc, 100 * e.seq_acc, e.loss);
+               c.held_out, 100 * e.token_acc, 100 * e.seq_acc, e.loss);
     fmt::print("{} steps this run in {:.1f} s ({:.1f} s in training steps, {:.0f} tokens/s)\n", run.steps, wall,
                run.seconds, tps);
     if (o.distributed && run.steps > 0) {
@@ -317,12 +325,18 @@ int run(int argc, const char* const* argv) {
     // Training and evaluation run on this thread, inside the guard; it refuses (an Error, exit
     // status 1) before anything is written when the CPU or the build cannot run it.
     std::optional<AutocastGuard> autocast;
-    if (o.autocast == "bf16") autocast.emplace(kBFloat16);
+    if (c.autocast == "bf16") autocast.emplace(kBFloat16);
     // The last checks before anything runs: whether the run fits in memory, and whether --out
-    // can take it. Every rank makes them (before MPI starts), so all refuse alike.
+    // can take it. Every rank makes them (before MPI starts), so all refuse alike. One process
+    // locks --out now, for its whole life, before looking in it; the ranks of a data-parallel
+    // run leave that to rank 0, which writes --out, once they know which of them it is.
+    OutFolder folder;
+    Start start = Start::fresh;
     try {
-        check_memory(c, o.held_out, physical_memory_bytes());
-        prepare_out_folder(o.out, kOutputs, start_from_flags(o.resume, o.overwrite), kOutputs.front());
+        check_memory(c, c.held_out, physical_memory_bytes());
+        start = start_from_flags(o.resume, o.overwrite);
+        if (o.distributed) check_out_folder(o.out, kOutputs, start, kOutputs.front());
+        else folder = prepare_out_folder(o.out, kOutputs, start, kOutputs.front());
     } catch (const Error& e) {
         return flags::refuse(app, e.what());
     }
@@ -330,15 +344,26 @@ int run(int argc, const char* const* argv) {
     // Data-parallel: MPI from here to the end of run(). Only rank 0 prints and writes files.
     const std::unique_ptr<Replicas> replicas = o.distributed ? start_data_parallel(o.parallel) : std::make_unique<Replicas>();
     const bool main_rank = replicas->rank() == 0;
+    c.ranks = replicas->world_size();  // recorded with the other settings that change the numbers
+    c.bucket_kb = o.parallel.bucket_kb;
     // These matrices are tiny (64 × 64): a second OpenBLAS thread costs more in hand-off than it
     // saves, and on a loaded machine its spin-waiting can triple a run's time.
     if (!std::getenv("OPENBLAS_NUM_THREADS")) blas_set_num_threads(1);
     const std::string checkpoint = o.out + "/" + kOutputs.front();
     o.loop.checkpoint = checkpoint;
     TrainState state(c);
-    // Every rank reads the checkpoint: on several hosts --out must be on a shared filesystem.
+    // Rank 0 of a data-parallel run locks --out (another run there stops the whole job, at the
+    // agreement check below, before anything is read or written) and checks it again under the lock.
     std::string load_error;
-    if (o.resume) {
+    if (o.distributed && main_rank) {
+        try {
+            folder = prepare_out_folder(o.out, kOutputs, start, kOutputs.front());
+        } catch (const Error& e) {
+            load_error = e.what();
+        }
+    }
+    // Every rank reads the checkpoint: on several hosts --out must be on a shared filesystem.
+    if (o.resume && load_error.empty()) {
         try {
             load_checkpoint(checkpoint, state);
         } catch (const Error& e) {
@@ -359,7 +384,7 @@ int run(int argc, const char* const* argv) {
     }
     if (o.resume && main_rank) fmt::print("resumed from {} at step {}\n", checkpoint, state.step);
     replicas->share(*state.model);
-    const Batch held = held_out_set(c.task, o.held_out, c.seed);
+    const Batch held = held_out_set(c.task, c.held_out, c.seed);
     if (main_rank) {
         fmt::print("task {}: lengths 1..{} over {} symbols; {} parameters; optimizer {}, lr {}, batch {}, {} steps\n",
                    o.task, c.task.max_len, c.task.num_symbols, state.model->num_parameters(), c.optimizer,

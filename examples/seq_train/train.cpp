@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "common/out_folder.hpp"
+#include "core/autocast.hpp"
 #include "core/creation.hpp"
 #include "core/runtime/alloc.hpp"
 #include "core/ops.hpp"
@@ -142,6 +143,8 @@ TrainConfig checked(TrainConfig c) {
         {"model.layers", c.model.layers}, {"model.ffn_hidden", c.model.ffn_hidden}};
     for (const auto& [name, value] : sizes)
         if (value < 1) throw Error(fmt::format("train: need {} >= 1, got {}", name, value));
+    if (c.autocast != "none" && c.autocast != "bf16")
+        throw Error(fmt::format("train: autocast must be 'none' or 'bf16', got '{}'", c.autocast));
     return c;
 }
 
@@ -238,6 +241,11 @@ LoopStats train(TrainState& s, Replicas& replicas, const Batch& held_out, Progre
                                 world, world));
     if (!(o.target_accuracy >= 0 && o.target_accuracy <= 1))
         throw Error(fmt::format("train: target_accuracy must be in [0, 1] (0: none), got {}", o.target_accuracy));
+    // The checkpoint records config.autocast as how the run was trained: it must be true.
+    if (is_autocast_enabled() != (c.autocast == "bf16"))
+        throw Error(fmt::format("train: config.autocast is '{}', but this thread {} (enter an AutocastGuard(kBFloat16) "
+                                "exactly when it is 'bf16')", c.autocast,
+                                is_autocast_enabled() ? "autocasts to bfloat16" : "does not autocast"));
     LoopStats stats;
     // Every rank sees the same summed accuracy, so all stop at the same evaluation.
     const auto reached = [&](const EvalResult& e) {

@@ -33,7 +33,30 @@ struct TrainConfig {
     double weight_decay = 0.01; ///< adamw (adam and sgd use none)
     double clip = 1.0;          ///< max gradient norm, 0 for none
     std::uint64_t seed = 0;
+    /// What the products compute in: "none" (float32) or "bf16" (torch.autocast's bfloat16).
+    /// train() does not enter the AutocastGuard (seq_train does, around training and
+    /// evaluation); it refuses to run when the thread's autocast state is not this one.
+    std::string autocast = "none";
+    std::size_t held_out = 1000;  ///< held-out sequences: every evaluation's numbers depend on them
+    /// Processes of a data-parallel run, and its largest gradient bucket in KiB: the gradients'
+    /// sums are split and added in an order that depends on them (distributed.hpp). One process
+    /// has no buckets: bucket_kb is recorded as 0 then, whatever --bucket-kb says.
+    std::size_t ranks = 1;
+    std::size_t bucket_kb = 0;
 };
+
+/// A setting of TrainConfig that changes a run's numbers, as a checkpoint records it and
+/// metrics.json shows it ("settings"). Every field of TrainConfig but model.vocab_size and
+/// model.max_len (taken from the task) is one.
+struct NumericSetting {
+    std::string name;   ///< in the checkpoint (config.<name>) and metrics.json: "max_len"
+    std::string flag;   ///< seq_train's flag that sets it: "--max-len"
+    std::string shown;  ///< the value as a user types it: "bf16", "0.006", "18446744073709551615"
+    bool choice;        ///< one of a few names (task, pos, optimizer, autocast, scale_embeddings)
+};
+/// The settings of `config`, in the order the checkpoint holds them. `lr` and `warmup` are the
+/// values the run uses (default_lr, default_warmup), not 0 for "default".
+std::vector<NumericSetting> numeric_settings(const TrainConfig& config);
 
 /// The learning rate used when TrainConfig::lr is 0, chosen by measurement on the reverse task
 /// (tools/sweep_seq_defaults: the fewest steps to 99% held-out token accuracy over seeds 0-2,
@@ -147,8 +170,11 @@ std::uint64_t state_hash(const TrainState& state);
 /// Restores a save_checkpoint(). Throws xgrad::Error (naming the file, the entry, what was
 /// expected and what came) for an unreadable or truncated file, missing entries, entries of the
 /// wrong shape (a curve where one number belongs), or a checkpoint written with a different
-/// configuration (each difference by name: "task: checkpoint copy, this run sort"); on any
-/// failure the state is left as it was.
+/// configuration: each numeric_settings() difference by name and flag, with both values
+/// ("autocast (--autocast): checkpoint none, this run bf16"). A checkpoint from before a setting
+/// was recorded (no config.autocast, config.held_out, config.ranks or config.bucket_kb, or a
+/// float64 config.seed) is refused as such: what it was trained with is unknown, so its numbers
+/// could not be continued exactly. On any failure the state is left as it was.
 void load_checkpoint(const std::string& path, TrainState& state);
 
 }  // namespace xgrad::examples

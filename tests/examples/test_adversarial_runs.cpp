@@ -22,24 +22,15 @@
 #include "core/io/atomic_file.hpp"
 #include "core/io/npz.hpp"
 #include "helpers.hpp"
+#include "programs.hpp"
 #include "seq_train/train.hpp"
 
 using namespace xgrad;
 using namespace xgrad::examples;
+using namespace xgrad::test_programs;
 namespace fs = std::filesystem;
 
-extern char** environ;
-
 namespace {
-
-std::string fresh_dir(const std::string& name) {
-    const fs::path dir = fs::temp_directory_path() / fmt::format("xgrad_test_runs_{}_{}", name, ::getpid());
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    return dir.string();
-}
-
-void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
 const std::vector<std::string> kSeqTrainOutputs = {"checkpoint.npz", "metrics.json", "loss.svg", "attention.svg"};
 
@@ -76,7 +67,7 @@ TEST_CASE("out folder: every kind of unusable path is refused naming --out and t
         fs::permissions(dir + "/ro", fs::perms::owner_all);
     }
     // A good path is created with its parents, and nothing is left in it by the check.
-    CHECK_NOTHROW(prepare_out_folder(dir + "/a/b/c", kSeqTrainOutputs, Start::fresh, "checkpoint.npz"));
+    CHECK_NOTHROW(static_cast<void>(prepare_out_folder(dir + "/a/b/c", kSeqTrainOutputs, Start::fresh, "checkpoint.npz")));
     CHECK(fs::is_directory(dir + "/a/b/c"));
     CHECK(fs::is_empty(dir + "/a/b/c"));
     fs::remove_all(dir);
@@ -99,7 +90,7 @@ TEST_CASE("out folder: an earlier run is refused unless --resume or --overwrite"
             CHECK_THROWS_WITH(prepare_out_folder(out, kSeqTrainOutputs, Start::fresh),
                               !Catch::Contains("--resume") && Catch::Contains("--overwrite"));
             // --overwrite removes the run's files and nothing else.
-            CHECK_NOTHROW(prepare_out_folder(out, kSeqTrainOutputs, Start::overwrite, "checkpoint.npz"));
+            CHECK_NOTHROW(static_cast<void>(prepare_out_folder(out, kSeqTrainOutputs, Start::overwrite, "checkpoint.npz")));
             CHECK_FALSE(fs::exists(out + "/" + name));
             CHECK(read_file(out + "/notes.txt", "test") == "mine");
         }
@@ -125,7 +116,7 @@ TEST_CASE("out folder: --resume needs a checkpoint and excludes --overwrite", "[
                       Catch::Contains("--resume") && Catch::Contains("no checkpoint"));
     // With one, the run's other files stay for it to replace.
     write_text(dir + "/other/checkpoint.npz", "x");
-    CHECK_NOTHROW(prepare_out_folder(dir + "/other", kSeqTrainOutputs, Start::resume, "checkpoint.npz"));
+    CHECK_NOTHROW(static_cast<void>(prepare_out_folder(dir + "/other", kSeqTrainOutputs, Start::resume, "checkpoint.npz")));
     CHECK(fs::exists(dir + "/other/metrics.json"));
     fs::remove_all(dir);
 }
@@ -312,7 +303,7 @@ TEST_CASE("checkpoint: an entry of the wrong shape is refused naming the file an
         CHECK_THROWS_WITH(load_checkpoint(path, fresh), Catch::Contains(file) && Catch::Contains("'" + name + "'") &&
                                                             Catch::Contains("one number") && Catch::Contains("(3,)"));
     }
-    CHECK(n == 20);  // 19 settings and the step
+    CHECK(n == 24);  // 23 settings and the step
     // Non-finite, fractional, negative or too large a step.
     for (double step : {std::nan(""), 2.5, -1.0, 11.0}) {
         const std::string path = with_entry(r, "trainer.step", tensor(step, kFloat64), "step.npz");
@@ -351,14 +342,14 @@ TEST_CASE("checkpoint: a different task or encoding or optimizer is named and no
     other.model.scale_embeddings = true;
     TrainState s(other);
     CHECK_THROWS_WITH(load_checkpoint(r.path, s),
-                      Catch::Contains("task: checkpoint reverse, this run sort") &&
-                          Catch::Contains("pos: checkpoint learned, this run sinusoidal") &&
-                          Catch::Contains("optimizer: checkpoint adam, this run adamw") &&
-                          Catch::Contains("scale_embeddings: checkpoint off, this run on"));
+                      Catch::Contains("task (--task): checkpoint reverse, this run sort") &&
+                          Catch::Contains("pos (--pos): checkpoint learned, this run sinusoidal") &&
+                          Catch::Contains("optimizer (--optimizer): checkpoint adam, this run adamw") &&
+                          Catch::Contains("scale_embeddings (--scale-embeddings): checkpoint off, this run on"));
     // A code no program writes is shown as such.
     TrainState same(r.config);
     CHECK_THROWS_WITH(load_checkpoint(with_entry(r, "config.task", tensor(7.0, kFloat64), "code.npz"), same),
-                      Catch::Contains("task: checkpoint unknown (7), this run reverse"));
+                      Catch::Contains("task (--task): checkpoint unknown (7), this run reverse"));
     fs::remove_all(r.dir);
 }
 
@@ -367,87 +358,6 @@ TEST_CASE("checkpoint: a different task or encoding or optimizer is named and no
 // ---- the programs themselves ---------------------------------------------------------------
 
 namespace {
-
-std::string program(const std::string& name) { return std::string(XGRAD_EXAMPLES_BIN_DIR) + "/" + name; }
-
-// Starts `args` (args[0] is the program) with stdout and stderr going to files.
-pid_t start(const std::vector<std::string>& args, const std::string& out_file, const std::string& err_file) {
-    posix_spawn_file_actions_t files;
-    posix_spawn_file_actions_init(&files);
-    posix_spawn_file_actions_addopen(&files, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&files, 1, out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&files, 2, err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    // SIGINT as the program would get it from a terminal, even if this test runs with it ignored.
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    sigset_t defaults, none;
-    sigemptyset(&defaults);
-    sigaddset(&defaults, SIGINT);
-    sigemptyset(&none);
-    posix_spawnattr_setsigdefault(&attr, &defaults);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-    std::vector<char*> argv;
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    const int rc = ::posix_spawn(&pid, argv[0], &files, &attr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&files);
-    posix_spawnattr_destroy(&attr);
-    REQUIRE(rc == 0);
-    return pid;
-}
-
-// Waits until the running program has printed `marker` to `stdout_file` (it flushes each line):
-// true then, false if it ended first.
-bool wait_until_printed(pid_t pid, const std::string& stdout_file, const std::string& marker) {
-    for (;;) {
-        if (read_file(stdout_file, "test").find(marker) != std::string::npos) return true;
-        int status = 0;
-        if (::waitpid(pid, &status, WNOHANG) == pid) return false;
-        const timespec pause{0, 10'000'000};
-        ::nanosleep(&pause, nullptr);
-    }
-}
-
-// The exit code, or 128 + the signal that ended it (as a shell reports it).
-int wait_for(pid_t pid) {
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0) REQUIRE(errno == EINTR);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-struct Result {
-    int code;
-    std::string out, err;
-};
-
-// Runs a program to its end in `dir` (its output files go there too).
-Result run(const std::string& dir, std::vector<std::string> args) {
-    args[0] = program(args[0]);
-    const std::string out = dir + "/stdout.txt", err = dir + "/stderr.txt";
-    const int code = wait_for(start(args, out, err));
-    return {code, read_file(out, "test"), read_file(err, "test")};
-}
-
-// A seq_train run that takes well under a second.
-std::vector<std::string> small_run(const std::string& out, std::vector<std::string> more = {},
-                                   const std::string& steps = "6") {
-    std::vector<std::string> args = {"seq_train", "--steps", steps, "--batch", "8", "--hidden", "16", "--heads", "2",
-                                     "--layers", "1", "--ffn", "16", "--max-len", "5", "--held-out", "10",
-                                     "--eval-every", "2", "--out", out};
-    args.insert(args.end(), more.begin(), more.end());
-    return args;
-}
-
-#define CHECK_REFUSED(result, flag)                                                                   \
-    do {                                                                                              \
-        const Result& r_ = (result);                                                                  \
-        CHECK(r_.code == 2);                                                                          \
-        CHECK_THAT(r_.err, Catch::Contains(flag));                                                    \
-        CHECK_THAT(r_.err, Catch::EndsWith("(see --help)\n"));                                        \
-        CHECK_THAT(r_.out, !Catch::Contains("step"));                                                 \
-    } while (false)
 
 struct FlagCase {
     std::string flag;
@@ -593,7 +503,7 @@ TEST_CASE("seq_train: a fresh run never replaces an earlier one", "[runs]") {
     // A resume with other flags says which, by name.
     const Result other = run(dir, small_run(out, {"--resume", "--warmup", "1", "--task", "copy"}, "4"));
     CHECK(other.code == 1);
-    CHECK_THAT(other.err, Catch::Contains("checkpoint.npz") && Catch::Contains("task: checkpoint reverse, this run copy"));
+    CHECK_THAT(other.err, Catch::Contains("checkpoint.npz") && Catch::Contains("task (--task): checkpoint reverse, this run copy"));
 
     // seq2seq and nadaraya_watson: the same for their pictures, with --overwrite only.
     const std::vector<std::string> s2s = {"seq2seq", "--steps", "2", "--batch", "4", "--hidden", "8", "--heads",
@@ -684,6 +594,7 @@ TEST_CASE("seq_train: a SIGINT leaves the checkpoint and the metrics and plots o
     TrainConfig c = tiny_config(1000000);
     c.task = TaskSpec{Task::reverse, 5, 10};
     c.seed = TrainConfig().seed;
+    c.held_out = 10;
     TrainState state(c);
     CHECK_NOTHROW(load_checkpoint(out + "/checkpoint.npz", state));
     CHECK(state.step >= 1);
