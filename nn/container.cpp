@@ -96,29 +96,30 @@ ModuleDict::ModuleDict(std::initializer_list<std::pair<std::string, std::shared_
 
 void ModuleDict::put(const char* call, const std::string& key, std::shared_ptr<Module> module) {
     replace_or_add_child(key, module, call);  // checks the key, null and a cycle
-    for (auto& [k, m] : m_items)
-        if (k == key) {
-            m = std::move(module);
-            return;
-        }
+    const auto at = m_index.find(key);
+    if (at != m_index.end()) {
+        m_items[at->second].second = std::move(module);
+        return;
+    }
+    m_index.emplace(key, m_items.size());
     m_items.emplace_back(key, std::move(module));
 }
 
 std::shared_ptr<Module> ModuleDict::pop(const std::string& key) {
-    const auto& found = (*this)[key];  // throws if absent
-    std::shared_ptr<Module> m = found;
+    std::shared_ptr<Module> m = (*this)[key];  // throws if absent
     remove_child(key);
-    m_items.erase(std::find_if(m_items.begin(), m_items.end(), [&](const auto& kv) { return kv.first == key; }));
+    const std::size_t i = m_index.at(key);
+    m_index.erase(key);
+    m_items.erase(m_items.begin() + static_cast<std::ptrdiff_t>(i));
+    for (std::size_t j = i; j < m_items.size(); ++j) m_index[m_items[j].first] = j;
     return m;
 }
 
-bool ModuleDict::contains(const std::string& key) const {
-    return std::any_of(m_items.begin(), m_items.end(), [&](const auto& kv) { return kv.first == key; });
-}
+bool ModuleDict::contains(const std::string& key) const { return m_index.count(key) != 0; }
 
 const std::shared_ptr<Module>& ModuleDict::operator[](const std::string& key) const {
-    for (const auto& kv : m_items)
-        if (kv.first == key) return kv.second;
+    const auto at = m_index.find(key);
+    if (at != m_index.end()) return m_items[at->second].second;
     throw Error(fmt::format("ModuleDict: no key '{}' (keys: {})", key, fmt::join(keys(), ", ")));
 }
 

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -211,6 +212,7 @@ private:
     /// `call` names the user's call in errors.
     void put(const char* call, const std::string& key, std::shared_ptr<Module> module);
     std::vector<std::pair<std::string, std::shared_ptr<Module>>> m_items;
+    std::unordered_map<std::string, std::size_t> m_index;  // key → its place in m_items
 };
 
 }  // namespace xgrad::nn

@@ -29,12 +29,12 @@ void Module::check_new_name(const char* what, const std::string& name) const {
     const auto taken = [&](const char* kind) {
         return Error(fmt::format("{}: {}: '{}' is already registered as a {}", m_name, what, name, kind));
     };
-    for (const auto& [n, p] : m_parameters)
-        if (n == name) throw taken("parameter");
+    const auto at = m_names.find(name);
+    if (at == m_names.end()) return;
+    if (at->second != kNotChild) throw taken("child module");
     for (const auto& b : m_buffers)
         if (b.name == name) throw taken("buffer");
-    for (const auto& [n, c] : m_children)
-        if (n == name) throw taken("child module");
+    throw taken("parameter");
 }
 
 Tensor Module::register_parameter(const std::string& name, Tensor value) {
@@ -53,6 +53,7 @@ Tensor Module::register_parameter(const std::string& name, Tensor value) {
                                 m_name, name));
     if (is_floating(value.dtype()) && !value.requires_grad()) value.requires_grad_(true);
     m_parameters.emplace_back(name, std::move(value));
+    m_names.emplace(name, kNotChild);
     return m_parameters.back().second;
 }
 
@@ -63,6 +64,7 @@ Tensor Module::register_buffer(const std::string& name, Tensor value, bool persi
     // A buffer is state, not a graph input: keep it out of every graph, as torch's buffers.
     if (!value.is_leaf() || value.requires_grad()) value = value.detach();
     m_buffers.push_back({name, std::move(value), persistent});
+    m_names.emplace(name, kNotChild);
     return m_buffers.back().value;
 }
 
@@ -75,16 +77,17 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> child, c
 
 void Module::replace_or_add_child(const std::string& name, std::shared_ptr<Module> child, const char* call) {
     if (!child) throw Error(fmt::format("{}: {}: '{}' is a null pointer", m_name, call, name));
-    for (auto& [n, c] : m_children)
-        if (n == name) {
-            check_no_cycle(call, name, *child);
-            std::shared_ptr<Module> old = std::move(c);
-            c = std::move(child);
-            c->m_parents.push_back(this);
-            unlink(*old);
-            return;
-        }
-    add_child(name, std::move(child), call);
+    const auto at = m_names.find(name);
+    if (at == m_names.end() || at->second == kNotChild) {
+        add_child(name, std::move(child), call);  // refuses a parameter's or buffer's name
+        return;
+    }
+    check_no_cycle(call, name, *child);
+    std::shared_ptr<Module>& c = m_children[at->second].second;
+    std::shared_ptr<Module> old = std::move(c);
+    c = std::move(child);
+    ++c->m_parents[this];
+    unlink(*old);
 }
 
 void Module::check_no_cycle(const char* call, const std::string& name, const Module& child) const {
@@ -100,25 +103,27 @@ void Module::check_no_cycle(const char* call, const std::string& name, const Mod
 }
 
 void Module::link(const std::string& name, std::shared_ptr<Module> child) {
-    child->m_parents.push_back(this);
+    ++child->m_parents[this];
+    m_names.emplace(name, m_children.size());
     m_children.emplace_back(name, std::move(child));
 }
 
 void Module::unlink(Module& child) {
-    auto& parents = child.m_parents;
-    const auto it = std::find(parents.begin(), parents.end(), this);
-    if (it != parents.end()) parents.erase(it);
+    const auto it = child.m_parents.find(this);
+    if (it != child.m_parents.end() && --it->second == 0) child.m_parents.erase(it);
 }
 
 std::shared_ptr<Module> Module::remove_child(const std::string& name) {
-    for (auto it = m_children.begin(); it != m_children.end(); ++it)
-        if (it->first == name) {
-            auto child = std::move(it->second);
-            m_children.erase(it);
-            unlink(*child);
-            return child;
-        }
-    throw Error(fmt::format("{}: no child module named '{}'", m_name, name));
+    const auto at = m_names.find(name);
+    if (at == m_names.end() || at->second == kNotChild)
+        throw Error(fmt::format("{}: no child module named '{}'", m_name, name));
+    const std::size_t i = at->second;
+    m_names.erase(at);
+    auto child = std::move(m_children[i].second);
+    m_children.erase(m_children.begin() + static_cast<std::ptrdiff_t>(i));
+    for (std::size_t j = i; j < m_children.size(); ++j) m_names[m_children[j].first] = j;
+    unlink(*child);
+    return child;
 }
 
 namespace {
@@ -247,12 +252,11 @@ Module& Module::owner_of(const std::string& dotted_name, std::string& local_name
     std::size_t start = 0;  // the part of dotted_name below `owner`
     for (std::size_t dot; (dot = dotted_name.find('.', start)) != std::string::npos; start = dot + 1) {
         const std::string head = dotted_name.substr(start, dot - start);
-        const auto& kids = owner->m_children;
-        const auto it = std::find_if(kids.begin(), kids.end(), [&](const auto& kv) { return kv.first == head; });
-        if (it == kids.end())
+        const auto it = owner->m_names.find(head);
+        if (it == owner->m_names.end() || it->second == kNotChild)
             throw Error(fmt::format("{}: no child module named '{}' (in '{}')", owner->m_name, head,
                                     dotted_name.substr(start)));
-        owner = it->second.get();
+        owner = owner->m_children[it->second].second.get();
     }
     local_name = dotted_name.substr(start);
     return *owner;
@@ -343,10 +347,7 @@ LoadResult Module::load_state_dict(const NamedTensors& state, bool strict) {
         given.erase(it);
     }
     for (const auto& [name, t] : state)
-        if (given.count(name) &&
-            std::find(result.unexpected_keys.begin(), result.unexpected_keys.end(), name) ==
-                result.unexpected_keys.end())
-            result.unexpected_keys.push_back(name);
+        if (given.erase(name)) result.unexpected_keys.push_back(name);  // each once, in the state's order
 
     const bool keys_wrong = strict && !(result.missing_keys.empty() && result.unexpected_keys.empty());
     if (keys_wrong || !repeated.empty() || !mismatched.empty()) {
@@ -366,10 +367,10 @@ LoadResult Module::load_state_dict(const NamedTensors& state, bool strict) {
     // state_dict() entry is the tensor itself: one that is also loaded into (entries under
     // other names) is copied first, so that every entry loads the values it had.
     NoGradGuard no_grad;
-    std::vector<const void*> targets;
-    for (const auto& l : to_load) targets.push_back(l.into.node_ptr().get());
+    std::unordered_set<const void*> targets;
+    for (const auto& l : to_load) targets.insert(l.into.node_ptr().get());
     auto is_target = [&](const Tensor& t) {
-        return std::find(targets.begin(), targets.end(), t.node_ptr().get()) != targets.end();
+        return targets.count(t.node_ptr().get()) != 0;
     };
     std::vector<Tensor> converted;
     for (const auto& l : to_load) {

@@ -26,6 +26,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -188,9 +189,13 @@ private:
     std::vector<std::pair<std::string, Tensor>> m_parameters;
     std::vector<Buffer> m_buffers;
     std::vector<std::pair<std::string, std::shared_ptr<Module>>> m_children;
-    // Every module that holds this one as a child, once per registration (not owning: a
+    // Every registered name (one namespace, as torch's attributes): a child's index in
+    // m_children, kNotChild for a parameter or a buffer. Registration costs O(1) however wide.
+    static constexpr std::size_t kNotChild = ~std::size_t{0};
+    std::unordered_map<std::string, std::size_t> m_names;
+    // The modules that hold this one as a child, each with how many times (not owning: a
     // parent unlinks itself when it drops the child or dies). For the cycle check.
-    std::vector<Module*> m_parents;
+    std::unordered_map<Module*, std::size_t> m_parents;
 };
 
 /// A size or count argument of a module's constructor: any integer type, never a

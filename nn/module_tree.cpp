@@ -49,8 +49,13 @@ bool ModuleTree::contains(const Module& from, const Module& target, std::string&
         const Module* m;
         std::size_t next;
     };
+    struct UpFrame {
+        const Module* m;
+        std::unordered_map<Module*, std::size_t>::const_iterator next;
+    };
     // Down: from's subtree through children. Up: target's ancestors through parents.
-    std::vector<Frame> down{{&from, 0}}, up{{&target, 0}};
+    std::vector<Frame> down{{&from, 0}};
+    std::vector<UpFrame> up{{&target, target.m_parents.begin()}};
     std::unordered_set<const Module*> seen_down{&from}, seen_up{&target};
     while (!down.empty() && !up.empty()) {
         {
@@ -71,11 +76,11 @@ bool ModuleTree::contains(const Module& from, const Module& target, std::string&
             }
         }
         {
-            Frame& f = up.back();
-            if (f.next == f.m->m_parents.size()) {
+            UpFrame& f = up.back();
+            if (f.next == f.m->m_parents.end()) {
                 up.pop_back();
             } else {
-                const Module* p = f.m->m_parents[f.next++];
+                const Module* p = (f.next++)->first;
                 if (p == &from) {
                     // up holds target, a parent of it, ...; `from` holds the last. Names top down.
                     const Module* holder = &from;
@@ -89,7 +94,7 @@ bool ModuleTree::contains(const Module& from, const Module& target, std::string&
                     }
                     return true;
                 }
-                if (seen_up.insert(p).second) up.push_back({p, 0});
+                if (seen_up.insert(p).second) up.push_back({p, p->m_parents.begin()});
             }
         }
     }
@@ -100,12 +105,11 @@ void ModuleTree::tear_down(Module& m) {
     std::vector<std::shared_ptr<Module>> pending;
     const auto take_children = [&](Module& owner) {
         for (auto& [name, c] : owner.m_children) {
-            auto& parents = c->m_parents;
-            const auto it = std::find(parents.begin(), parents.end(), &owner);
-            if (it != parents.end()) parents.erase(it);
+            owner.unlink(*c);
             pending.push_back(std::move(c));
         }
         owner.m_children.clear();
+        owner.m_names.clear();
     };
     take_children(m);
     while (!pending.empty()) {

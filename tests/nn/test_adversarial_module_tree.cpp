@@ -7,6 +7,7 @@
 // trees are torch 1.13's output for the same models, pasted as literals.
 #include <pthread.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <exception>
 #include <functional>
@@ -123,7 +124,7 @@ TEST_CASE("a container put inside itself is refused by every call that links a c
     CHECK(holder->children().empty());
 }
 
-TEST_CASE("two or more modules that would hold each other are refused, naming both and the path",
+TEST_CASE("two or more modules that would hold each other are refused naming both and the path",
           "[nn][hostile][module-tree]") {
     // a holds b (through each linking call in turn); b taking a back closes the cycle.
     auto a_seq = std::make_shared<Sequential>();
@@ -367,7 +368,7 @@ TEST_CASE("named_modules of a deep chain does not recurse", "[nn][hostile][modul
     CHECK_FALSE(top);
 }
 
-TEST_CASE("a deep tree prints as torch's to 64 levels and no further indented, in linear text",
+TEST_CASE("a tree prints as torch's to 64 levels deep and no further indented in linear text",
           "[nn][hostile][module-tree]") {
     // torch 1.13: repr(nn.Sequential(nn.Sequential(nn.ReLU())))
     CHECK(to_string(*deep_chain(2)) == "Sequential(\n  (0): Sequential(\n    (0): Leaf()\n  )\n)");
@@ -393,9 +394,8 @@ TEST_CASE("a deep tree prints as torch's to 64 levels and no further indented, i
     os << *top;
     CHECK(os.str() == text);
     CHECK(fmt::format("{}", top) == text);
-}
 
-TEST_CASE("multi-line extra_repr and names print as torch's", "[nn][hostile][module-tree]") {
+    // the rest of torch's repr: extra_repr of several lines, a name with a line break
     struct Lines : Module {
         Lines() : Module("Module") {}
         std::string extra_repr() const override { return "a\n\nb"; }
@@ -412,6 +412,52 @@ TEST_CASE("multi-line extra_repr and names print as torch's", "[nn][hostile][mod
     auto outer = std::make_shared<Sequential>();
     outer->add_module("0", q);
     CHECK(to_string(*outer) == "Sequential(\n  (0): Holder(\n    (x\n  y): Sequential(\n      (0): ReLU()\n    )\n  )\n)");
+}
+
+TEST_CASE("a tree 100000 wide is built and walked in time linear in its size", "[nn][hostile][module-tree]") {
+    // A name lookup or a parent list scanned per registration makes these quadratic: minutes.
+    auto list = std::make_shared<ModuleList>();
+    for (std::size_t i = 0; i < kDeep; ++i) list->append(std::make_shared<Leaf>());
+    CHECK(list->at<Leaf>(-1).name() == "Leaf");
+    const NamedTensors state = list->state_dict();
+    REQUIRE(state.size() == 2 * kDeep);
+    CHECK(state.back().first == std::to_string(kDeep - 1) + ".b");
+    CHECK(list->load_state_dict(state).missing_keys.empty());
+    NamedTensors extra = state;
+    for (std::size_t i = 0; i < kDeep; ++i) extra.emplace_back("x" + std::to_string(i), ones({1}));
+    CHECK(list->load_state_dict(extra, false).unexpected_keys.size() == kDeep);
+    CHECK(list->parameters().size() == kDeep);
+    CHECK(to_string(*list).size() < kDeep * 30);
+
+    auto dict = std::make_shared<ModuleDict>();
+    for (std::size_t i = 0; i < kDeep; ++i) dict->insert("k" + std::to_string(i), std::make_shared<ReLU>());
+    for (std::size_t i = 0; i < kDeep; ++i) dict->insert("k" + std::to_string(kDeep - 1), std::make_shared<ReLU>());
+    CHECK(dict->size() == kDeep);
+    CHECK(dict->contains("k99999"));
+    CHECK_FALSE(dict->contains("k100000"));
+    CHECK(dict->pop("k0")->name() == "ReLU");
+    CHECK(dict->items().front().first == "k1");
+    CHECK((*dict)["k99999"]->name() == "ReLU");
+    CHECK_THROWS_WITH(dict->insert("k5", dict), is_cycle("ModuleDict", "insert"));
+
+    struct Wide : Module {
+        Wide() : Module("Wide") {
+            for (std::size_t i = 0; i < kDeep; ++i) register_parameter("p" + std::to_string(i), ones({1}));
+            CHECK_THROWS_WITH(register_buffer("p7", ones({1})), Catch::Contains("'p7' is already registered as a parameter"));
+        }
+    };
+    CHECK(Wide().named_parameters().size() == kDeep);
+
+    // one module under 100000 parents, which then die in either order
+    auto shared = std::make_shared<Leaf>();
+    std::vector<std::shared_ptr<ModuleList>> owners;
+    for (std::size_t i = 0; i < kDeep; ++i) owners.push_back(std::make_shared<ModuleList>(
+        std::initializer_list<std::shared_ptr<Module>>{shared}));
+    CHECK_THROWS_WITH(owners.back()->append(owners.back()), is_cycle("ModuleList", "append"));
+    owners.resize(kDeep / 2);
+    std::reverse(owners.begin(), owners.end());
+    owners.clear();
+    CHECK(shared.use_count() == 1);
 }
 
 TEST_CASE("a chain 100000 levels deep is destroyed without recursing", "[nn][hostile][module-tree]") {
