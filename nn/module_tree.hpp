@@ -16,7 +16,6 @@ namespace xgrad::nn {
 
 struct ModuleTree {
     using Children = std::vector<std::pair<std::string, std::shared_ptr<Module>>>;
-    static const Children& children(const Module& m) { return m.m_children; }
     static const auto& own_parameters(const Module& m) { return m.m_parameters; }
     static const auto& own_buffers(const Module& m) { return m.m_buffers; }
 
