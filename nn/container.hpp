@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -44,35 +45,32 @@ inline constexpr bool takes_one_tensor_v = detail::takes_one_tensor<M>::value;
 /// compiles). add_module(name, m), as torch's, takes any module under a chosen name, so a
 /// Sequential can hold blocks with more arguments (d2l's `blks`) and be iterated; forward then
 /// refuses to run, naming the child it cannot chain.
+/// Every call that adds a module (the constructors too) refuses one that is this container or
+/// holds it (a cycle), as register_module does, naming the call.
 class Sequential : public Module, public Callable<Sequential> {
 public:
     Sequential() : Module("Sequential") {}
     template <class... M>
     explicit Sequential(std::shared_ptr<M>... modules) : Sequential() {
-        (push_back(std::move(modules)), ...);
+        (chain_in("Sequential", std::to_string(size()), std::move(modules)), ...);
     }
 
     template <class M>
     void push_back(std::shared_ptr<M> module) {
-        push_back(std::to_string(size()), std::move(module));
+        chain_in("push_back", std::to_string(size()), std::move(module));
     }
     template <class M>
     void push_back(const std::string& name, std::shared_ptr<M> module) {
-        static_assert(std::is_base_of_v<Module, M>, "Sequential holds modules");
-        static_assert(takes_one_tensor_v<M>,
-                      "Sequential::push_back: the module's forward must take one tensor and return one "
-                      "(use add_module for others)");
-        M* raw = module.get();
-        add(name, std::move(module), raw ? Chain([raw](const Tensor& x) { return Tensor(raw->forward(x)); }) : Chain());
+        chain_in("push_back", name, std::move(module));
     }
     /// torch's add_module: any module, under `name`.
     template <class M>
     void add_module(const std::string& name, std::shared_ptr<M> module) {
         static_assert(std::is_base_of_v<Module, M>, "Sequential holds modules");
         if constexpr (takes_one_tensor_v<M>)
-            push_back(name, std::move(module));
+            chain_in("add_module", name, std::move(module));
         else
-            add(name, std::move(module), Chain());
+            add("add_module", name, std::move(module), Chain());
     }
 
     Tensor forward(const Tensor& x);
@@ -98,15 +96,33 @@ public:
 private:
     const std::shared_ptr<Module>& item(long i) const;
     using Chain = std::function<Tensor(const Tensor&)>;
-    void add(const std::string& name, std::shared_ptr<Module> module, Chain chain);
+    template <class M>
+    void chain_in(const char* call, const std::string& name, std::shared_ptr<M> module) {
+        static_assert(std::is_base_of_v<Module, M>, "Sequential holds modules");
+        static_assert(takes_one_tensor_v<M>,
+                      "Sequential::push_back: the module's forward must take one tensor and return one "
+                      "(use add_module for others)");
+        M* raw = module.get();
+        Sequential* nested = nullptr;
+        if constexpr (std::is_same_v<M, Sequential>) nested = raw;
+        add(call, name, std::move(module),
+            raw ? Chain([raw](const Tensor& x) { return Tensor(raw->forward(x)); }) : Chain(), nested);
+    }
+    /// `call` names the user's call in errors. `nested`: the module, when it is a Sequential
+    /// itself, which forward enters without a call (a nesting of any depth runs in constant stack).
+    void add(const char* call, const std::string& name, std::shared_ptr<Module> module, Chain chain,
+             Sequential* nested = nullptr);
+    void check_chainable() const;
 
     std::vector<std::shared_ptr<Module>> m_items;
     std::vector<std::string> m_names;
     std::vector<Chain> m_chains;
+    std::vector<Sequential*> m_nested;
 };
 
 /// ModuleList: a list of modules registered as children "0", "1", ... (torch's ModuleList).
-/// It has no forward: iterate it, as `for h in self.heads` does.
+/// It has no forward: iterate it, as `for h in self.heads` does. Adding a module that is this
+/// list or holds it (a cycle) is refused, naming the call.
 ///   heads = register_module("heads", std::make_shared<nn::ModuleList>());
 ///   for (...) heads->push_back(std::make_shared<AttentionHead>(d, d / h));
 ///   for (const auto& h : *heads) ... h->as<AttentionHead>() ...   // or heads->at<AttentionHead>(i)
@@ -118,12 +134,13 @@ public:
     template <class M>
     void push_back(std::shared_ptr<M> module) {
         static_assert(std::is_base_of_v<Module, M>, "ModuleList holds modules");
-        add_item(std::move(module));
+        add_item("push_back", std::move(module));
     }
     /// torch's name for push_back.
     template <class M>
     void append(std::shared_ptr<M> module) {
-        push_back(std::move(module));
+        static_assert(std::is_base_of_v<Module, M>, "ModuleList holds modules");
+        add_item("append", std::move(module));
     }
     /// Appends every module of `other` (torch's extend); the modules are shared, not copied.
     void extend(const ModuleList& other);
@@ -153,13 +170,14 @@ public:
 
 private:
     const std::shared_ptr<Module>& item(long i) const;
-    void add_item(std::shared_ptr<Module> module);
+    /// `call` names the user's call in errors.
+    void add_item(const char* call, std::shared_ptr<Module> module);
     std::vector<std::shared_ptr<Module>> m_items;
 };
 
 /// ModuleDict: modules by key, in insertion order (torch's ModuleDict). Inserting a key that
 /// is there replaces its module in place, as `d[key] = m` does in torch; keys may not be
-/// empty or contain '.'.
+/// empty or contain '.'. A module that is this dict or holds it (a cycle) is refused.
 class ModuleDict : public Module {
 public:
     ModuleDict() : Module("ModuleDict") {}
@@ -168,7 +186,7 @@ public:
     template <class M>
     void insert(const std::string& key, std::shared_ptr<M> module) {
         static_assert(std::is_base_of_v<Module, M>, "ModuleDict holds modules");
-        put(key, std::move(module));
+        put("insert", key, std::move(module));
     }
     /// Removes `key` and returns its module (torch's pop); throws if absent.
     std::shared_ptr<Module> pop(const std::string& key);
@@ -191,8 +209,10 @@ public:
     auto end() const { return m_items.end(); }
 
 private:
-    void put(const std::string& key, std::shared_ptr<Module> module);
+    /// `call` names the user's call in errors.
+    void put(const char* call, const std::string& key, std::shared_ptr<Module> module);
     std::vector<std::pair<std::string, std::shared_ptr<Module>>> m_items;
+    std::unordered_map<std::string, std::size_t> m_index;  // key → its place in m_items
 };
 
 }  // namespace xgrad::nn

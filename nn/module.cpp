@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <map>
 #include <ostream>
+#include <sstream>
+#include <unordered_set>
 
 #include "core/ops.hpp"
+#include "module_tree.hpp"
 
 namespace xgrad::nn {
 
@@ -17,6 +20,8 @@ std::size_t SizeArg::get(const char* who, const char* what) const {
 
 Module::Module(std::string name) : m_name(std::move(name)) {}
 
+Module::~Module() { ModuleTree::tear_down(*this); }
+
 void Module::check_new_name(const char* what, const std::string& name) const {
     if (name.empty() || name.find('.') != std::string::npos)
         throw Error(fmt::format("{}: {}: the name must be non-empty and without '.', got '{}'", m_name, what, name));
@@ -24,12 +29,12 @@ void Module::check_new_name(const char* what, const std::string& name) const {
     const auto taken = [&](const char* kind) {
         return Error(fmt::format("{}: {}: '{}' is already registered as a {}", m_name, what, name, kind));
     };
-    for (const auto& [n, p] : m_parameters)
-        if (n == name) throw taken("parameter");
+    const auto at = m_names.find(name);
+    if (at == m_names.end()) return;
+    if (at->second != kNotChild) throw taken("child module");
     for (const auto& b : m_buffers)
         if (b.name == name) throw taken("buffer");
-    for (const auto& [n, c] : m_children)
-        if (n == name) throw taken("child module");
+    throw taken("parameter");
 }
 
 Tensor Module::register_parameter(const std::string& name, Tensor value) {
@@ -48,6 +53,7 @@ Tensor Module::register_parameter(const std::string& name, Tensor value) {
                                 m_name, name));
     if (is_floating(value.dtype()) && !value.requires_grad()) value.requires_grad_(true);
     m_parameters.emplace_back(name, std::move(value));
+    m_names.emplace(name, kNotChild);
     return m_parameters.back().second;
 }
 
@@ -58,64 +64,113 @@ Tensor Module::register_buffer(const std::string& name, Tensor value, bool persi
     // A buffer is state, not a graph input: keep it out of every graph, as torch's buffers.
     if (!value.is_leaf() || value.requires_grad()) value = value.detach();
     m_buffers.push_back({name, std::move(value), persistent});
+    m_names.emplace(name, kNotChild);
     return m_buffers.back().value;
 }
 
-void Module::add_child(const std::string& name, std::shared_ptr<Module> child) {
-    check_new_name("register_module", name);
-    if (!child) throw Error(fmt::format("{}: register_module: '{}' is a null pointer", m_name, name));
+void Module::add_child(const std::string& name, std::shared_ptr<Module> child, const char* call) {
+    check_new_name(call, name);
+    if (!child) throw Error(fmt::format("{}: {}: '{}' is a null pointer", m_name, call, name));
+    check_no_cycle(call, name, *child);
+    link(name, std::move(child));
+}
+
+void Module::replace_or_add_child(const std::string& name, std::shared_ptr<Module> child, const char* call) {
+    if (!child) throw Error(fmt::format("{}: {}: '{}' is a null pointer", m_name, call, name));
+    const auto at = m_names.find(name);
+    if (at == m_names.end() || at->second == kNotChild) {
+        add_child(name, std::move(child), call);  // refuses a parameter's or buffer's name
+        return;
+    }
+    check_no_cycle(call, name, *child);
+    std::shared_ptr<Module>& c = m_children[at->second].second;
+    std::shared_ptr<Module> old = std::move(c);
+    c = std::move(child);
+    ++c->m_parents[this];
+    unlink(*old);
+}
+
+void Module::check_no_cycle(const char* call, const std::string& name, const Module& child) const {
+    std::string path;
+    if (!ModuleTree::contains(child, *this, path)) return;
+    if (path.empty())
+        throw Error(fmt::format("{}: {}: '{}' is this {} itself; a module cannot contain itself (the tree would "
+                                "have a cycle)",
+                                m_name, call, name, m_name));
+    throw Error(fmt::format("{}: {}: cannot add '{}' ({}): this {} is inside it, at '{}', so the tree would have "
+                            "a cycle",
+                            m_name, call, name, child.m_name, m_name, path));
+}
+
+void Module::link(const std::string& name, std::shared_ptr<Module> child) {
+    ++child->m_parents[this];
+    m_names.emplace(name, m_children.size());
     m_children.emplace_back(name, std::move(child));
 }
 
-void Module::replace_or_add_child(const std::string& name, std::shared_ptr<Module> child) {
-    if (!child) throw Error(fmt::format("{}: register_module: '{}' is a null pointer", m_name, name));
-    for (auto& [n, c] : m_children)
-        if (n == name) {
-            c = std::move(child);
-            return;
-        }
-    add_child(name, std::move(child));
+void Module::unlink(Module& child) {
+    const auto it = child.m_parents.find(this);
+    if (it != child.m_parents.end() && --it->second == 0) child.m_parents.erase(it);
 }
 
 std::shared_ptr<Module> Module::remove_child(const std::string& name) {
-    for (auto it = m_children.begin(); it != m_children.end(); ++it)
-        if (it->first == name) {
-            auto child = std::move(it->second);
-            m_children.erase(it);
-            return child;
-        }
-    throw Error(fmt::format("{}: no child module named '{}'", m_name, name));
+    const auto at = m_names.find(name);
+    if (at == m_names.end() || at->second == kNotChild)
+        throw Error(fmt::format("{}: no child module named '{}'", m_name, name));
+    const std::size_t i = at->second;
+    m_names.erase(at);
+    auto child = std::move(m_children[i].second);
+    m_children.erase(m_children.begin() + static_cast<std::ptrdiff_t>(i));
+    for (std::size_t j = i; j < m_children.size(); ++j) m_names[m_children[j].first] = j;
+    unlink(*child);
+    return child;
 }
 
-void Module::collect_parameters(const std::string& prefix,
-                                std::vector<std::pair<std::string, Tensor>>& out) const {
-    for (const auto& [name, p] : m_parameters) out.emplace_back(prefix + name, p);
-    for (const auto& [name, child] : m_children) child->collect_parameters(prefix + name + ".", out);
+namespace {
+
+std::string dotted(const std::string& path, const std::string& name) {
+    return path.empty() ? name : path + "." + name;
 }
+
+// Each module's own parameters, modules in torch's order, each tensor once (under its first
+// name: tied weights once, as torch, and an optimizer given a tensor twice refuses it).
+// Without `names` the names are not built: a deep chain's are quadratic in its depth.
+void collect_parameters(const Module& root, bool names, std::vector<std::pair<std::string, Tensor>>& out) {
+    std::unordered_set<const void*> seen;
+    ModuleTree::preorder(root, true, [&](const Module& m, const std::string& path) {
+        for (const auto& [name, p] : ModuleTree::own_parameters(m))
+            if (seen.insert(p.node_ptr().get()).second) out.emplace_back(names ? dotted(path, name) : std::string(), p);
+    });
+}
+
+}  // namespace
 
 std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
-    std::vector<std::pair<std::string, Tensor>> all, out;
-    collect_parameters("", all);
-    // Tied weights once: an optimizer given the same tensor twice refuses it.
-    for (auto& entry : all)
-        if (std::none_of(out.begin(), out.end(), [&](const auto& seen) { return seen.second.is_same(entry.second); }))
-            out.push_back(std::move(entry));
+    std::vector<std::pair<std::string, Tensor>> out;
+    collect_parameters(*this, true, out);
     return out;
 }
 
 std::vector<Tensor> Module::parameters() const {
+    std::vector<std::pair<std::string, Tensor>> all;
+    collect_parameters(*this, false, all);
     std::vector<Tensor> out;
-    for (auto& [name, p] : named_parameters()) out.push_back(p);
+    out.reserve(all.size());
+    for (auto& [name, p] : all) out.push_back(std::move(p));
     return out;
 }
 
 std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_children() const {
-    return m_children;
+    std::vector<std::pair<std::string, std::shared_ptr<Module>>> out;
+    std::unordered_set<const Module*> seen;
+    for (const auto& [name, c] : m_children)
+        if (seen.insert(c.get()).second) out.emplace_back(name, c);
+    return out;
 }
 
 std::vector<std::shared_ptr<Module>> Module::children() const {
     std::vector<std::shared_ptr<Module>> out;
-    for (const auto& [name, c] : m_children) out.push_back(c);
+    for (auto& [name, c] : named_children()) out.push_back(std::move(c));
     return out;
 }
 
@@ -125,53 +180,58 @@ std::size_t Module::num_parameters() const {
     return n;
 }
 
-template <class M>
-void Module::collect_modules(M* m, const std::string& prefix, std::vector<std::pair<std::string, M*>>& out) {
-    // A module reachable twice (shared) is listed once, under its first name, as torch.
-    if (std::any_of(out.begin(), out.end(), [&](const auto& seen) { return seen.second == m; })) return;
-    out.emplace_back(prefix, m);
-    for (const auto& [name, child] : m->m_children)
-        collect_modules<M>(child.get(), prefix.empty() ? name : prefix + "." + name, out);
-}
-
 std::vector<std::pair<std::string, Module*>> Module::named_modules() {
     std::vector<std::pair<std::string, Module*>> out;
-    collect_modules<Module>(this, "", out);
+    // this module is not const here, nor is any module below it
+    ModuleTree::preorder(*this, true, [&](const Module& m, const std::string& path) {
+        out.emplace_back(path, const_cast<Module*>(&m));
+    });
     return out;
 }
 
 std::vector<std::pair<std::string, const Module*>> Module::named_modules() const {
     std::vector<std::pair<std::string, const Module*>> out;
-    collect_modules<const Module>(this, "", out);
+    ModuleTree::preorder(*this, true, [&](const Module& m, const std::string& path) { out.emplace_back(path, &m); });
     return out;
 }
 
 std::vector<Module*> Module::modules() {
     std::vector<Module*> out;
-    for (auto& [name, m] : named_modules()) out.push_back(m);
+    ModuleTree::preorder(*this, true, [&](const Module& m, const std::string&) { out.push_back(const_cast<Module*>(&m)); });
     return out;
 }
 
 Module& Module::apply(const std::function<void(Module&)>& fn) {
-    for (auto& [n, c] : m_children) c->apply(fn);
-    fn(*this);
+    ModuleTree::apply(*this, fn);
     return *this;
 }
 
+namespace {
+
+// Each module's own buffers, modules in torch's order, each tensor once, as torch's named_buffers.
+void collect_buffers(const Module& root, bool names, std::vector<std::pair<std::string, Tensor>>& out) {
+    std::unordered_set<const void*> seen;
+    ModuleTree::preorder(root, true, [&](const Module& m, const std::string& path) {
+        for (const auto& b : ModuleTree::own_buffers(m))
+            if (seen.insert(b.value.node_ptr().get()).second)
+                out.emplace_back(names ? dotted(path, b.name) : std::string(), b.value);
+    });
+}
+
+}  // namespace
+
 std::vector<std::pair<std::string, Tensor>> Module::named_buffers() const {
     std::vector<std::pair<std::string, Tensor>> out;
-    for (const auto& [prefix, m] : named_modules())
-        for (const auto& b : m->m_buffers) {
-            if (std::any_of(out.begin(), out.end(), [&](const auto& seen) { return seen.second.is_same(b.value); }))
-                continue;
-            out.emplace_back(prefix.empty() ? b.name : prefix + "." + b.name, b.value);
-        }
+    collect_buffers(*this, true, out);
     return out;
 }
 
 std::vector<Tensor> Module::buffers() const {
+    std::vector<std::pair<std::string, Tensor>> all;
+    collect_buffers(*this, false, all);
     std::vector<Tensor> out;
-    for (auto& [name, b] : named_buffers()) out.push_back(b);
+    out.reserve(all.size());
+    for (auto& [name, b] : all) out.push_back(std::move(b));
     return out;
 }
 
@@ -188,15 +248,18 @@ const Tensor& Module::parameter(const std::string& name) const {
 }
 
 Module& Module::owner_of(const std::string& dotted_name, std::string& local_name) {
-    const auto dot = dotted_name.find('.');
-    if (dot == std::string::npos) {
-        local_name = dotted_name;
-        return *this;
+    Module* owner = this;
+    std::size_t start = 0;  // the part of dotted_name below `owner`
+    for (std::size_t dot; (dot = dotted_name.find('.', start)) != std::string::npos; start = dot + 1) {
+        const std::string head = dotted_name.substr(start, dot - start);
+        const auto it = owner->m_names.find(head);
+        if (it == owner->m_names.end() || it->second == kNotChild)
+            throw Error(fmt::format("{}: no child module named '{}' (in '{}')", owner->m_name, head,
+                                    dotted_name.substr(start)));
+        owner = owner->m_children[it->second].second.get();
     }
-    const std::string head = dotted_name.substr(0, dot);
-    for (auto& [n, c] : m_children)
-        if (n == head) return c->owner_of(dotted_name.substr(dot + 1), local_name);
-    throw Error(fmt::format("{}: no child module named '{}' (in '{}')", m_name, head, dotted_name));
+    local_name = dotted_name.substr(start);
+    return *owner;
 }
 
 void Module::set_parameter(const std::string& dotted_name, const Tensor& value) {
@@ -217,8 +280,7 @@ void Module::set_parameter(const std::string& dotted_name, const Tensor& value) 
 }
 
 void Module::train(bool on) {
-    m_training = on;
-    for (auto& [n, c] : m_children) c->train(on);
+    for (Module* m : modules()) m->m_training = on;
 }
 
 void Module::zero_grad() {
@@ -242,22 +304,19 @@ Module& Module::to(Dtype dtype) {
     return *this;
 }
 
-void Module::collect_state(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const {
-    for (const auto& [name, p] : m_parameters) out.emplace_back(prefix + name, p);
-    for (const auto& b : m_buffers)
-        if (b.persistent) out.emplace_back(prefix + b.name, b.value);
-    for (const auto& [name, child] : m_children) child->collect_state(prefix + name + ".", out);
-}
-
 NamedTensors Module::state_dict() const {
-    std::vector<std::pair<std::string, Tensor>> entries;
-    collect_state("", entries);  // every name, shared tensors included
+    // Every path, as torch's: a shared module's tensors appear under each of its names.
+    NamedTensors entries;
+    ModuleTree::preorder(*this, false, [&](const Module& m, const std::string& path) {
+        for (const auto& [name, p] : m.m_parameters) entries.emplace_back(dotted(path, name), p);
+        for (const auto& b : m.m_buffers)
+            if (b.persistent) entries.emplace_back(dotted(path, b.name), b.value);
+    });
     return entries;
 }
 
 LoadResult Module::load_state_dict(const NamedTensors& state, bool strict) {
-    std::vector<std::pair<std::string, Tensor>> entries;
-    collect_state("", entries);
+    const NamedTensors entries = state_dict();
     std::map<std::string, const Tensor*> given;
     std::vector<std::string> repeated, mismatched;
     LoadResult result;
@@ -288,10 +347,7 @@ LoadResult Module::load_state_dict(const NamedTensors& state, bool strict) {
         given.erase(it);
     }
     for (const auto& [name, t] : state)
-        if (given.count(name) &&
-            std::find(result.unexpected_keys.begin(), result.unexpected_keys.end(), name) ==
-                result.unexpected_keys.end())
-            result.unexpected_keys.push_back(name);
+        if (given.erase(name)) result.unexpected_keys.push_back(name);  // each once, in the state's order
 
     const bool keys_wrong = strict && !(result.missing_keys.empty() && result.unexpected_keys.empty());
     if (keys_wrong || !repeated.empty() || !mismatched.empty()) {
@@ -311,10 +367,10 @@ LoadResult Module::load_state_dict(const NamedTensors& state, bool strict) {
     // state_dict() entry is the tensor itself: one that is also loaded into (entries under
     // other names) is copied first, so that every entry loads the values it had.
     NoGradGuard no_grad;
-    std::vector<const void*> targets;
-    for (const auto& l : to_load) targets.push_back(l.into.node_ptr().get());
+    std::unordered_set<const void*> targets;
+    for (const auto& l : to_load) targets.insert(l.into.node_ptr().get());
     auto is_target = [&](const Tensor& t) {
-        return std::find(targets.begin(), targets.end(), t.node_ptr().get()) != targets.end();
+        return targets.count(t.node_ptr().get()) != 0;
     };
     std::vector<Tensor> converted;
     for (const auto& l : to_load) {
@@ -333,50 +389,16 @@ LoadResult Module::load_state_dict(const NamedTensors& state, bool strict) {
     return result;
 }
 
-namespace {
-
-std::vector<std::string> split_lines(const std::string& s) {
-    std::vector<std::string> lines;
-    std::size_t start = 0;
-    while (true) {
-        const auto nl = s.find('\n', start);
-        lines.push_back(s.substr(start, nl == std::string::npos ? std::string::npos : nl - start));
-        if (nl == std::string::npos) break;
-        start = nl + 1;
-    }
-    return lines;
-}
-
-// torch.nn.modules.module._addindent: every line but the first gets `spaces` more.
-std::string add_indent(const std::string& s, int spaces) {
-    const auto lines = split_lines(s);
-    std::string out = lines[0];
-    for (std::size_t i = 1; i < lines.size(); ++i) out += "\n" + std::string(spaces, ' ') + lines[i];
-    return out;
-}
-
-}  // namespace
-
-// torch.nn.Module.__repr__, line for line.
 std::string to_string(const Module& m) {
-    const std::string extra = m.extra_repr();
-    const std::vector<std::string> extra_lines =
-        extra.empty() ? std::vector<std::string>{} : split_lines(extra);
-    std::vector<std::string> child_lines;
-    for (const auto& [name, child] : m.named_children())
-        child_lines.push_back("(" + name + "): " + add_indent(to_string(*child), 2));
-    std::string s = m.name() + "(";
-    if (extra_lines.size() == 1 && child_lines.empty()) {
-        s += extra_lines[0];
-    } else if (!extra_lines.empty() || !child_lines.empty()) {
-        std::vector<std::string> lines = extra_lines;
-        lines.insert(lines.end(), child_lines.begin(), child_lines.end());
-        s += "\n  " + fmt::format("{}", fmt::join(lines, "\n  ")) + "\n";
-    }
-    return s + ")";
+    std::ostringstream os;
+    ModuleTree::print(os, m);
+    return os.str();
 }
 
-std::ostream& operator<<(std::ostream& os, const Module& module) { return os << to_string(module); }
+std::ostream& operator<<(std::ostream& os, const Module& module) {
+    ModuleTree::print(os, module);
+    return os;
+}
 
 void save(const Module& module, const std::string& path) { save_npz(path, module.state_dict()); }
 

@@ -7,6 +7,11 @@
 /// Users hold layers as std::shared_ptr (`auto mha = std::make_shared<MultiHeadAttention>(...)`);
 /// a layer keeps its children as typed shared_ptr members and registers the same pointers.
 ///
+/// The modules form a tree, or a DAG when one module is registered in two places (shared, as
+/// torch allows), never a cycle: every call that links a child refuses one that holds its new
+/// parent. Every walk of the tree keeps its own stack, so a tree as deep as memory allows is
+/// walked, printed and destroyed without overflowing the call stack.
+///
 /// The registry is the one place a parameter handle lives: layers read their parameters back
 /// with parameter("weight") rather than keeping a second copy of the handle, so that
 /// set_parameter() (a functional call, as torch.func.functional_call) is seen by forward().
@@ -21,6 +26,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -44,7 +50,9 @@ class Module {
 public:
     /// `name` is what the printed tree calls the class ("Linear", "MultiHeadAttention").
     explicit Module(std::string name);
-    virtual ~Module() = default;
+    /// Unlinks this module from its children and frees the ones it owned last without
+    /// recursing, so that a chain of any depth is destroyed in constant stack.
+    virtual ~Module();
     // Copies would alias the parameters; hold modules by shared_ptr instead.
     Module(const Module&) = delete;
     Module& operator=(const Module&) = delete;
@@ -58,7 +66,8 @@ public:
     /// parameters: `{ NoGradGuard g; p.mul_(0.5); }` on one changes the module.
     std::vector<std::pair<std::string, Tensor>> named_parameters() const;
     std::vector<Tensor> parameters() const;
-    /// The direct children, in registration order.
+    /// The direct children, in registration order, each module once (a module registered under
+    /// two names is listed under the first, as torch's named_children).
     std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const;
     std::vector<std::shared_ptr<Module>> children() const;
     /// Total number of parameter elements (weights and biases of every descendant).
@@ -71,7 +80,9 @@ public:
     std::vector<std::pair<std::string, const Module*>> named_modules() const;
     std::vector<Module*> modules();
     /// Calls fn on every descendant, children before their parent, then on this module (torch's
-    /// apply: `net.apply(init_weights)`). Returns *this.
+    /// apply: `net.apply(init_weights)`). As torch's, it goes through children(): a child held
+    /// twice by one parent is visited once, a module shared by two parents once under each.
+    /// Returns *this.
     Module& apply(const std::function<void(Module&)>& fn);
 
     /// This module as an M (LibTorch's as<M>()): null when it is not one.
@@ -138,19 +149,24 @@ protected:
     /// Returns the registered handle (a copy of it: handles alias).
     Tensor register_parameter(const std::string& name, Tensor value);
     /// Registers a child module; returns the same pointer, typed, for the layer's member.
+    /// A child that is this module, or holds it anywhere below, is refused (it would make a
+    /// cycle), naming both modules and the path.
     template <class M>
     std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> child) {
         add_child(name, child);
         return child;
     }
+    /// What register_module does, with `call` naming the user's call in its errors ("append").
+    void add_child(const std::string& name, std::shared_ptr<Module> child, const char* call = "register_module");
     /// Registers a buffer (torch's register_buffer): state that is not a parameter, so it gets
     /// no gradient and no optimizer step. Persistent buffers are in state_dict and loaded by
     /// load_state_dict; non-persistent ones are not. to(dtype) converts floating buffers.
     /// Returns the registered handle; read it back with buffer(name).
     Tensor register_buffer(const std::string& name, Tensor value, bool persistent = true);
     /// Puts `child` under `name`: in the same place if the name is taken by a child (torch's
-    /// ModuleDict assignment), else appended.
-    void replace_or_add_child(const std::string& name, std::shared_ptr<Module> child);
+    /// ModuleDict assignment), else appended. Refuses a cycle as add_child does.
+    void replace_or_add_child(const std::string& name, std::shared_ptr<Module> child,
+                              const char* call = "register_module");
     /// Unregisters the child `name` and returns it; throws if there is none.
     std::shared_ptr<Module> remove_child(const std::string& name);
 
@@ -160,13 +176,12 @@ private:
         Tensor value;
         bool persistent;
     };
-    void add_child(const std::string& name, std::shared_ptr<Module> child);
+    // The walks of the tree (module.cpp, module_tree.cpp): they read the children and parents.
+    friend struct ModuleTree;
     void check_new_name(const char* what, const std::string& name) const;
-    void collect_state(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const;
-    template <class M>
-    static void collect_modules(M* m, const std::string& prefix, std::vector<std::pair<std::string, M*>>& out);
-    void collect_parameters(const std::string& prefix,
-                            std::vector<std::pair<std::string, Tensor>>& out) const;
+    void check_no_cycle(const char* call, const std::string& name, const Module& child) const;
+    void link(const std::string& name, std::shared_ptr<Module> child);
+    void unlink(Module& child);
     Module& owner_of(const std::string& dotted_name, std::string& local_name);
 
     std::string m_name;
@@ -174,6 +189,13 @@ private:
     std::vector<std::pair<std::string, Tensor>> m_parameters;
     std::vector<Buffer> m_buffers;
     std::vector<std::pair<std::string, std::shared_ptr<Module>>> m_children;
+    // Every registered name (one namespace, as torch's attributes): a child's index in
+    // m_children, kNotChild for a parameter or a buffer. Registration costs O(1) however wide.
+    static constexpr std::size_t kNotChild = ~std::size_t{0};
+    std::unordered_map<std::string, std::size_t> m_names;
+    // The modules that hold this one as a child, each with how many times (not owning: a
+    // parent unlinks itself when it drops the child or dies). For the cycle check.
+    std::unordered_map<Module*, std::size_t> m_parents;
 };
 
 /// A size or count argument of a module's constructor: any integer type, never a
@@ -259,8 +281,13 @@ public:
 };
 
 /// PyTorch's repr: "Name(extra)" for a leaf module, otherwise the extra lines and
-/// "(child): ..." lines inside, each nested level indented by two spaces.
+/// "(child): ..." lines inside, each nested level indented by two spaces, a shared module
+/// printed in each of its places. Written in one pass, in time linear in the output. Levels
+/// deeper than max_print_indent_levels are indented no further (torch's indentation alone
+/// would make the text of a chain quadratic in its depth); shallower trees print as torch's.
+inline constexpr std::size_t max_print_indent_levels = 64;
 std::string to_string(const Module& module);
+/// Writes the tree to `os` as it goes, without building the whole text first.
 std::ostream& operator<<(std::ostream& os, const Module& module);
 
 /// Writes module.state_dict() to an .npz file numpy can read (atomically: temp + rename).
