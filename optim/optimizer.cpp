@@ -11,9 +11,8 @@ namespace xgrad::optim {
 
 Optimizer::Optimizer(std::string name) : m_name(std::move(name)) {}
 
-void Optimizer::add_group_parameters(const std::vector<Tensor>& params, bool grouped) {
+void Optimizer::add_group_parameters(const std::string& op, const std::vector<Tensor>& params, bool grouped) {
     const std::size_t g = num_param_groups();
-    const std::string op = grouped && g > 0 ? m_name + ".add_param_group" : m_name;
     // "parameter 3", or with groups "parameter 1 of group 2", j counting within the group
     const auto which = [&](std::size_t j) {
         return grouped ? fmt::format("parameter {} of group {}", j, g) : fmt::format("parameter {}", j);

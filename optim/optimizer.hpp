@@ -91,9 +91,10 @@ protected:
     explicit Optimizer(std::string name);
 
     /// Appends a group's parameters after checking them (non-empty, defined, floating-point
-    /// leaves, none twice, none already in another group); throws changing nothing. `grouped`:
-    /// messages name "parameter j of group g" (the groups API) instead of "parameter i".
-    void add_group_parameters(const std::vector<Tensor>& params, bool grouped);
+    /// leaves, none twice, none already in another group); throws changing nothing, the message
+    /// starting with `op`. `grouped`: messages name "parameter j of group g" (the groups API)
+    /// instead of "parameter i".
+    void add_group_parameters(const std::string& op, const std::vector<Tensor>& params, bool grouped);
 
     /// Throws "<name>: invalid <what> <value> (expected <rule>)" unless ok.
     void require(bool ok, const char* what, double value, const char* rule) const;
@@ -202,7 +203,7 @@ public:
     void add_param_group(const Group& group) {
         Options merged = group.options().merged_over(m_defaults);
         check_group_options(merged, num_param_groups());
-        add_group_parameters(group.params(), true);
+        add_group_parameters(name() + ".add_param_group", group.params(), true);
         m_groups.emplace_back(group.params(), merged);
         grow_state();
     }
@@ -227,7 +228,7 @@ protected:
         if (grouped && groups.empty()) throw Error(fmt::format("{}: got no parameter groups", name()));
         for (auto& group : groups) {
             Options merged = group.options().merged_over(m_defaults);
-            add_group_parameters(group.params(), grouped);
+            add_group_parameters(name(), group.params(), grouped);
             // torch checks the defaults, then each group; an SGD's defaults may leave lr to the groups
             if (m_groups.empty() && m_defaults.has_lr()) check_options(m_defaults);
             check_group_options(merged, grouped ? num_param_groups() - 1 : SIZE_MAX);
