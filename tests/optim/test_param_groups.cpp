@@ -7,6 +7,7 @@
 
 #include "core/io/npz.hpp"
 #include "helpers.hpp"
+#include "nn/linear.hpp"
 #include "optim/adam.hpp"
 #include "optim/lr_scheduler.hpp"
 #include "optim/sgd.hpp"
@@ -400,4 +401,20 @@ TEST_CASE("a single-group state keeps the layout from before groups, so old chec
     std::sort(keys.begin(), keys.end());
     std::sort(old_keys.begin(), old_keys.end());
     CHECK(keys == old_keys);
+}
+
+TEST_CASE("README's port of nanoGPT's configure_optimizers compiles and groups as torch", "[optim][param-groups]") {
+    auto model = std::make_shared<nn::Linear>(3, 2);
+    std::vector<Tensor> decay, no_decay, head{leaf({1.0}, {1})};
+    for (auto& [n, p] : model->named_parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+    std::vector<optim::AdamW::Group> groups{{decay, optim::AdamWOptions().weight_decay(0.1)},
+                                            {no_decay, optim::AdamWOptions().weight_decay(0.0)}};
+    optim::AdamW opt(groups, optim::AdamWOptions(6e-4).betas({0.9, 0.95}));
+    for (auto& g : opt.param_groups()) g.options().lr(1e-3);
+    opt.add_param_group({head, optim::AdamWOptions(1e-2)});
+    CHECK(opt.param_groups()[0].params()[0].is_same(model->weight()));
+    CHECK(opt.param_groups()[1].options().weight_decay() == 0.0);
+    CHECK(opt.param_groups()[1].options().betas() == std::pair<double, double>(0.9, 0.95));
+    CHECK(opt.lr(1) == 1e-3);
+    CHECK(opt.lr(2) == 1e-2);
 }
