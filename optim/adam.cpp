@@ -61,138 +61,162 @@ template <class T, bool kL2, bool kDecoupled, bool kAmsgrad> void run_jobs(const
 
 }  // namespace
 
-Adam::Adam(std::vector<Tensor> params, const AdamOptions& options) : Adam(std::move(params), options, false, "Adam") {}
-
-Adam::Adam(std::vector<Tensor> params, const AdamOptions& o, bool decoupled, std::string name)
-    : Optimizer(std::move(params), o.lr(), std::move(name)),
-      m_beta1(o.betas().first),
-      m_beta2(o.betas().second),
-      m_eps(o.eps()),
-      m_weight_decay(o.weight_decay()),
-      m_amsgrad(o.amsgrad()),
-      m_decoupled(decoupled),
-      m_step(m_params.size(), 0),
-      m_exp_avg(m_params.size()),
-      m_exp_avg_sq(m_params.size()),
-      m_max_exp_avg_sq(m_params.size()) {
-    check(o);
+template <class Options>
+AdamBase<Options>::AdamBase(std::string name, std::vector<Group> groups, const Options& defaults, bool grouped)
+    : OptimizerWithOptions<Options>(std::move(name), defaults) {
+    this->add_groups(std::move(groups), grouped);
 }
 
-void Adam::check(const AdamOptions& o) const {
-    require_finite_non_negative("learning rate", o.lr(), "lr >= 0");
-    require(o.betas().first >= 0 && o.betas().first < 1, "beta1", o.betas().first, "0 <= beta1 < 1");
-    require(o.betas().second >= 0 && o.betas().second < 1, "beta2", o.betas().second, "0 <= beta2 < 1");
-    require(std::isfinite(o.eps()), "eps", o.eps(), "a finite number");
-    require(o.eps() > 0, "eps", o.eps(), "eps > 0");
-    require_finite_non_negative("weight_decay", o.weight_decay(), "weight_decay >= 0");
+template <class Options> void AdamBase<Options>::grow_state() {
+    const std::size_t n = this->m_params.size();
+    m_step.resize(n, 0);
+    m_exp_avg.resize(n);
+    m_exp_avg_sq.resize(n);
+    m_max_exp_avg_sq.resize(n);
 }
 
-AdamOptions Adam::options() const {
-    return AdamOptions(m_lr).betas({m_beta1, m_beta2}).eps(m_eps).weight_decay(m_weight_decay).amsgrad(m_amsgrad);
+template <class Options> void AdamBase<Options>::check_options(const Options& o) const {
+    this->require_finite_non_negative("learning rate", o.lr(), "lr >= 0");
+    this->require(o.betas().first >= 0 && o.betas().first < 1, "beta1", o.betas().first, "0 <= beta1 < 1");
+    this->require(o.betas().second >= 0 && o.betas().second < 1, "beta2", o.betas().second, "0 <= beta2 < 1");
+    this->require(std::isfinite(o.eps()), "eps", o.eps(), "a finite number");
+    this->require(o.eps() > 0, "eps", o.eps(), "eps > 0");
+    this->require_finite_non_negative("weight_decay", o.weight_decay(), "weight_decay >= 0");
 }
 
-void Adam::step() {
+template <class Options> void AdamBase<Options>::step() {
     NoGradGuard no_grad;
     // Before any parameter moves, so that a refused step changes nothing (num_threads() starts
     // the pool, which throws for a bad XGRAD_NUM_THREADS).
     num_threads();
-    const std::string op = name() + ".step";
-    for (std::size_t i = 0; i < m_params.size(); ++i) {
-        if (m_step[i] == 0 || !m_params[i].has_grad()) continue;
-        fit_state(op, i, m_exp_avg[i], "exp_avg");
-        fit_state(op, i, m_exp_avg_sq[i], "exp_avg_sq");
-        if (m_amsgrad) fit_state(op, i, m_max_exp_avg_sq[i], "max_exp_avg_sq");
+    this->check_all_groups();
+    const std::string op = this->name() + ".step";
+    auto& params = this->m_params;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+        if (m_step[i] == 0 || !params[i].has_grad()) continue;
+        this->fit_state(op, i, m_exp_avg[i], "exp_avg");
+        this->fit_state(op, i, m_exp_avg_sq[i], "exp_avg_sq");
+        if (this->group_options(i).amsgrad() && m_max_exp_avg_sq[i].defined())
+            this->fit_state(op, i, m_max_exp_avg_sq[i], "max_exp_avg_sq");
     }
     // A first step's state, all of it before any count or parameter moves: running out of
     // memory here leaves the step undone, not some parameters counted a step they never took.
-    for (std::size_t i = 0; i < m_params.size(); ++i) {
-        const Tensor& p = m_params[i];
-        if (m_step[i] != 0 || !p.has_grad()) continue;
-        m_exp_avg[i] = zeros(p.shape(), p.dtype());
-        m_exp_avg_sq[i] = zeros(p.shape(), p.dtype());
-        if (m_amsgrad) m_max_exp_avg_sq[i] = zeros(p.shape(), p.dtype());
-    }
-    AdamJobs<float> jobs_f;
-    AdamJobs<double> jobs_d;
-    for (std::size_t i = 0; i < m_params.size(); ++i) {
-        Tensor& p = m_params[i];
+    // A group whose amsgrad was turned on after its first step starts its maxima at 0 here
+    // (max(0, v) = v, the value they would hold had they started with the first step's v).
+    for (std::size_t i = 0; i < params.size(); ++i) {
+        const Tensor& p = params[i];
         if (!p.has_grad()) continue;
-        dispatch_floating("Adam.step", p.dtype(), [&](auto tag) {
+        if (m_step[i] == 0) {
+            m_exp_avg[i] = zeros(p.shape(), p.dtype());
+            m_exp_avg_sq[i] = zeros(p.shape(), p.dtype());
+        }
+        if (this->group_options(i).amsgrad() && (m_step[i] == 0 || !m_max_exp_avg_sq[i].defined()))
+            m_max_exp_avg_sq[i] = zeros(p.shape(), p.dtype());
+    }
+    // Jobs binned by the update's flags (L2 or decoupled decay, amsgrad), which groups may set
+    // apart; within a bin each job carries its group's scalars.
+    AdamJobs<float> jobs_f[2][2];
+    AdamJobs<double> jobs_d[2][2];
+    for (std::size_t i = 0; i < params.size(); ++i) {
+        Tensor& p = params[i];
+        if (!p.has_grad()) continue;
+        const Options& o = this->group_options(i);
+        const double lr = o.lr(), beta1 = o.betas().first, beta2 = o.betas().second;
+        const double weight_decay = o.weight_decay();
+        const bool decay = weight_decay != 0, amsgrad = o.amsgrad();
+        dispatch_floating(op.c_str(), p.dtype(), [&](auto tag) {
             using T = typename decltype(tag)::type;
             const auto t = static_cast<double>(m_step[i] + 1);
             // The scalars are worked out in double, as torch does in Python, then used in T.
-            const double bias_correction1 = 1 - std::pow(m_beta1, t);
-            const double bias_correction2 = 1 - std::pow(m_beta2, t);
-            const T neg_step_size = static_cast<T>(-(m_lr / bias_correction1));
+            const double bias_correction1 = 1 - std::pow(beta1, t);
+            const double bias_correction2 = 1 - std::pow(beta2, t);
+            const T neg_step_size = static_cast<T>(-(lr / bias_correction1));
             const T bc2_sqrt = static_cast<T>(std::sqrt(bias_correction2));
             const AdamScalars<T> c{neg_step_size,
                                    bc2_sqrt,
-                                   static_cast<T>(m_beta1),
-                                   static_cast<T>(1 - m_beta1),
-                                   static_cast<T>(m_beta2),
-                                   static_cast<T>(1 - m_beta2),
-                                   static_cast<T>(m_eps),
-                                   static_cast<T>(m_weight_decay),
-                                   static_cast<T>(1 - m_lr * m_weight_decay)};
+                                   static_cast<T>(beta1),
+                                   static_cast<T>(1 - beta1),
+                                   static_cast<T>(beta2),
+                                   static_cast<T>(1 - beta2),
+                                   static_cast<T>(o.eps()),
+                                   static_cast<T>(weight_decay),
+                                   static_cast<T>(1 - lr * weight_decay)};
             AdamJob<T> job{p.mutable_data_ptr<T>(),
                            p.grad_ptr<T>(),
                            m_exp_avg[i].mutable_data_ptr<T>(),
                            m_exp_avg_sq[i].mutable_data_ptr<T>(),
-                           m_amsgrad ? m_max_exp_avg_sq[i].mutable_data_ptr<T>() : nullptr,
+                           amsgrad ? m_max_exp_avg_sq[i].mutable_data_ptr<T>() : nullptr,
                            c,
                            p.numel()};
-            if constexpr (std::is_same_v<T, float>) jobs_f.push_back(job);
-            else jobs_d.push_back(job);
+            if constexpr (std::is_same_v<T, float>) jobs_f[decay][amsgrad].push_back(job);
+            else jobs_d[decay][amsgrad].push_back(job);
         });
     }
-    with_flag(!m_decoupled && m_weight_decay != 0, [&](auto l2) {
-        with_flag(m_decoupled && m_weight_decay != 0, [&](auto decoupled) {
-            with_flag(m_amsgrad, [&](auto amsgrad) {
-                run_jobs<float, l2, decoupled, amsgrad>(jobs_f);
-                run_jobs<double, l2, decoupled, amsgrad>(jobs_d);
+    constexpr bool kDecoupled = Options::kDecoupled;
+    for (int decay = 0; decay < 2; ++decay)
+        for (int ams = 0; ams < 2; ++ams) {
+            if (jobs_f[decay][ams].empty() && jobs_d[decay][ams].empty()) continue;
+            with_flag(decay == 1, [&](auto d) {
+                with_flag(ams == 1, [&](auto amsgrad) {
+                    constexpr bool l2 = d && !kDecoupled, decoupled = d && kDecoupled;
+                    run_jobs<float, l2, decoupled, amsgrad>(jobs_f[decay][ams]);
+                    run_jobs<double, l2, decoupled, amsgrad>(jobs_d[decay][ams]);
+                });
             });
-        });
-    });
-    for (std::size_t i = 0; i < m_params.size(); ++i)
-        if (m_params[i].has_grad()) ++m_step[i];
+        }
+    for (std::size_t i = 0; i < params.size(); ++i)
+        if (params[i].has_grad()) ++m_step[i];
 }
 
-Optimizer::HyperParameters Adam::hyper_parameters() const {
-    return {{"beta1", m_beta1},
-            {"beta2", m_beta2},
-            {"eps", m_eps},
-            {"weight_decay", m_weight_decay},
-            {"amsgrad", m_amsgrad ? 1.0 : 0.0}};
+template <class Options>
+Optimizer::HyperParameters AdamBase<Options>::hyper_parameters(std::size_t group) const {
+    const Options& o = this->m_groups[group].options();
+    return {{"lr", o.lr()},
+            {"beta1", o.betas().first},
+            {"beta2", o.betas().second},
+            {"eps", o.eps()},
+            {"weight_decay", o.weight_decay()},
+            {"amsgrad", o.amsgrad() ? 1.0 : 0.0}};
 }
 
-void Adam::check_hyper_parameters(const HyperParameters& h) const {
+namespace {
+
+template <class Options> Options adam_options_of(const std::map<std::string, double>& h) {
+    Options o(h.at("lr"));
+    o.betas({h.at("beta1"), h.at("beta2")}).eps(h.at("eps")).weight_decay(h.at("weight_decay")).amsgrad(
+        h.at("amsgrad") == 1);
+    return o;
+}
+
+}  // namespace
+
+template <class Options> void AdamBase<Options>::check_hyper_parameters(const HyperParameters& h) const {
     const double amsgrad = h.at("amsgrad");
-    require(amsgrad == 0 || amsgrad == 1, "amsgrad flag", amsgrad, "0 or 1");
-    check(AdamOptions(m_lr).betas({h.at("beta1"), h.at("beta2")}).eps(h.at("eps")).weight_decay(h.at("weight_decay")));
+    this->require(amsgrad == 0 || amsgrad == 1, "amsgrad flag", amsgrad, "0 or 1");
+    check_options(adam_options_of<Options>(h));
 }
 
-void Adam::set_hyper_parameters(const HyperParameters& h) {
-    m_beta1 = h.at("beta1");
-    m_beta2 = h.at("beta2");
-    m_eps = h.at("eps");
-    m_weight_decay = h.at("weight_decay");
-    m_amsgrad = h.at("amsgrad") == 1;
+template <class Options> void AdamBase<Options>::set_hyper_parameters(std::size_t group, const HyperParameters& h) {
+    this->m_groups[group].options() = adam_options_of<Options>(h);
 }
 
-std::vector<std::string> Adam::buffer_names(const HyperParameters& h) const {
+template <class Options> std::vector<std::string> AdamBase<Options>::buffer_names(const HyperParameters& h) const {
     if (h.at("amsgrad") == 1) return {"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
     return {"step", "exp_avg", "exp_avg_sq"};
 }
 
-std::vector<Tensor> Adam::get_state(std::size_t i) const {
+template <class Options> std::vector<Tensor> AdamBase<Options>::get_state(std::size_t i) const {
     if (m_step[i] == 0) return {};
     std::vector<Tensor> state{from_vector(std::vector<std::int64_t>{m_step[i]}, Shape{}), m_exp_avg[i],
                               m_exp_avg_sq[i]};
-    if (m_amsgrad) state.push_back(m_max_exp_avg_sq[i]);
+    if (this->group_options(i).amsgrad())
+        // amsgrad turned on since the last step: the maxima the next step would start with
+        state.push_back(m_max_exp_avg_sq[i].defined() ? m_max_exp_avg_sq[i]
+                                                      : zeros(m_exp_avg_sq[i].shape(), m_exp_avg_sq[i].dtype()));
     return state;
 }
 
-void Adam::set_state(std::size_t i, std::vector<Tensor> state) {
+template <class Options> void AdamBase<Options>::set_state(std::size_t i, std::vector<Tensor> state) {
     if (state.empty()) {
         m_step[i] = 0;
         m_exp_avg[i] = m_exp_avg_sq[i] = m_max_exp_avg_sq[i] = Tensor();
@@ -204,14 +228,19 @@ void Adam::set_state(std::size_t i, std::vector<Tensor> state) {
     m_max_exp_avg_sq[i] = state.size() > 3 ? std::move(state[3]) : Tensor();
 }
 
-AdamW::AdamW(std::vector<Tensor> params, const AdamWOptions& o)
-    : Adam(std::move(params),
-           AdamOptions(o.lr()).betas(o.betas()).eps(o.eps()).weight_decay(o.weight_decay()).amsgrad(o.amsgrad()),
-           true, "AdamW") {}
+template class AdamBase<AdamOptions>;
+template class AdamBase<AdamWOptions>;
 
-AdamWOptions AdamW::options() const {
-    const AdamOptions o = Adam::options();
-    return AdamWOptions(o.lr()).betas(o.betas()).eps(o.eps()).weight_decay(o.weight_decay()).amsgrad(o.amsgrad());
-}
+Adam::Adam(std::vector<Tensor> params, const AdamOptions& options)
+    : AdamBase("Adam", {Group(std::move(params))}, options, false) {}
+
+Adam::Adam(std::vector<Group> param_groups, const AdamOptions& defaults)
+    : AdamBase("Adam", std::move(param_groups), defaults, true) {}
+
+AdamW::AdamW(std::vector<Tensor> params, const AdamWOptions& options)
+    : AdamBase("AdamW", {Group(std::move(params))}, options, false) {}
+
+AdamW::AdamW(std::vector<Group> param_groups, const AdamWOptions& defaults)
+    : AdamBase("AdamW", std::move(param_groups), defaults, true) {}
 
 }  // namespace xgrad::optim
