@@ -83,6 +83,10 @@ XGRAD_IN_PLACE(clamp_, (std::optional<double> min, std::optional<double> max), c
 XGRAD_IN_PLACE(copy_, (const Tensor& src), copy_(src))
 XGRAD_IN_PLACE(zero_, (), zero_())
 XGRAD_IN_PLACE(fill_, (Scalar value), fill_(value))
+XGRAD_IN_PLACE(uniform_, (double from, double to, Generator& gen), uniform_(from, to, gen))
+XGRAD_IN_PLACE(normal_, (double mean, double std, Generator& gen), normal_(mean, std, gen))
+XGRAD_IN_PLACE(bernoulli_, (double p, Generator& gen), bernoulli_(p, gen))
+XGRAD_IN_PLACE(bernoulli_, (const Tensor& p, Generator& gen), bernoulli_(p, gen))
 XGRAD_IN_PLACE(index_put_, (const std::vector<TensorIndex>& indices, const Tensor& value), index_put_(indices, value))
 XGRAD_IN_PLACE(index_put_, (const std::vector<TensorIndex>& indices, Scalar value), index_put_(indices, value))
 #undef XGRAD_IN_PLACE

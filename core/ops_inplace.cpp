@@ -182,6 +182,11 @@ const Tensor& Tensor::fill_(Scalar value) const {
                     [value](const Tensor& a, const std::vector<Tensor>&) { return copy_into(a, scalar_tensor(value)); });
 }
 
+const Tensor& write_in_place(const char* op, const Tensor& self, const Tensor& values) {
+    return in_place(op, self, {}, false,
+                    [&values](const Tensor& a, const std::vector<Tensor>&) { return copy_into(a, values); });
+}
+
 const Tensor& Tensor::zero_() const {
     return in_place("zero_", *this, {}, false,
                     [](const Tensor& a, const std::vector<Tensor>&) { return copy_into(a, scalar_tensor(Scalar(0))); });

@@ -15,6 +15,10 @@ void check_no_bfloat16_graph(const char* op, const std::vector<Tensor>& inputs);
 /// Throws, with torch's message, when gradients are recorded and t is a leaf that requires grad:
 /// what every in-place op (`op`) checks before writing t.
 void check_in_place_leaf(const char* op, const Tensor& t);
+/// The in-place write of `values` (self's shape, any dtype: cast to self's) into self, as op
+/// `op` through the in-place machinery (ops_inplace.cpp): version bump, and with a graph to
+/// record it, no gradient to the old values. For the random fills, which draw `values` first.
+const Tensor& write_in_place(const char* op, const Tensor& self, const Tensor& values);
 
 /// cast (Tensor::to) to or from bfloat16, differentiable between the floating types: the
 /// gradient goes back converted to the source dtype (bfloat16 gradients round to nearest even).

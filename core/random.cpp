@@ -2,7 +2,10 @@
 
 #include <atomic>
 #include <cmath>
+#include <sstream>
+#include <vector>
 
+#include "core/creation.hpp"
 #include "core/error.hpp"
 #include "core/runtime/parallel.hpp"
 
@@ -16,8 +19,71 @@ double Generator::next_normal() {
 }
 
 namespace {
+
 std::atomic<std::uint64_t> process_seed{0};
+
+// A state tensor: [tag, n, word_1 .. word_n, checksum], the words being the numbers of the
+// engine's textual representation (the standard's stream format, on every standard library).
+constexpr std::int64_t kStateTag = 0x7867726E67000001;  // "xgrng", format 1
+
+std::vector<std::uint64_t> engine_words(const std::mt19937_64& engine) {
+    std::ostringstream os;
+    os << engine;
+    std::istringstream is(os.str());
+    std::vector<std::uint64_t> words;
+    for (std::uint64_t w; is >> w;) words.push_back(w);
+    return words;
+}
+
+// splitmix64's finaliser folded over the entries: a flipped bit anywhere changes it.
+std::uint64_t state_checksum(const std::vector<std::int64_t>& entries) {
+    std::uint64_t h = 0;
+    for (const std::int64_t e : entries) {
+        std::uint64_t z = h ^ (static_cast<std::uint64_t>(e) + 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        h = z ^ (z >> 31);
+    }
+    return h;
+}
+
 }  // namespace
+
+Tensor Generator::get_state() const {
+    const std::vector<std::uint64_t> words = engine_words(m_engine);
+    std::vector<std::int64_t> entries{kStateTag, static_cast<std::int64_t>(words.size())};
+    for (const std::uint64_t w : words) entries.push_back(static_cast<std::int64_t>(w));
+    entries.push_back(static_cast<std::int64_t>(state_checksum(entries)));
+    const std::size_t n = entries.size();
+    return from_vector(std::move(entries), {n});
+}
+
+void Generator::set_state(const Tensor& state) {
+    constexpr const char* op = "Generator::set_state";
+    if (!state.defined()) throw Error(fmt::format("{}: the state is an undefined tensor", op));
+    if (state.dtype() != kInt64 || state.dim() != 1)
+        throw Error(fmt::format("{}: expected a 1-D int64 tensor as get_state() returns, got a {} tensor of shape {}",
+                                op, dtype_name(state.dtype()), shape_str(state.shape())));
+    const std::size_t n = engine_words(m_engine).size();
+    if (state.numel() != n + 3)
+        throw Error(fmt::format("{}: expected {} entries (a state from get_state() on this standard library), got {}",
+                                op, n + 3, state.numel()));
+    std::vector<std::int64_t> entries = state.to_vector<std::int64_t>();
+    if (entries[0] != kStateTag || entries[1] != static_cast<std::int64_t>(n))
+        throw Error(fmt::format("{}: the state does not start with get_state()'s format tag and length: not a "
+                                "generator state, or a corrupted one",
+                                op));
+    const auto checksum = static_cast<std::uint64_t>(entries.back());
+    entries.pop_back();
+    if (state_checksum(entries) != checksum)
+        throw Error(fmt::format("{}: the state's words do not match its checksum: the state is corrupted", op));
+    std::ostringstream os;
+    for (std::size_t i = 2; i < entries.size(); ++i) os << static_cast<std::uint64_t>(entries[i]) << ' ';
+    std::istringstream is(os.str());
+    std::mt19937_64 engine;
+    if (!(is >> engine)) throw Error(fmt::format("{}: the standard library refused the state's words", op));
+    m_engine = engine;
+}
 
 Generator& default_generator() {
     if (in_parallel_chunk())
@@ -35,5 +101,9 @@ void manual_seed(std::uint64_t seed) {
 }
 
 std::uint64_t initial_seed() { return process_seed.load(); }
+
+Tensor get_rng_state() { return default_generator().get_state(); }
+
+void set_rng_state(const Tensor& state) { default_generator().set_state(state); }
 
 }  // namespace xgrad

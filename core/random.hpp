@@ -27,6 +27,8 @@
 
 namespace xgrad {
 
+class Tensor;
+
 class Generator {
 public:
     explicit Generator(std::uint64_t seed = 5489u) : m_engine(seed) {}
@@ -38,6 +40,18 @@ public:
     /// Standard normal (Box-Muller on two uniform draws: portable, unlike
     /// std::normal_distribution, whose algorithm differs between standard libraries).
     double next_normal();
+
+    /// The generator's whole state, as torch's Generator.get_state(): a 1-D int64 tensor (it
+    /// goes into a state_dict or an .npz checkpoint like any other entry), holding a format
+    /// tag, the engine's state words and a checksum. set_state(get_state()) makes the
+    /// generator draw from there exactly the values it drew after get_state(). The words are
+    /// the standard library's own representation of its mt19937_64 state: a state moves
+    /// between builds on the same standard library, as a seed's sequence does.
+    Tensor get_state() const;
+    /// Restores a get_state(). Refuses (xgrad::Error, before anything changes) anything
+    /// get_state() did not make: another dtype or shape, another length (a state from another
+    /// standard library), an unknown format tag, or words that do not match the checksum.
+    void set_state(const Tensor& state);
 
 private:
     std::mt19937_64 m_engine;
@@ -51,5 +65,15 @@ Generator& default_generator();
 void manual_seed(std::uint64_t seed);
 /// The process seed: the last manual_seed's argument, on any thread (0 before any).
 std::uint64_t initial_seed();
+/// The calling thread's default generator's state, and its restore (torch.get_rng_state and
+/// torch.set_rng_state): default_generator().get_state() / set_state(state). For a resumed
+/// run that repeats an uninterrupted one bit for bit, save the state of every generator the
+/// run draws from (the default one for dropout, one per data order) beside the weights and
+/// restore them before the next draw:
+///
+///     save_npz(path, {{"rng.default", get_rng_state()}, {"rng.data", data_gen.get_state()}, ...});
+///     ... set_rng_state(find("rng.default")); data_gen.set_state(find("rng.data"));
+Tensor get_rng_state();
+void set_rng_state(const Tensor& state);
 
 }  // namespace xgrad

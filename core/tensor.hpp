@@ -31,6 +31,9 @@ struct Node;
 class Scalar;
 class TensorIndex;
 class IndexedTensor;
+class Generator;
+/// The calling thread's default generator (core/random.hpp).
+Generator& default_generator();
 
 /// What to build a tensor as: `zeros({2, 3}, kFloat64)` or
 /// `zeros({2, 3}, TensorOptions(kFloat64).requires_grad(true))`.
@@ -240,6 +243,16 @@ public:
     /// Every element 0 / `value` (cast to this dtype, as torch's fill_); no gradient to the old values.
     const Tensor& zero_() const;
     const Tensor& fill_(Scalar value) const;
+    /// Random values drawn from `gen` (core/random.hpp), as torch's: uniform in [from, to)
+    /// (float32/float64/bfloat16 tensors; from <= to, both finite, as torch), normal with `mean`
+    /// and `std` (finite, std >= 0), 1 with probability p and 0 otherwise (any dtype; p in
+    /// [0, 1], a number or a tensor broadcastable to this shape). The same values as
+    /// uniform / randn * std + mean / rand < p of this shape and dtype from the same generator
+    /// state (bfloat16: drawn in float32, then rounded). No gradient to the old values.
+    const Tensor& uniform_(double from = 0.0, double to = 1.0, Generator& gen = default_generator()) const;
+    const Tensor& normal_(double mean = 0.0, double std = 1.0, Generator& gen = default_generator()) const;
+    const Tensor& bernoulli_(double p = 0.5, Generator& gen = default_generator()) const;
+    const Tensor& bernoulli_(const Tensor& p, Generator& gen = default_generator()) const;
 
     /// True when both handles point at the same node.
     bool is_same(const Tensor& other) const noexcept { return m_node == other.m_node; }
@@ -358,6 +371,10 @@ public:
     const IndexedTensor& copy_(const Tensor& src) const;
     const IndexedTensor& zero_() const;
     const IndexedTensor& fill_(Scalar value) const;
+    const IndexedTensor& uniform_(double from = 0.0, double to = 1.0, Generator& gen = default_generator()) const;
+    const IndexedTensor& normal_(double mean = 0.0, double std = 1.0, Generator& gen = default_generator()) const;
+    const IndexedTensor& bernoulli_(double p = 0.5, Generator& gen = default_generator()) const;
+    const IndexedTensor& bernoulli_(const Tensor& p, Generator& gen = default_generator()) const;
     const IndexedTensor& index_put_(const std::vector<TensorIndex>& indices, const Tensor& value) const;
     const IndexedTensor& index_put_(const std::vector<TensorIndex>& indices, Scalar value) const;
 
