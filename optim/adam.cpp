@@ -92,13 +92,15 @@ AdamOptions Adam::options() const {
 }
 
 void Adam::step() {
+    const std::lock_guard<std::mutex> lock(m_use);
     NoGradGuard no_grad;
     // Before any parameter moves, so that a refused step changes nothing (num_threads() starts
     // the pool, which throws for a bad XGRAD_NUM_THREADS).
     num_threads();
     const std::string op = name() + ".step";
+    const std::vector<Tensor> grads = gradients();
     for (std::size_t i = 0; i < m_params.size(); ++i) {
-        if (m_step[i] == 0 || !m_params[i].has_grad()) continue;
+        if (m_step[i] == 0 || !grads[i].defined()) continue;
         fit_state(op, i, m_exp_avg[i], "exp_avg");
         fit_state(op, i, m_exp_avg_sq[i], "exp_avg_sq");
         if (m_amsgrad) fit_state(op, i, m_max_exp_avg_sq[i], "max_exp_avg_sq");
@@ -107,7 +109,7 @@ void Adam::step() {
     // memory here leaves the step undone, not some parameters counted a step they never took.
     for (std::size_t i = 0; i < m_params.size(); ++i) {
         const Tensor& p = m_params[i];
-        if (m_step[i] != 0 || !p.has_grad()) continue;
+        if (m_step[i] != 0 || !grads[i].defined()) continue;
         m_exp_avg[i] = zeros(p.shape(), p.dtype());
         m_exp_avg_sq[i] = zeros(p.shape(), p.dtype());
         if (m_amsgrad) m_max_exp_avg_sq[i] = zeros(p.shape(), p.dtype());
@@ -116,7 +118,7 @@ void Adam::step() {
     AdamJobs<double> jobs_d;
     for (std::size_t i = 0; i < m_params.size(); ++i) {
         Tensor& p = m_params[i];
-        if (!p.has_grad()) continue;
+        if (!grads[i].defined()) continue;
         dispatch_floating("Adam.step", p.dtype(), [&](auto tag) {
             using T = typename decltype(tag)::type;
             const auto t = static_cast<double>(m_step[i] + 1);
@@ -135,7 +137,7 @@ void Adam::step() {
                                    static_cast<T>(m_weight_decay),
                                    static_cast<T>(1 - m_lr * m_weight_decay)};
             AdamJob<T> job{p.mutable_data_ptr<T>(),
-                           p.grad_ptr<T>(),
+                           grads[i].const_data_ptr<T>(),
                            m_exp_avg[i].mutable_data_ptr<T>(),
                            m_exp_avg_sq[i].mutable_data_ptr<T>(),
                            m_amsgrad ? m_max_exp_avg_sq[i].mutable_data_ptr<T>() : nullptr,
@@ -154,7 +156,7 @@ void Adam::step() {
         });
     });
     for (std::size_t i = 0; i < m_params.size(); ++i)
-        if (m_params[i].has_grad()) ++m_step[i];
+        if (grads[i].defined()) ++m_step[i];
 }
 
 Optimizer::HyperParameters Adam::hyper_parameters() const {

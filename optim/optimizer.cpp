@@ -53,7 +53,15 @@ void Optimizer::fit_state(const std::string& op, std::size_t i, Tensor& buffer, 
     if (buffer.dtype() != p.dtype()) buffer = buffer.detach().to(p.dtype());
 }
 
+std::vector<Tensor> Optimizer::gradients() const {
+    std::vector<Tensor> grads;
+    grads.reserve(m_params.size());
+    for (const Tensor& p : m_params) grads.push_back(p.grad());
+    return grads;
+}
+
 void Optimizer::zero_grad() {
+    const std::lock_guard<std::mutex> lock(m_use);
     for (Tensor& p : m_params) p.zero_grad();
 }
 
@@ -76,6 +84,7 @@ Tensor int64_scalar(std::int64_t v) { return from_vector(std::vector<std::int64_
 }  // namespace
 
 NamedTensors Optimizer::state_dict() const {
+    const std::lock_guard<std::mutex> lock(m_use);
     const std::string kind = lower(m_name);
     NamedTensors out;
     out.emplace_back(kind + ".num_params", int64_scalar(static_cast<std::int64_t>(m_params.size())));
@@ -91,6 +100,7 @@ NamedTensors Optimizer::state_dict() const {
 }
 
 void Optimizer::load_state_dict(const NamedTensors& state) {
+    const std::lock_guard<std::mutex> lock(m_use);
     const std::string op = m_name + ".load_state_dict";
     const std::string kind = lower(m_name);
 

@@ -7,8 +7,15 @@
 ///
 /// step() runs without building a graph and updates each parameter's values in place; a
 /// parameter without a gradient is skipped and its state stays as it was (as torch.optim).
+///
+/// Threads: step(), zero_grad(), state_dict() and load_state_dict() of one optimizer take its
+/// lock, so calls from several threads run one after the other. A step writes the parameters
+/// in place: a graph another thread recorded before it that saved a parameter is refused at
+/// its backward (the version counter), as torch's; what a forward running during the step
+/// reads is unspecified (README, threads).
 #include <cstddef>
 #include <map>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -76,6 +83,10 @@ protected:
     /// state means nothing for the new shape, and reading it would run out of bounds. `op` is
     /// "Adam.step"... for the message.
     void fit_state(const std::string& op, std::size_t i, Tensor& buffer, const char* buffer_name) const;
+    /// Each parameter's gradient (undefined where it has none), taken once at the start of a
+    /// step: the handles keep the values alive and the set fixed for the whole step, whatever
+    /// another thread does to the parameters' .grad meanwhile.
+    std::vector<Tensor> gradients() const;
 
     // Hooks for state_dict / load_state_dict, implemented by each optimizer.
     virtual HyperParameters hyper_parameters() const = 0;
@@ -97,6 +108,9 @@ protected:
 
     std::vector<Tensor> m_params;
     double m_lr;
+    /// Held by step() (each optimizer's own, and a subclass's), zero_grad(), state_dict() and
+    /// load_state_dict(): the state vectors are one thread's at a time.
+    mutable std::mutex m_use;
 
 private:
     std::string m_name;

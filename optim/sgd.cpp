@@ -99,29 +99,31 @@ SGDOptions SGD::options() const {
 }
 
 void SGD::step() {
+    const std::lock_guard<std::mutex> lock(m_use);
     NoGradGuard no_grad;
+    const std::vector<Tensor> grads = gradients();
     // Before any parameter moves, so that a refused step changes nothing.
     for (std::size_t i = 0; i < m_params.size(); ++i)
-        if (m_momentum_buffer[i].defined() && m_params[i].has_grad())
+        if (m_momentum_buffer[i].defined() && grads[i].defined())
             fit_state("SGD.step", i, m_momentum_buffer[i], "momentum_buffer");
     // A first step's buffers, all made before anything moves and kept only after the updates: a
     // buffer kept from a step that ran out of memory would mark its parameter as started.
     std::vector<Tensor> started(m_params.size());
     if (m_momentum != 0)
         for (std::size_t i = 0; i < m_params.size(); ++i)
-            if (!m_momentum_buffer[i].defined() && m_params[i].has_grad())
+            if (!m_momentum_buffer[i].defined() && grads[i].defined())
                 started[i] = zeros(m_params[i].shape(), m_params[i].dtype());
     SGDJobs<float> jobs_f;
     SGDJobs<double> jobs_d;
     for (std::size_t i = 0; i < m_params.size(); ++i) {
         Tensor& p = m_params[i];
-        if (!p.has_grad()) continue;
+        if (!grads[i].defined()) continue;
         dispatch_floating("SGD.step", p.dtype(), [&](auto tag) {
             using T = typename decltype(tag)::type;
             // torch starts the buffer as a plain copy of the (decayed) gradient: no dampening on step 1.
             const bool first = started[i].defined();
             Tensor& buffer = first ? started[i] : m_momentum_buffer[i];
-            SGDJob<T> job{p.mutable_data_ptr<T>(), p.grad_ptr<T>(),
+            SGDJob<T> job{p.mutable_data_ptr<T>(), grads[i].const_data_ptr<T>(),
                           m_momentum != 0 ? buffer.mutable_data_ptr<T>() : nullptr, p.numel(), first};
             if constexpr (std::is_same_v<T, float>) jobs_f.push_back(job);
             else jobs_d.push_back(job);
