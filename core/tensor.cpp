@@ -609,7 +609,11 @@ struct Flows {
     const Graph& graph;
     std::vector<std::vector<Tensor>> at;
     explicit Flows(const Graph& g) : graph(g), at(g.order.size()) {}
-    std::vector<Tensor>& of(const Node& n) { return at[graph.position.find(&n)->second]; }
+    // Null for a node outside the sweep: a leaf a hook made require grad after it started.
+    std::vector<Tensor>* of(const Node& n) {
+        const auto it = graph.position.find(&n);
+        return it == graph.position.end() ? nullptr : &at[it->second];
+    }
 };
 
 // dst += g in place, for two arrays of one dtype and shape.
@@ -640,7 +644,9 @@ bool exclusive(const Tensor& t) { return t.node_ptr().use_count() == 1 && !t.req
 
 // Adds g into the gradient flowing to slot `slot` of `n` during a sweep.
 void add_flow(Flows& flows, const Node& n, std::uint32_t slot, Tensor g) {
-    std::vector<Tensor>& flow = flows.of(n);
+    std::vector<Tensor>* in_sweep = flows.of(n);
+    if (!in_sweep) return;
+    std::vector<Tensor>& flow = *in_sweep;
     if (flow.size() <= slot) flow.resize(std::max<std::size_t>(slot + 1, n.num_outputs));
     Tensor& f = flow[slot];
     if (!f.defined())
