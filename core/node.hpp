@@ -11,7 +11,9 @@
 /// own (grad_ops.hpp) with a formula of its own. The formula captures only what is not a tensor
 /// of the graph (axes, masks, statistics), never the output (it is handed in): a captured
 /// output would make a shared_ptr cycle.
+#include <atomic>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <utility>
 #include <variant>
@@ -69,7 +71,13 @@ struct Node {
     Storage data;
     Shape shape;                   // cached copy of data's shape (the handle returns a reference)
     Tensor grad;                   // what .grad() hands out (the same handle): leaves and retained non-leaves
-    std::vector<Tensor> flow;      // gradient arriving during one sweep, one per output slot (engine only)
+    // Guards `grad` (the handle, and the values a backward adds into): two threads' backward
+    // passes may accumulate into one shared leaf at once, as torch's AccumulateGrad allows.
+    mutable std::mutex grad_mutex;
+    // The backward passes going through this (non-leaf) node now: n > 0 passes that keep the
+    // graph (retain_graph), -1 one that frees it. A pass claims every node before reading its
+    // parents, so two threads never free and read one graph at once (see run_sweep).
+    std::atomic<int> sweeps{0};
     bool requires_grad = false;
     bool is_leaf = true;
     bool retains_grad = false;

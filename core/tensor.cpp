@@ -6,6 +6,7 @@
 #include <cmath>
 #include <ostream>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "core/autograd.hpp"
@@ -244,24 +245,38 @@ void Tensor::retain_grad() {
     n.retains_grad = true;
 }
 
-Tensor Tensor::grad() const { return node().grad; }
+// The gradient handle is read and replaced under the node's lock, as backward replaces it
+// (accumulate_grad): another thread's backward may be accumulating into this leaf.
+Tensor Tensor::grad() const {
+    const Node& n = node();
+    const std::lock_guard<std::mutex> lock(n.grad_mutex);
+    return n.grad;
+}
 
 Tensor& Tensor::mutable_grad() const { return node().grad; }
 
 void Tensor::set_grad(const Tensor& g) {
     Node& n = node();
+    Tensor old;  // released outside the lock (it may hold a graph)
     if (!g.defined()) {
-        n.grad = Tensor();
+        const std::lock_guard<std::mutex> lock(n.grad_mutex);
+        old = std::exchange(n.grad, Tensor());
         return;
     }
     if (g.shape() != n.shape || g.dtype() != n.dtype())
         throw Error(fmt::format("set_grad: gradient must match the tensor: expected {} {}, got {} {}",
                                 dtype_name(n.dtype()), shape_str(n.shape), dtype_name(g.dtype()),
                                 shape_str(g.shape())));
-    n.grad = g;
+    const std::lock_guard<std::mutex> lock(n.grad_mutex);
+    old = std::exchange(n.grad, g);
 }
 
-void Tensor::zero_grad() { node().grad = Tensor(); }
+void Tensor::zero_grad() {
+    Node& n = node();
+    Tensor old;  // released outside the lock
+    const std::lock_guard<std::mutex> lock(n.grad_mutex);
+    old = std::exchange(n.grad, Tensor());
+}
 
 std::uint64_t Tensor::add_hook(std::function<Tensor(const Tensor&)> hook) {
     Node& n = node();
@@ -305,7 +320,11 @@ void check_dims(const char* who, const char* arg, const Tensor& t, std::size_t d
         throw Error(fmt::format("{}: {} must be {}-D {}, got shape {}", who, arg, dims, layout, shape_str(t.shape())));
 }
 
-bool Tensor::has_grad() const { return node().grad.defined(); }
+bool Tensor::has_grad() const {
+    const Node& n = node();
+    const std::lock_guard<std::mutex> lock(n.grad_mutex);
+    return n.grad.defined();
+}
 
 std::string Tensor::op_name() const { return node().op; }
 
@@ -355,10 +374,13 @@ namespace {
 
 // The gradient's array, of the tensor's own type T, or null when there is none. `write` counts
 // as an in-place write to the gradient (its version), as data_ptr does for values.
+// The pointer is into the gradient's values, which a later backward on another thread may add
+// into: reading them while one runs is the caller's to avoid (README, threads).
 template <class T> xt::xarray<T>* grad_array(Node& n, const char* op, bool write) {
     if (n.dtype() != dtype_of<T>())
         throw Error(fmt::format("{}: tensor holds {}, asked for {}", op, dtype_name(n.dtype()),
                                 dtype_name(dtype_of<T>())));
+    const std::lock_guard<std::mutex> lock(n.grad_mutex);
     if (!n.grad.defined()) return nullptr;
     Node& g = n.grad.node();
     if (write) {
@@ -382,7 +404,11 @@ template <class T> const T* Tensor::grad_ptr() const {
 
 template <class T> T* Tensor::mutable_grad_ptr() {
     Node& n = node();
-    if (!grad_array<T>(n, "mutable_grad_ptr", false)) n.grad = make_leaf(Storage(xt::xarray<T>(xt::zeros<T>(n.shape))));
+    if (!grad_array<T>(n, "mutable_grad_ptr", false)) {
+        Tensor zeros = make_leaf(Storage(xt::xarray<T>(xt::zeros<T>(n.shape))));
+        const std::lock_guard<std::mutex> lock(n.grad_mutex);
+        if (!n.grad.defined()) n.grad = std::move(zeros);
+    }
     return grad_array<T>(n, "mutable_grad_ptr", true)->data();
 }
 
@@ -390,7 +416,10 @@ void Tensor::set_data(const Tensor& values) const {
     Node& n = node();
     if (!values.defined()) throw Error("set_data: values is an undefined tensor");
     if (&n == &values.node()) return;
-    if (n.grad.defined() && (values.shape() != n.shape || values.dtype() != n.dtype())) n.grad = Tensor();
+    if (values.shape() != n.shape || values.dtype() != n.dtype()) {
+        const std::lock_guard<std::mutex> lock(n.grad_mutex);
+        n.grad = Tensor();
+    }
     if (values.shape() != n.shape || values.dtype() != n.dtype()) ++n.layout_version;
     n.data = values.node().data;
     n.shape = values.shape();
@@ -492,40 +521,100 @@ std::string freed_how(const Node& n) {
                  "through it twice";
 }
 
-// After a sweep that throws (anomaly detection, running out of memory, a bad op): the
-// gradients half delivered to the nodes still waiting are dropped, so that a later backward
-// starts clean, and the nodes already freed remember how.
+// After a sweep that throws (anomaly detection, running out of memory, a bad op): the nodes
+// already freed remember how (the gradients half delivered die with the sweep's Flows).
 void abandon(const std::vector<std::shared_ptr<Node>>& order) {
-    for (const auto& n : order) {
-        n->flow.clear();
+    for (const auto& n : order)
         // Before this sweep none of them was freed (it refuses to start otherwise).
         if (n->graph_freed) n->freed_by_failure = true;
-    }
 }
 
-// Nodes reachable from `roots` through nodes that require grad, parents before children.
-// Iterative DFS (explicit stack), so depth is bounded by memory, not by the call stack.
-std::vector<std::shared_ptr<Node>> topological_order(const std::vector<std::shared_ptr<Node>>& roots) {
+// The non-leaf nodes a sweep goes through, claimed (Node::sweeps) before it reads their
+// parents and released when it ends, however it ends. Sweeps that keep the graph only read it
+// and may share nodes; one that frees the graph must be alone on every node it frees. Two
+// threads whose graphs meet only at leaves (one model trained from two threads) never meet
+// here: leaves are not claimed, their .grad has a lock of its own. Declared after the nodes'
+// owners, so that it releases before they go.
+class Claims {
+public:
+    explicit Claims(bool keep_graph) : m_shared(keep_graph) {}
+    Claims(const Claims&) = delete;
+    Claims& operator=(const Claims&) = delete;
+    ~Claims() {
+        for (Node* n : m_nodes) {
+            if (m_shared)
+                n->sweeps.fetch_sub(1, std::memory_order_release);
+            else
+                n->sweeps.store(0, std::memory_order_release);
+        }
+    }
+    void claim(Node& n) {
+        int seen = n.sweeps.load(std::memory_order_relaxed);
+        for (;;) {
+            if (m_shared ? seen < 0 : seen != 0)
+                throw Error(fmt::format(
+                    "backward: part of this graph (a '{}' result) is in another backward() running at the same "
+                    "time (on another thread, or started from a hook); backward passes may share a graph at "
+                    "once only when every one of them passes retain_graph = true",
+                    n.op));
+            if (n.sweeps.compare_exchange_weak(seen, m_shared ? seen + 1 : -1, std::memory_order_acquire,
+                                               std::memory_order_relaxed))
+                break;
+        }
+        m_nodes.push_back(&n);
+    }
+
+private:
+    bool m_shared;
+    std::vector<Node*> m_nodes;
+};
+
+// The nodes of one sweep in topological order, and where each one is in it.
+struct Graph {
     std::vector<std::shared_ptr<Node>> order;
-    std::unordered_set<const Node*> visited;
+    std::unordered_map<const Node*, std::size_t> position;
+};
+
+// Nodes reachable from `roots` through nodes that require grad, parents before children, each
+// non-leaf claimed before its parents are read. Iterative DFS (explicit stack), so depth is
+// bounded by memory, not by the call stack.
+void topological_order(const std::vector<std::shared_ptr<Node>>& roots, Graph& graph, Claims& claims) {
+    auto& [order, position] = graph;
+    constexpr std::size_t kOnStack = static_cast<std::size_t>(-1);
     std::vector<std::pair<std::shared_ptr<Node>, std::size_t>> stack;  // node, next parent
+    auto visit = [&](const std::shared_ptr<Node>& n) {
+        if (!position.emplace(n.get(), kOnStack).second) return;
+        if (!n->is_leaf) claims.claim(*n);
+        stack.emplace_back(n, 0);
+    };
     for (const auto& root : roots) {
-        if (!visited.insert(root.get()).second) continue;
-        stack.emplace_back(root, 0);
+        visit(root);
         while (!stack.empty()) {
             auto& [node, next] = stack.back();
             if (next < node->parents.size()) {
                 const auto& parent = input_node(*node, next++);
-                if (parent && parent->requires_grad && visited.insert(parent.get()).second)
-                    stack.emplace_back(parent, 0);
+                if (parent && parent->requires_grad) visit(parent);
             } else {
+                position[node.get()] = order.size();
                 order.push_back(std::move(node));
                 stack.pop_back();
             }
         }
     }
-    return order;
 }
+
+// The gradients arriving at each node of a sweep, one per output slot, by position in its
+// order. They belong to the sweep, not to the nodes: two threads' sweeps may reach one leaf.
+struct Flows {
+    const Graph& graph;
+    std::vector<std::vector<Tensor>> at;
+    explicit Flows(const Graph& g) : graph(g), at(g.order.size()) {}
+    // Null for a node outside the sweep: a leaf a hook made require grad after it started.
+    std::vector<Tensor>* of(const Node& n) {
+        const auto it = graph.position.find(&n);
+        return it == graph.position.end() ? nullptr : &at[it->second];
+    }
+};
 
 // dst += g in place, for two arrays of one dtype and shape.
 void add_into(Storage& dst, const Storage& g) {
@@ -554,9 +643,12 @@ Tensor sum_of(const Tensor& a, const Tensor& b) {
 bool exclusive(const Tensor& t) { return t.node_ptr().use_count() == 1 && !t.requires_grad(); }
 
 // Adds g into the gradient flowing to slot `slot` of `n` during a sweep.
-void add_flow(Node& n, std::uint32_t slot, Tensor g) {
-    if (n.flow.size() <= slot) n.flow.resize(std::max<std::size_t>(slot + 1, n.num_outputs));
-    Tensor& f = n.flow[slot];
+void add_flow(Flows& flows, const Node& n, std::uint32_t slot, Tensor g) {
+    std::vector<Tensor>* in_sweep = flows.of(n);
+    if (!in_sweep) return;
+    std::vector<Tensor>& flow = *in_sweep;
+    if (flow.size() <= slot) flow.resize(std::max<std::size_t>(slot + 1, n.num_outputs));
+    Tensor& f = flow[slot];
     if (!f.defined())
         f = std::move(g);
     else if (!grad_enabled() && exclusive(f))
@@ -567,8 +659,10 @@ void add_flow(Node& n, std::uint32_t slot, Tensor g) {
 
 // Adds g into n.grad as torch's AccumulateGrad does: the first gradient is taken as it is when
 // nothing else holds it (else a copy, so that .grad() never aliases another tensor); later ones
-// add in place, or, with create_graph (or a gradient that has a graph), as a new sum.
+// add in place, or, with create_graph (or a gradient that has a graph), as a new sum. Under
+// the node's lock: another thread's backward may be adding into the same leaf.
 void accumulate_grad(Node& n, Tensor g) {
+    const std::lock_guard<std::mutex> lock(n.grad_mutex);
     if (!n.grad.defined()) {
         if (g.node_ptr().use_count() == 1 && (grad_enabled() || !g.requires_grad()))
             n.grad = std::move(g);
@@ -640,7 +734,7 @@ struct Sweep {
 };
 
 // Runs one node's backward and hands each input its gradient.
-void run_node(const std::shared_ptr<Node>& sp, std::vector<Tensor>& grads, const Sweep& sweep,
+void run_node(const std::shared_ptr<Node>& sp, std::vector<Tensor>& grads, const Sweep& sweep, Flows& flows,
               const std::unordered_set<const Node*>* needed) {
     Node& n = *sp;
     std::vector<Tensor> results;
@@ -667,12 +761,16 @@ void run_node(const std::shared_ptr<Node>& sp, std::vector<Tensor>& grads, const
         Tensor g = std::move(results[i]);
         // Without create_graph no gradient carries a graph (a formula may hand on its input).
         if (!sweep.create_graph && g.requires_grad()) g = make_leaf(g.node().data);
-        add_flow(*in, input_slot(n, i), std::move(g));
+        add_flow(flows, *in, input_slot(n, i), std::move(g));
     }
 }
 
 void run_sweep(const std::vector<std::shared_ptr<Node>>& roots, const std::vector<Tensor>& seeds, const Sweep& sweep) {
-    auto order = topological_order(roots);
+    Graph graph;
+    Claims claims(sweep.keep_graph);
+    topological_order(roots, graph, claims);
+    const std::vector<std::shared_ptr<Node>>& order = graph.order;
+    Flows flows(graph);
     // autograd::grad runs only the nodes between the inputs and the outputs: those with a
     // wanted node among their ancestors (parents come first in `order`).
     std::unordered_set<const Node*> needed;
@@ -701,14 +799,15 @@ void run_sweep(const std::vector<std::shared_ptr<Node>>& roots, const std::vecto
     try {
         {
             GradModeGuard mode(sweep.create_graph);
-            for (std::size_t i = 0; i < roots.size(); ++i) add_flow(*roots[i], 0, seeds[i]);
+            for (std::size_t i = 0; i < roots.size(); ++i) add_flow(flows, *roots[i], 0, seeds[i]);
         }
         bool hooks_ran = false;
         for (auto it = order.rbegin(); it != order.rend(); ++it) {
             Node& n = **it;
-            if (n.flow.empty()) continue;  // no path carried a gradient here
-            std::vector<Tensor> grads = std::move(n.flow);
-            n.flow.clear();
+            std::vector<Tensor>& flow = flows.at[static_cast<std::size_t>(order.rend() - it) - 1];
+            if (flow.empty()) continue;  // no path carried a gradient here
+            std::vector<Tensor> grads = std::move(flow);
+            flow = {};
             if (!grads[0].defined() && n.num_outputs == 1) continue;
             GradModeGuard mode(sweep.create_graph);
             if (!n.grad_hooks.empty()) {
@@ -741,7 +840,7 @@ void run_sweep(const std::vector<std::shared_ptr<Node>>& roots, const std::vecto
             // that an op still to come saved, after the check above.
             if (hooks_ran) check_versions(*it);
             running = n.op;
-            run_node(*it, grads, sweep, pruned ? &needed : nullptr);
+            run_node(*it, grads, sweep, flows, pruned ? &needed : nullptr);
             if (!sweep.keep_graph) {
                 n.formula = nullptr;
                 n.parents.clear();

@@ -89,10 +89,13 @@ public:
     /// handle aliases the stored gradient, as torch's `p.grad`: `p.grad() *= c`,
     /// `p.grad().zero_()` and `p.grad().clamp_(-1, 1)` change what the next optimiser step reads.
     /// A later backward adds into the same storage (in place), unless it runs with create_graph,
-    /// which makes the sum a new tensor with a graph (as torch).
+    /// which makes the sum a new tensor with a graph (as torch). grad(), set_grad(), has_grad()
+    /// and zero_grad() take the tensor's gradient lock, which backward holds while it adds into
+    /// a leaf: several threads' backward passes may accumulate into one leaf at once.
     Tensor grad() const;
     /// The stored gradient itself, to assign a new one: `p.mutable_grad() = g` (as LibTorch).
-    /// Assigning does not check the shape; set_grad does.
+    /// Assigning does not check the shape; set_grad does. Unlike set_grad it is not locked: not
+    /// while another thread's backward may reach this tensor.
     Tensor& mutable_grad() const;
     /// Makes `g` the gradient (an undefined tensor clears it): the tensor itself, not a copy,
     /// as torch's `p.grad = g`. Its shape and dtype must match this tensor's.

@@ -1,5 +1,7 @@
 #include "additive_attention.hpp"
 
+#include <utility>
+
 #include "core/ops.hpp"
 
 namespace xgrad::nn {
@@ -33,8 +35,18 @@ Tensor AdditiveAttention::forward(const Tensor& queries, const Tensor& keys, con
     // Every query against every key by broadcasting: (batch, Tq, 1, h) + (batch, 1, Tk, h).
     const Tensor features = tanh(unsqueeze(q, 2) + unsqueeze(k, 1));  // (batch, Tq, Tk, h)
     const Tensor scores = squeeze(m_w_v->forward(features), -1);      // (batch, Tq, Tk)
-    m_attention_weights = masked_softmax(scores, kept);
-    return bmm(m_dropout->forward(m_attention_weights), values);  // (batch, Tq, v)
+    const Tensor weights = masked_softmax(scores, kept);
+    Tensor previous;  // released after the lock: it may hold a whole graph
+    {
+        const std::lock_guard<std::mutex> lock(m_weights_mutex);
+        previous = std::exchange(m_attention_weights, weights);
+    }
+    return bmm(m_dropout->forward(weights), values);  // (batch, Tq, v)
+}
+
+Tensor AdditiveAttention::attention_weights() const {
+    const std::lock_guard<std::mutex> lock(m_weights_mutex);
+    return m_attention_weights;
 }
 
 }  // namespace xgrad::nn

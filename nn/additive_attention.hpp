@@ -2,6 +2,7 @@
 /// Additive (Bahdanau) attention, d2l's AdditiveAttention.
 #include <cstddef>
 #include <memory>
+#include <mutex>
 
 #include "core/random.hpp"
 #include "nn/dropout.hpp"
@@ -30,7 +31,8 @@ public:
     /// (batch, Tq, Tk) from the last forward, before dropout; undefined before the first. The
     /// tensor itself (aliases what the module keeps and that forward's graph), as
     /// DotProductAttention::attention_weights.
-    const Tensor& attention_weights() const { return m_attention_weights; }
+    /// When several threads run forward at once, the weights of whichever stored last.
+    Tensor attention_weights() const;
 
 private:
     std::size_t m_key_size;
@@ -40,6 +42,7 @@ private:
     std::shared_ptr<Linear> m_w_v;
     std::shared_ptr<Dropout> m_dropout;
     Tensor m_attention_weights;
+    mutable std::mutex m_weights_mutex;  // threads running forward at once each store theirs
 };
 
 }  // namespace xgrad::nn

@@ -1,6 +1,7 @@
 #include "dot_product_attention.hpp"
 
 #include <cmath>
+#include <utility>
 
 #include "core/ops.hpp"
 
@@ -43,8 +44,19 @@ Tensor DotProductAttention::forward_heads(const Tensor& queries, const Tensor& k
     // head_attention_weights refuses an infinite one.
     const double d = static_cast<double>(queries.size(2) / num_heads);
     const double scale = d > 0 ? 1.0 / std::sqrt(d) : 1.0;
-    m_attention_weights = head_attention_weights(queries, keys, num_heads, scale, mask);
-    return head_attention_combine(m_dropout->forward(m_attention_weights), values, num_heads);  // (batch, Tq, H·v)
+    // The local handle, not the member, goes on: another thread's forward may replace the member.
+    const Tensor weights = head_attention_weights(queries, keys, num_heads, scale, mask);
+    Tensor previous;  // released after the lock: it may hold a whole graph
+    {
+        const std::lock_guard<std::mutex> lock(m_weights_mutex);
+        previous = std::exchange(m_attention_weights, weights);
+    }
+    return head_attention_combine(m_dropout->forward(weights), values, num_heads);  // (batch, Tq, H·v)
+}
+
+Tensor DotProductAttention::attention_weights() const {
+    const std::lock_guard<std::mutex> lock(m_weights_mutex);
+    return m_attention_weights;
 }
 
 }  // namespace xgrad::nn

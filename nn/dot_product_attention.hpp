@@ -1,6 +1,7 @@
 #pragma once
 /// Scaled dot-product attention, d2l's DotProductAttention.
 #include <memory>
+#include <mutex>
 
 #include "nn/dropout.hpp"
 #include "nn/functional.hpp"
@@ -42,11 +43,13 @@ public:
     /// the handle aliases what the module keeps and what that forward computed with (a write
     /// through it changes both, and is refused at that forward's backward, which saved it);
     /// detach() keeps a copy apart from the graph.
-    const Tensor& attention_weights() const { return m_attention_weights; }
+    /// When several threads run forward at once, the weights of whichever stored last.
+    Tensor attention_weights() const;
 
 private:
     std::shared_ptr<Dropout> m_dropout;
     Tensor m_attention_weights;
+    mutable std::mutex m_weights_mutex;  // threads running forward at once each store theirs
 };
 
 }  // namespace xgrad::nn

@@ -85,6 +85,7 @@ template <class Options> void AdamBase<Options>::check_options(const Options& o)
 }
 
 template <class Options> void AdamBase<Options>::step() {
+    const std::lock_guard<std::mutex> lock(this->m_use);
     NoGradGuard no_grad;
     // Before any parameter moves, so that a refused step changes nothing (num_threads() starts
     // the pool, which throws for a bad XGRAD_NUM_THREADS).
@@ -92,8 +93,9 @@ template <class Options> void AdamBase<Options>::step() {
     this->check_all_groups();
     const std::string op = this->name() + ".step";
     auto& params = this->m_params;
+    const std::vector<Tensor> grads = this->gradients();
     for (std::size_t i = 0; i < params.size(); ++i) {
-        if (m_step[i] == 0 || !params[i].has_grad()) continue;
+        if (m_step[i] == 0 || !grads[i].defined()) continue;
         this->fit_state(op, i, m_exp_avg[i], "exp_avg");
         this->fit_state(op, i, m_exp_avg_sq[i], "exp_avg_sq");
         if (this->group_options(i).amsgrad() && m_max_exp_avg_sq[i].defined())
@@ -105,7 +107,7 @@ template <class Options> void AdamBase<Options>::step() {
     // (max(0, v) = v, the value they would hold had they started with the first step's v).
     for (std::size_t i = 0; i < params.size(); ++i) {
         const Tensor& p = params[i];
-        if (!p.has_grad()) continue;
+        if (!grads[i].defined()) continue;
         if (m_step[i] == 0) {
             m_exp_avg[i] = zeros(p.shape(), p.dtype());
             m_exp_avg_sq[i] = zeros(p.shape(), p.dtype());
@@ -119,7 +121,7 @@ template <class Options> void AdamBase<Options>::step() {
     AdamJobs<double> jobs_d[2][2];
     for (std::size_t i = 0; i < params.size(); ++i) {
         Tensor& p = params[i];
-        if (!p.has_grad()) continue;
+        if (!grads[i].defined()) continue;
         const Options& o = this->group_options(i);
         const double lr = o.lr(), beta1 = o.betas().first, beta2 = o.betas().second;
         const double weight_decay = o.weight_decay();
@@ -142,7 +144,7 @@ template <class Options> void AdamBase<Options>::step() {
                                    static_cast<T>(weight_decay),
                                    static_cast<T>(1 - lr * weight_decay)};
             AdamJob<T> job{p.mutable_data_ptr<T>(),
-                           p.grad_ptr<T>(),
+                           grads[i].const_data_ptr<T>(),
                            m_exp_avg[i].mutable_data_ptr<T>(),
                            m_exp_avg_sq[i].mutable_data_ptr<T>(),
                            amsgrad ? m_max_exp_avg_sq[i].mutable_data_ptr<T>() : nullptr,
@@ -165,7 +167,7 @@ template <class Options> void AdamBase<Options>::step() {
             });
         }
     for (std::size_t i = 0; i < params.size(); ++i)
-        if (params[i].has_grad()) ++m_step[i];
+        if (grads[i].defined()) ++m_step[i];
 }
 
 template <class Options>

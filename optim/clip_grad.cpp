@@ -24,13 +24,16 @@ double clip_grad_norm(const std::vector<Tensor>& parameters, double max_norm, do
     // Per-tensor norms first, then the norm of those (torch's order), accumulated in double.
     double total = 0;
     bool any = false;
+    // Each gradient is read through a handle taken once: another thread's zero_grad() cannot
+    // take it away mid-read.
     for (const Tensor& p : parameters) {
-        if (!p.has_grad()) continue;
+        const Tensor grad = p.grad();
+        if (!grad.defined()) continue;
         any = true;
         const double norm = dispatch_floating("clip_grad_norm", p.dtype(), [&](auto tag) {
             using T = typename decltype(tag)::type;
-            const T* g = p.grad_ptr<T>();
-            const std::size_t n = p.numel();
+            const T* g = grad.const_data_ptr<T>();
+            const std::size_t n = grad.numel();
             double acc = 0;
             // The sums in interleaved partial sums (lane_sum), so that they vectorise; the order
             // depends only on n. A NaN or an inf |g| reaches the sum whatever the order.
@@ -57,13 +60,14 @@ double clip_grad_norm(const std::vector<Tensor>& parameters, double max_norm, do
 
     const double coef = max_norm / (total + 1e-6);
     if (!(coef >= 1)) {  // a NaN norm spreads to the gradients, as in torch
-        for (Tensor p : parameters) {
-            if (!p.has_grad()) continue;
+        for (const Tensor& p : parameters) {
+            const Tensor grad = p.grad();
+            if (!grad.defined()) continue;
             dispatch_floating("clip_grad_norm", p.dtype(), [&](auto tag) {
                 using T = typename decltype(tag)::type;
-                T* g = p.grad_ptr<T>();
+                T* g = grad.mutable_data_ptr<T>();
                 const T c = static_cast<T>(coef);
-                for (std::size_t j = 0, n = p.numel(); j < n; ++j) g[j] *= c;
+                for (std::size_t j = 0, n = grad.numel(); j < n; ++j) g[j] *= c;
             });
         }
     }

@@ -75,7 +75,15 @@ void Optimizer::fit_state(const std::string& op, std::size_t i, Tensor& buffer, 
     if (buffer.dtype() != p.dtype()) buffer = buffer.detach().to(p.dtype());
 }
 
+std::vector<Tensor> Optimizer::gradients() const {
+    std::vector<Tensor> grads;
+    grads.reserve(m_params.size());
+    for (const Tensor& p : m_params) grads.push_back(p.grad());
+    return grads;
+}
+
 void Optimizer::zero_grad() {
+    const std::lock_guard<std::mutex> lock(m_use);
     for (Tensor& p : m_params) p.zero_grad();
 }
 
@@ -126,6 +134,7 @@ Tensor int64_scalar(std::int64_t v) { return from_vector(std::vector<std::int64_
 }  // namespace
 
 NamedTensors Optimizer::state_dict() const {
+    const std::lock_guard<std::mutex> lock(m_use);
     const std::string kind = lower(m_name);
     const std::size_t groups = num_param_groups();
     NamedTensors out;
@@ -158,6 +167,7 @@ NamedTensors Optimizer::state_dict() const {
 }
 
 void Optimizer::load_state_dict(const NamedTensors& state) {
+    const std::lock_guard<std::mutex> lock(m_use);
     const std::string op = m_name + ".load_state_dict";
     const std::string kind = lower(m_name);
     const std::size_t groups = num_param_groups();

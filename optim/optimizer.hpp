@@ -20,8 +20,15 @@
 ///
 /// A group's options may be changed between steps (as torch users set group['lr']); step()
 /// checks every group's options first, as the constructor does, and throws naming the group.
+///
+/// Threads: step(), zero_grad(), state_dict(), load_state_dict() and add_param_group() take its
+/// optimizer's lock, so calls from several threads run one after the other. A step writes the parameters
+/// in place: a graph another thread recorded before it that saved a parameter is refused at
+/// its backward (the version counter), as torch's; what a forward running during the step
+/// reads is unspecified (README, threads).
 #include <cstddef>
 #include <map>
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -110,6 +117,10 @@ protected:
     /// state means nothing for the new shape, and reading it would run out of bounds. `op` is
     /// "Adam.step"... for the message.
     void fit_state(const std::string& op, std::size_t i, Tensor& buffer, const char* buffer_name) const;
+    /// Each parameter's gradient (undefined where it has none), taken once at the start of a
+    /// step: the handles keep the values alive and the set fixed for the whole step, whatever
+    /// another thread does to the parameters' .grad meanwhile.
+    std::vector<Tensor> gradients() const;
 
     // Hooks for state_dict / load_state_dict, implemented by each optimizer.
     /// Group g's hyper-parameters.
@@ -135,6 +146,9 @@ protected:
     virtual void store_group_lr(std::size_t group, double lr) = 0;
 
     std::vector<Tensor> m_params;
+    /// Held by step() (each optimizer's own, and a subclass's), zero_grad(), state_dict(),
+    /// load_state_dict() and add_param_group(): the state vectors are one thread's at a time.
+    mutable std::mutex m_use;
 
 private:
     std::string m_name;
@@ -201,6 +215,7 @@ public:
     /// and must not be in another group already, its options (over the defaults) as the
     /// constructor's; on any refusal nothing changes.
     void add_param_group(const Group& group) {
+        const std::lock_guard<std::mutex> lock(m_use);  // the state vectors grow
         Options merged = group.options().merged_over(m_defaults);
         check_group_options(merged, num_param_groups());
         add_group_parameters(name() + ".add_param_group", group.params(), true);

@@ -102,24 +102,26 @@ void SGD::check_options(const SGDOptions& o) const {
 }
 
 void SGD::step() {
+    const std::lock_guard<std::mutex> lock(m_use);
     NoGradGuard no_grad;
+    const std::vector<Tensor> grads = gradients();
     // Before any parameter moves, so that a refused step changes nothing.
     check_all_groups();
     for (std::size_t i = 0; i < m_params.size(); ++i)
-        if (m_momentum_buffer[i].defined() && m_params[i].has_grad() && group_options(i).momentum() != 0)
+        if (m_momentum_buffer[i].defined() && grads[i].defined() && group_options(i).momentum() != 0)
             fit_state("SGD.step", i, m_momentum_buffer[i], "momentum_buffer");
     // A first step's buffers, all made before anything moves and kept only after the updates: a
     // buffer kept from a step that ran out of memory would mark its parameter as started.
     std::vector<Tensor> started(m_params.size());
     for (std::size_t i = 0; i < m_params.size(); ++i)
-        if (group_options(i).momentum() != 0 && !m_momentum_buffer[i].defined() && m_params[i].has_grad())
+        if (group_options(i).momentum() != 0 && !m_momentum_buffer[i].defined() && grads[i].defined())
             started[i] = zeros(m_params[i].shape(), m_params[i].dtype());
     // Jobs binned by the update's flags, which groups may set apart.
     SGDJobs<float> jobs_f[2][2][2];
     SGDJobs<double> jobs_d[2][2][2];
     for (std::size_t i = 0; i < m_params.size(); ++i) {
         Tensor& p = m_params[i];
-        if (!p.has_grad()) continue;
+        if (!grads[i].defined()) continue;
         const SGDOptions& o = group_options(i);
         const bool decay = o.weight_decay() != 0, momentum = o.momentum() != 0, nesterov = o.nesterov();
         dispatch_floating("SGD.step", p.dtype(), [&](auto tag) {
@@ -128,7 +130,7 @@ void SGD::step() {
             const bool first = started[i].defined();
             Tensor& buffer = first ? started[i] : m_momentum_buffer[i];
             SGDJob<T> job{p.mutable_data_ptr<T>(),
-                          p.grad_ptr<T>(),
+                          grads[i].const_data_ptr<T>(),
                           momentum ? buffer.mutable_data_ptr<T>() : nullptr,
                           p.numel(),
                           first,
