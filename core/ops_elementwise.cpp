@@ -428,6 +428,11 @@ Tensor clamp(const Tensor& a, std::optional<double> min, std::optional<double> m
     if (!min && !max) throw Error("clamp: at least one of min and max must be given (as torch)");
     if ((min && std::isnan(*min)) || (max && std::isnan(*max)))
         throw Error("clamp: a bound is NaN; the bounds must be numbers");
+    // torch converts the bounds to a's dtype and refuses one that does not fit (1e300 for float32).
+    if (is_floating(a.dtype())) {
+        if (min) check_fill_value("clamp", "min", *min, a.dtype());
+        if (max) check_fill_value("clamp", "max", *max, a.dtype());
+    }
     const double lo = min.value_or(-INFINITY), hi = max.value_or(INFINITY);
     // Lower bound first, then upper: with lo > hi everything becomes hi, as torch. Comparisons
     // with NaN are false, so NaN passes through.

@@ -442,6 +442,7 @@ const Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, const 
 }
 
 const Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, Scalar value) const {
+    if (defined()) check_fill_value("index_put_", "value", value, dtype());
     const Tensor v = value.kind() == kFloat64 ? full(Shape{}, value.to_double(), kFloat64)
                                               : from_vector(std::vector<std::int64_t>{value.to_int64()}, Shape{});
     return index_put_(indices, v);

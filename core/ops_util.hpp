@@ -16,6 +16,10 @@ void check_no_bfloat16_graph(const char* op, const std::vector<Tensor>& inputs);
 /// what every in-place op (`op`) checks before writing t.
 void check_in_place_leaf(const char* op, const Tensor& t);
 
+/// masked_fill with the value as a Scalar (an int64 keeps all its bits) and the name of the call
+/// the user made (masked_fill, masked_fill_) for its errors; the value is checked by check_fill_value.
+Tensor masked_fill(const char* op, const Tensor& a, const Tensor& mask, const Scalar& value);
+
 /// cast (Tensor::to) to or from bfloat16, differentiable between the floating types: the
 /// gradient goes back converted to the source dtype (bfloat16 gradients round to nearest even).
 Tensor cast_bfloat16(const Tensor& a, Dtype d);

@@ -235,6 +235,19 @@ TEST_CASE("int64 reductions and sorting order the limits exactly", "[int64]") {
     CHECK(max(t, 0).values.item<std::int64_t>() == INT64_MAX);
 }
 
+TEST_CASE("int64 values written by fills, masked_fill_ and index_put_ keep all 64 bits", "[int64]") {
+    for (std::int64_t s : kV) {
+        INFO(s);
+        const Tensor a = zeros({2}, kInt64), b = zeros({2}, kInt64), c = zeros({2}, kInt64);
+        a.fill_(s);
+        b.masked_fill_(gt(tensor({1.0, 0.0}), 0.0), s);  // exact: not through a double
+        c.index_put_({1}, s);
+        CHECK(a.to_vector<std::int64_t>() == std::vector<std::int64_t>{s, s});
+        CHECK(b.to_vector<std::int64_t>() == std::vector<std::int64_t>{s, 0});
+        CHECK(c.to_vector<std::int64_t>() == std::vector<std::int64_t>{0, s});
+    }
+}
+
 TEST_CASE("sizes made from huge arguments are checked, naming the op", "[int64][sizes]") {
     const Tensor five = arange(5, kInt64);
     // one_hot: the largest class INT64_MAX would make num_classes INT64_MAX + 1.
