@@ -5,6 +5,7 @@
 #include <limits>
 #include <numeric>
 
+#include "core/fill_value.hpp"
 #include "core/node.hpp"
 
 namespace xgrad {

@@ -77,7 +77,7 @@ Tensor logical_not(const Tensor& mask);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 /// Copy of a (any dtype) with `value` wherever mask is true. The mask is bool and must
 /// broadcast to a's shape (not the other way: the result keeps a's shape). No gradient flows
-/// to the filled positions. The value must fit a's dtype (check_fill_value in creation.hpp).
+/// to the filled positions. The value must fit a's dtype (check_fill_value in fill_value.hpp).
 Tensor masked_fill(const Tensor& a, const Tensor& mask, double value);
 
 // --- reductions (ops_reduce.cpp) ---------------------------------------------------------

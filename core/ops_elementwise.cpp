@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "core/broadcast.hpp"
+#include "core/fill_value.hpp"
 #include "core/grad_ops.hpp"
 #include "core/int_arith.hpp"
 #include "core/ops.hpp"

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/creation.hpp"
+#include "core/fill_value.hpp"
 #include "core/grad_ops.hpp"
 #include "core/int_arith.hpp"
 #include "core/ops.hpp"

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/creation.hpp"
+#include "core/fill_value.hpp"
 #include "core/node.hpp"
 #include "core/ops.hpp"
 #include "core/ops_util.hpp"

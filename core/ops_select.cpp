@@ -1,6 +1,6 @@
 // Selection by a bool mask: where and masked_fill. Any dtype forward; float inputs get gradients.
 #include "core/broadcast.hpp"
-#include "core/creation.hpp"
+#include "core/fill_value.hpp"
 #include "core/ops.hpp"
 #include "core/ops_util.hpp"
 

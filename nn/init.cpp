@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/creation.hpp"
+#include "core/fill_value.hpp"
 #include "core/ops.hpp"
 
 namespace xgrad::nn::init {

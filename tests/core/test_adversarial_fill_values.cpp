@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/creation.hpp"
+#include "core/fill_value.hpp"
 #include "helpers.hpp"
 #include "nn/init.hpp"
 
