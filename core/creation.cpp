@@ -5,6 +5,7 @@
 #include <limits>
 #include <numeric>
 
+#include "core/fill_value.hpp"
 #include "core/node.hpp"
 
 namespace xgrad {
@@ -57,6 +58,7 @@ template <class T> T stored_as(const char* op, const char* what, double v) {
 }
 
 Tensor filled(const char* op, const Shape& shape, double value, TensorOptions opts) {
+    check_fill_value(op, "the fill value", value, opts.dtype());
     return build(op, shape, opts, [op, value](auto& a) {
         using T = typename std::decay_t<decltype(a)>::value_type;
         a.fill(stored_as<T>(op, "the fill value", value));
@@ -64,6 +66,26 @@ Tensor filled(const char* op, const Shape& shape, double value, TensorOptions op
 }
 
 }  // namespace
+
+void check_fill_value(const char* op, const char* what, Scalar value, Dtype d) {
+    if (value.kind() != kFloat64) return;  // a bool or int64 fits every dtype (|int64| < 3.4e38)
+    const double v = value.to_double();
+    if (d == kInt64) {
+        checked_int64(op, what, v);
+        return;
+    }
+    // float32 and bfloat16 share float's exponent range, but bfloat16's largest finite value is
+    // smaller: 3.3895313892515355e+38, as torch compares against (a value between it and what
+    // would round up to inf is refused too).
+    double largest = 0;
+    if (d == kFloat32) largest = std::numeric_limits<float>::max();
+    else if (d == kBFloat16) largest = static_cast<double>(bfloat16::from_bits(0x7f7f));
+    else return;  // float64 holds every double, bool every number
+    if (std::isfinite(v) && std::fabs(v) > largest)
+        throw Error(fmt::format("{}: {} {} cannot be converted to {} without overflow (a finite {} value lies within "
+                                "±{}; inf and NaN are stored as they are)",
+                                op, what, v, dtype_name(d), dtype_name(d), largest));
+}
 
 Tensor zeros(const Shape& shape, TensorOptions opts) { return build("zeros", shape, opts, [](auto&) {}); }
 

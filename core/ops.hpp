@@ -38,7 +38,7 @@ Tensor sign(const Tensor& a);
 Tensor abs(const Tensor& a);
 /// a limited to [min, max], either bound optional (not both missing), as torch.clamp: with
 /// min > max every element becomes max. NaN stays NaN. The gradient passes where
-/// min ≤ a ≤ max (bounds included, as torch) and is 0 elsewhere.
+/// min ≤ a ≤ max (bounds included, as torch) and is 0 elsewhere. Bounds must fit a's dtype, as torch's.
 Tensor clamp(const Tensor& a, std::optional<double> min, std::optional<double> max = std::nullopt);
 /// Elementwise larger / smaller of two tensors, broadcast and promoted as add; NaN propagates.
 /// On a tie the gradient is split half and half between a and b, as torch 1.13.
@@ -77,7 +77,7 @@ Tensor logical_not(const Tensor& mask);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 /// Copy of a (any dtype) with `value` wherever mask is true. The mask is bool and must
 /// broadcast to a's shape (not the other way: the result keeps a's shape). No gradient flows
-/// to the filled positions.
+/// to the filled positions. The value must fit a's dtype (check_fill_value in fill_value.hpp).
 Tensor masked_fill(const Tensor& a, const Tensor& mask, double value);
 
 // --- reductions (ops_reduce.cpp) ---------------------------------------------------------

@@ -1,11 +1,14 @@
 // Elementwise ops, each with its gradient. Binary ops broadcast; their backward reduces each
 // input's gradient to that input's shape with sum_to.
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <optional>
 
 #include "core/broadcast.hpp"
+#include "core/fill_value.hpp"
 #include "core/grad_ops.hpp"
+#include "core/int_arith.hpp"
 #include "core/ops.hpp"
 #include "core/ops_util.hpp"
 #include "core/creation.hpp"
@@ -142,14 +145,22 @@ Tensor integer_arith(const char* op, Arith k, const Tensor& a, const Tensor& b) 
         xt::xarray<bool> r = any ? xt::xarray<bool>(x || y) : xt::xarray<bool>(x && y);
         return make_leaf(Storage(std::move(r)));
     }
+    // + - * wrap around at the int64 limits as torch's do, through wrapping_* (no signed overflow).
     const auto& x = values<std::int64_t>(a);
     const auto& y = values<std::int64_t>(b);
+    auto each = [&](auto f) {
+        xt::xarray<std::int64_t> out = xt::xarray<std::int64_t>::from_shape(shape);
+        auto bx = xt::broadcast(x, shape);
+        auto by = xt::broadcast(y, shape);
+        std::transform(bx.begin(), bx.end(), by.begin(), out.begin(), f);
+        return out;
+    };
     xt::xarray<std::int64_t> r;
-    if (k == Arith::add) r = x + y;
-    else if (k == Arith::sub) r = x - y;
+    if (k == Arith::add) r = each([](std::int64_t u, std::int64_t v) { return wrapping_add(u, v); });
+    else if (k == Arith::sub) r = each([](std::int64_t u, std::int64_t v) { return wrapping_sub(u, v); });
     else if (k == Arith::max) r = xt::maximum(x, y);
     else if (k == Arith::min) r = xt::minimum(x, y);
-    else r = x * y;
+    else r = each([](std::int64_t u, std::int64_t v) { return wrapping_mul(u, v); });
     return make_leaf(Storage(std::move(r)));
 }
 
@@ -217,8 +228,9 @@ Tensor neg(const Tensor& a) {
     if (a.dtype() == kBool)
         throw Error("neg: negation, the `-` operator, on a bool tensor is not supported (as in torch); to invert a "
                     "mask use logical_not() or ~");
-    if (a.dtype() == kInt64) {
-        xt::xarray<std::int64_t> r = -values<std::int64_t>(a);
+    if (a.dtype() == kInt64) {  // -INT64_MIN wraps to INT64_MIN, as torch
+        xt::xarray<std::int64_t> r = values<std::int64_t>(a);
+        std::transform(r.begin(), r.end(), r.begin(), [](std::int64_t v) { return wrapping_neg(v); });
         return make_leaf(Storage(std::move(r)));
     }
     return unary(
@@ -389,8 +401,9 @@ Tensor cos(const Tensor& a) {
 
 Tensor abs(const Tensor& a) {
     check_defined("abs", a);
-    if (a.dtype() == kInt64) {
-        xt::xarray<std::int64_t> r = xt::abs(values<std::int64_t>(a));
+    if (a.dtype() == kInt64) {  // abs(INT64_MIN) wraps to INT64_MIN, as torch
+        xt::xarray<std::int64_t> r = values<std::int64_t>(a);
+        std::transform(r.begin(), r.end(), r.begin(), [](std::int64_t v) { return wrapping_abs(v); });
         return make_leaf(Storage(std::move(r)));
     }
     // sign(0) = 0: the gradient at 0 is 0, as torch.
@@ -416,6 +429,11 @@ Tensor clamp(const Tensor& a, std::optional<double> min, std::optional<double> m
     if (!min && !max) throw Error("clamp: at least one of min and max must be given (as torch)");
     if ((min && std::isnan(*min)) || (max && std::isnan(*max)))
         throw Error("clamp: a bound is NaN; the bounds must be numbers");
+    // torch converts the bounds to a's dtype and refuses one that does not fit (1e300 for float32).
+    if (is_floating(a.dtype())) {
+        if (min) check_fill_value("clamp", "min", *min, a.dtype());
+        if (max) check_fill_value("clamp", "max", *max, a.dtype());
+    }
     const double lo = min.value_or(-INFINITY), hi = max.value_or(INFINITY);
     // Lower bound first, then upper: with lo > hi everything becomes hi, as torch. Comparisons
     // with NaN are false, so NaN passes through.

@@ -4,7 +4,9 @@
 #include <algorithm>
 
 #include "core/creation.hpp"
+#include "core/fill_value.hpp"
 #include "core/grad_ops.hpp"
+#include "core/int_arith.hpp"
 #include "core/ops.hpp"
 #include "core/ops_util.hpp"
 
@@ -39,9 +41,7 @@ Tensor repeat_interleave(const Tensor& a, std::size_t repeats, long axis) {
     const std::size_t ax = normalize_axis("repeat_interleave", axis, in);
     const axis_split s = split_at(in, ax);
     Shape out_shape = in;
-    if (__builtin_mul_overflow(in[ax], repeats, &out_shape[ax]))
-        throw Error(fmt::format("repeat_interleave: {} repeats of axis {} of shape {} are more elements than "
-                                "fit in memory", repeats, ax, shape_str(in)));
+    out_shape[ax] = checked_mul("repeat_interleave", "the repeated axis's length", in[ax], repeats);
     checked_numel("repeat_interleave", out_shape);
     const AllocContext context("repeat_interleave", out_shape);
     return dispatch_all(a.dtype(), [&](auto tag) {
@@ -443,6 +443,7 @@ const Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, const 
 }
 
 const Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, Scalar value) const {
+    if (defined()) check_fill_value("index_put_", "value", value, dtype());
     const Tensor v = value.kind() == kFloat64 ? full(Shape{}, value.to_double(), kFloat64)
                                               : from_vector(std::vector<std::int64_t>{value.to_int64()}, Shape{});
     return index_put_(indices, v);
@@ -468,7 +469,7 @@ Tensor one_hot(const Tensor& indices, long num_classes) {
     }
     if (num_classes == -1) {
         if (n == 0) throw Error("one_hot: cannot infer num_classes from an empty tensor (pass num_classes)");
-        num_classes = largest + 1;
+        num_classes = checked_add<long>(op, "num_classes (the largest class value + 1)", largest, 1);
     } else if (largest >= num_classes) {
         throw Error(fmt::format("one_hot: class values must be smaller than num_classes {}, got {}", num_classes,
                                 largest));

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/creation.hpp"
+#include "core/fill_value.hpp"
 #include "core/node.hpp"
 #include "core/ops.hpp"
 #include "core/ops_util.hpp"
@@ -118,6 +119,12 @@ Tensor copy_into(const Tensor& dst, const Tensor& src) {
     });
 }
 
+// torch converts alpha to a floating tensor's dtype, so it must fit as a fill value would (an
+// integer tensor refuses a floating alpha through can_cast instead).
+void check_alpha(const char* op, const Scalar& alpha, Dtype d) {
+    if (is_floating(d)) check_fill_value(op, "alpha", alpha, d);
+}
+
 }  // namespace
 
 // --- arithmetic ------------------------------------------------------------------------------
@@ -127,6 +134,7 @@ const Tensor& Tensor::add_(const Tensor& other) const {
 }
 const Tensor& Tensor::add_(const Tensor& other, Scalar alpha) const {
     return in_place("add_", *this, {other}, true, [alpha](const Tensor& a, const std::vector<Tensor>& o) {
+        check_alpha("add_", alpha, a.dtype());
         return add(a, mul(o[0], alpha));
     });
 }
@@ -138,6 +146,7 @@ const Tensor& Tensor::sub_(const Tensor& other) const {
 }
 const Tensor& Tensor::sub_(const Tensor& other, Scalar alpha) const {
     return in_place("sub_", *this, {other}, true, [alpha](const Tensor& a, const std::vector<Tensor>& o) {
+        check_alpha("sub_", alpha, a.dtype());
         return sub(a, mul(o[0], alpha));
     });
 }
@@ -161,7 +170,7 @@ const Tensor& Tensor::div_(Scalar other) const {
 
 const Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) const {
     return in_place("masked_fill_", *this, {mask}, true, [value](const Tensor& a, const std::vector<Tensor>& o) {
-        return masked_fill(a, o[0], value.to_double());
+        return masked_fill("masked_fill_", a, o[0], value);
     });
 }
 
@@ -178,8 +187,10 @@ const Tensor& Tensor::copy_(const Tensor& src) const {
 }
 
 const Tensor& Tensor::fill_(Scalar value) const {
-    return in_place("fill_", *this, {}, false,
-                    [value](const Tensor& a, const std::vector<Tensor>&) { return copy_into(a, scalar_tensor(value)); });
+    return in_place("fill_", *this, {}, false, [value](const Tensor& a, const std::vector<Tensor>&) {
+        check_fill_value("fill_", "value", value, a.dtype());
+        return copy_into(a, scalar_tensor(value));
+    });
 }
 
 const Tensor& write_in_place(const char* op, const Tensor& self, const Tensor& values) {

@@ -9,6 +9,7 @@
 #include "core/broadcast.hpp"
 #include "core/creation.hpp"
 #include "core/grad_ops.hpp"
+#include "core/int_arith.hpp"
 #include "core/ops.hpp"
 #include "core/ops_util.hpp"
 #include "core/reduce_rules.hpp"
@@ -456,7 +457,10 @@ template <class V> void running_sum(V* p, const axis_split& s, bool reverse) {
             const std::size_t to = reverse ? s.n - 1 - k : k, from = reverse ? to + 1 : to - 1;
             V* dst = p + (o * s.n + to) * s.inner;
             const V* src = p + (o * s.n + from) * s.inner;
-            for (std::size_t i = 0; i < s.inner; ++i) dst[i] += src[i];
+            if constexpr (std::is_same_v<V, std::int64_t>)  // wraps as torch's, without signed overflow
+                for (std::size_t i = 0; i < s.inner; ++i) dst[i] = wrapping_add(dst[i], src[i]);
+            else
+                for (std::size_t i = 0; i < s.inner; ++i) dst[i] += src[i];
         }
 }
 

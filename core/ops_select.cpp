@@ -1,5 +1,6 @@
 // Selection by a bool mask: where and masked_fill. Any dtype forward; float inputs get gradients.
 #include "core/broadcast.hpp"
+#include "core/fill_value.hpp"
 #include "core/ops.hpp"
 #include "core/ops_util.hpp"
 
@@ -38,20 +39,23 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
     });
 }
 
-Tensor masked_fill(const Tensor& a, const Tensor& mask, double value) {
-    check_bool("masked_fill", "mask", mask);
+Tensor masked_fill(const Tensor& a, const Tensor& mask, double value) { return masked_fill("masked_fill", a, mask, value); }
+
+Tensor masked_fill(const char* op, const Tensor& a, const Tensor& mask, const Scalar& value) {
+    check_bool(op, "mask", mask);
     if (!broadcastable_to(mask.shape(), a.shape()))
-        throw Error(fmt::format("masked_fill: mask of shape {} cannot be broadcast to the input's shape {}",
+        throw Error(fmt::format("{}: mask of shape {} cannot be broadcast to the input's shape {}", op,
                                 shape_str(mask.shape()), shape_str(a.shape())));
+    // The value must fit a's dtype, as torch: 1e300 into float32 is refused, not stored as inf.
+    check_fill_value(op, "value", value, a.dtype());
     // As torch: the fill value rounds to bfloat16 (through float32, exact for the kept values).
-    if (a.dtype() == kBFloat16) return cast(masked_fill(cast(a, kFloat32), mask, value), kBFloat16);
-    const AllocContext context("masked_fill", a.shape());
-    return dispatch_computable("masked_fill", a.dtype(), [&](auto tag) {
+    if (a.dtype() == kBFloat16) return cast(masked_fill(op, cast(a, kFloat32), mask, value), kBFloat16);
+    const AllocContext context(op, a.shape());
+    return dispatch_computable(op, a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
-        // Into int64 the value must fit (NaN or 1e30 would be undefined behaviour, as a cast).
-        T fill;
-        if constexpr (std::is_same_v<T, std::int64_t>) fill = checked_int64("masked_fill", "value", value);
-        else fill = static_cast<T>(value);
+        // An integer value as it is (an int64 keeps all 64 bits), a floating one converted
+        // (into int64 truncated; check_fill_value made sure it fits).
+        const T fill = value.kind() == kFloat64 ? static_cast<T>(value.to_double()) : static_cast<T>(value.to_int64());
         xt::xarray<T> y = xt::where(values<bool>(mask), fill, values<T>(a));
         // The filled positions get no gradient: masked_fill(g, mask, 0), which is also its
         // own gradient.

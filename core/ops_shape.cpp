@@ -4,6 +4,7 @@
 
 #include "core/broadcast.hpp"
 #include "core/grad_ops.hpp"
+#include "core/int_arith.hpp"
 #include "core/ops.hpp"
 #include "core/ops_util.hpp"
 
@@ -387,7 +388,7 @@ std::vector<Tensor> split(const Tensor& a, const std::vector<long>& sizes, long 
     long total = 0;
     for (long s : sizes) {
         if (s < 0) throw Error(fmt::format("split: sizes must not be negative, got {}", s));
-        total += s;
+        total = checked_add<long>("split", "the sum of the sizes", total, s);
     }
     if (total != n)
         throw Error(fmt::format("split: sizes ({}) add up to {}, but axis {} of shape {} has length {}",
@@ -407,7 +408,11 @@ std::vector<Tensor> split(const Tensor& a, long split_size, long axis) {
     if (split_size <= 0 && n > 0)
         throw Error(fmt::format("split: split_size must be positive, got {}", split_size));
     std::vector<long> sizes;
-    for (long start = 0; start < n; start += split_size) sizes.push_back(std::min(split_size, n - start));
+    // Each step is at most what is left, so start never passes n (start + split_size could overflow).
+    for (long start = 0; start < n;) {
+        sizes.push_back(std::min(split_size, n - start));
+        start += sizes.back();
+    }
     if (sizes.empty()) sizes.push_back(0);  // an empty axis splits into one empty piece, as torch
     return split(a, sizes, axis);
 }
@@ -417,7 +422,8 @@ std::vector<Tensor> chunk(const Tensor& a, long chunks, long axis) {
     if (a.dtype() == kBFloat16) check_no_bfloat16_graph("chunk", {a});
     const std::size_t ax = normalize_axis("chunk", axis, a.shape());
     const long n = static_cast<long>(a.shape()[ax]);
-    const long size = (n + chunks - 1) / chunks;  // ceil: torch.chunk may give fewer pieces
+    // ceil(n / chunks), without n + chunks - 1 (which overflows for a huge count): torch.chunk may give fewer pieces
+    const long size = n / chunks + (n % chunks != 0 ? 1 : 0);
     return split(a, std::max(size, 1L), axis);
 }
 

@@ -20,6 +20,10 @@ void check_in_place_leaf(const char* op, const Tensor& t);
 /// record it, no gradient to the old values. For the random fills, which draw `values` first.
 const Tensor& write_in_place(const char* op, const Tensor& self, const Tensor& values);
 
+/// masked_fill with the value as a Scalar (an int64 keeps all its bits) and the name of the call
+/// the user made (masked_fill, masked_fill_) for its errors; the value is checked by check_fill_value.
+Tensor masked_fill(const char* op, const Tensor& a, const Tensor& mask, const Scalar& value);
+
 /// cast (Tensor::to) to or from bfloat16, differentiable between the floating types: the
 /// gradient goes back converted to the source dtype (bfloat16 gradients round to nearest even).
 Tensor cast_bfloat16(const Tensor& a, Dtype d);

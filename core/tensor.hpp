@@ -211,7 +211,7 @@ public:
     /// gradients recorded and this tensor or `value` requiring grad, it is recorded in the graph
     /// as torch's: the tensor's gradient flows to its old value except at the picked elements,
     /// whose gradient goes to `value` (summed over its broadcast). Refused, as in torch, on a
-    /// leaf that requires grad while gradients are recorded.
+    /// leaf that requires grad while gradients are recorded. A number must fit (check_fill_value).
     const Tensor& index_put_(const std::vector<TensorIndex>& indices, const Tensor& value) const;
     const Tensor& index_put_(const std::vector<TensorIndex>& indices, Scalar value) const;
 
@@ -225,7 +225,7 @@ public:
     // tensor's dtype where torch's can_cast allows it (an int64 tensor mul_(2.5) throws), and
     // operands must broadcast to this tensor's shape.
     const Tensor& add_(const Tensor& other) const;
-    /// this += alpha·other (torch's add_ with alpha).
+    /// this += alpha·other (torch's add_ with alpha; a floating tensor's alpha must fit its dtype, as torch's)
     const Tensor& add_(const Tensor& other, Scalar alpha) const;
     const Tensor& add_(Scalar other) const;
     const Tensor& sub_(const Tensor& other) const;
@@ -235,7 +235,7 @@ public:
     const Tensor& mul_(Scalar other) const;
     const Tensor& div_(const Tensor& other) const;
     const Tensor& div_(Scalar other) const;
-    /// value wherever mask (bool, broadcastable to this shape) is true; no gradient to those.
+    /// value (it must fit this dtype: check_fill_value) where mask (bool, broadcastable) is true; no gradient there.
     const Tensor& masked_fill_(const Tensor& mask, Scalar value) const;
     /// clamp (ops.hpp) in place; either bound may be missing, not both.
     const Tensor& clamp_(std::optional<double> min, std::optional<double> max = std::nullopt) const;
@@ -243,7 +243,7 @@ public:
     /// int64 truncating); the gradient goes to src, summed over its broadcast, none to the old
     /// values.
     const Tensor& copy_(const Tensor& src) const;
-    /// Every element 0 / `value` (cast to this dtype, as torch's fill_); no gradient to the old values.
+    /// Every element 0 / `value` (refused unless it fits this dtype: check_fill_value); no gradient to the old values.
     const Tensor& zero_() const;
     const Tensor& fill_(Scalar value) const;
     /// Random values drawn from `gen` (core/random.hpp), as torch's: uniform in [from, to)

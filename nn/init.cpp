@@ -4,6 +4,7 @@
 
 #include "core/arguments.hpp"
 #include "core/creation.hpp"
+#include "core/fill_value.hpp"
 #include "core/ops.hpp"
 
 namespace xgrad::nn::init {
@@ -101,6 +102,7 @@ Tensor normal_(const Tensor& tensor, double mean, double std, Generator& gen) {
 
 Tensor constant_(const Tensor& tensor, double value) {
     check_defined("constant_", tensor);
+    check_fill_value("init.constant_", "value", value, tensor.dtype());
     return write(tensor, full(tensor.shape(), value, tensor.dtype()));
 }
 
