@@ -1,5 +1,7 @@
 #pragma once
 /// Layer normalisation, as torch.nn.LayerNorm.
+#include <initializer_list>
+
 #include "nn/module.hpp"
 
 namespace xgrad::nn {
@@ -14,8 +16,13 @@ public:
     /// normalized_shape as torch's: a list ({C}, {T, C}, x.shape() entries of any integer
     /// type) or one integer (`LayerNorm(128)`); every size positive.
     explicit LayerNorm(const IntList& normalized_shape, double eps = 1e-5, BoolArg elementwise_affine = true);
-    template <class I, std::enable_if_t<is_index_v<I>, int> = 0>
-    explicit LayerNorm(I normalized_shape, double eps = 1e-5, BoolArg elementwise_affine = true)
+    /// The braced form, chosen over reading `LayerNorm({32})` as a copy of LayerNorm(32).
+    explicit LayerNorm(std::initializer_list<IntList::Entry> normalized_shape, double eps = 1e-5,
+                       BoolArg elementwise_affine = true)
+        : LayerNorm(IntList(normalized_shape), eps, elementwise_affine) {}
+    /// (eps only floating-point, so that `LayerNorm({T, C})` cannot read as LayerNorm(T, eps = C))
+    template <class I, class E = double, std::enable_if_t<is_index_v<I> && std::is_floating_point_v<E>, int> = 0>
+    explicit LayerNorm(I normalized_shape, E eps = 1e-5, BoolArg elementwise_affine = true)
         : LayerNorm(IntList{normalized_shape}, eps, elementwise_affine) {}
     /// Anything else as normalized_shape (128.0, a string, a vector of doubles) stops here,
     /// with one line saying what is wanted instead of a list of candidates.
