@@ -87,11 +87,11 @@ void check_fill_value(const char* op, const char* what, Scalar value, Dtype d) {
                                 op, what, v, dtype_name(d), dtype_name(d), largest));
 }
 
-Tensor zeros(const Shape& shape, TensorOptions opts) { return build("zeros", shape, opts, [](auto&) {}); }
+Tensor zeros(const IntList& shape, TensorOptions opts) { return build("zeros", shape.shape("zeros"), opts, [](auto&) {}); }
 
-Tensor ones(const Shape& shape, TensorOptions opts) { return filled("ones", shape, 1.0, opts); }
+Tensor ones(const IntList& shape, TensorOptions opts) { return filled("ones", shape.shape("ones"), 1.0, opts); }
 
-Tensor full(const Shape& shape, double value, TensorOptions opts) { return filled("full", shape, value, opts); }
+Tensor full(const IntList& shape, double value, TensorOptions opts) { return filled("full", shape.shape("full"), value, opts); }
 
 Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype()); }
 Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.dtype()); }
@@ -129,7 +129,8 @@ Tensor eye(std::size_t n, TensorOptions opts) {
     });
 }
 
-Tensor from_vector(const std::vector<double>& values, const Shape& shape, TensorOptions opts) {
+Tensor from_vector(const std::vector<double>& values, const IntList& shape_arg, TensorOptions opts) {
+    const Shape shape = shape_arg.shape("from_vector");
     const std::size_t n = checked_numel("from_vector", shape);
     if (n != values.size())
         throw Error(fmt::format("from_vector: shape {} holds {} elements, got {} values", shape_str(shape),
@@ -146,7 +147,8 @@ Tensor from_vector(const std::vector<double>& values, const Shape& shape, Tensor
     });
 }
 
-Tensor from_vector(const std::vector<std::int64_t>& values, const Shape& shape) {
+Tensor from_vector(const std::vector<std::int64_t>& values, const IntList& shape_arg) {
+    const Shape shape = shape_arg.shape("from_vector");
     const std::size_t n = checked_numel("from_vector", shape);
     if (n != values.size())
         throw Error(fmt::format("from_vector: shape {} holds {} elements, got {} values", shape_str(shape),
@@ -192,23 +194,26 @@ Tensor tensor(
     return from_nested(v, opts);
 }
 
-Tensor rand(const Shape& shape, TensorOptions opts, Generator& gen) {
-    return draw("rand", shape, opts, [&gen] { return gen.next_double(); }, 0.0, 1.0);
+Tensor rand(const IntList& shape, TensorOptions opts, Generator& gen) {
+    return draw("rand", shape.shape("rand"), opts, [&gen] { return gen.next_double(); }, 0.0, 1.0);
 }
 
-Tensor randn(const Shape& shape, TensorOptions opts, Generator& gen) {
-    return draw("randn", shape, opts, [&gen] { return gen.next_normal(); });
+Tensor randn(const IntList& shape, TensorOptions opts, Generator& gen) {
+    return draw("randn", shape.shape("randn"), opts, [&gen] { return gen.next_normal(); });
 }
 
-Tensor uniform(const Shape& shape, double low, double high, TensorOptions opts, Generator& gen) {
+Tensor uniform(const IntList& shape_arg, double low, double high, TensorOptions opts, Generator& gen) {
     // high - low must be finite too: ±1e308 bounds would draw inf, and NaN where inf meets a 0 draw.
     if (!(low <= high) || !std::isfinite(high - low))
         throw Error(fmt::format("uniform: expected finite low <= high a finite distance apart, got low={}, high={}",
                                 low, high));
-    return draw("uniform", shape, opts, [&] { return low + (high - low) * gen.next_double(); }, low, high);
+    return draw(
+        "uniform", shape_arg.shape("uniform"), opts, [&] { return low + (high - low) * gen.next_double(); }, low,
+        high);
 }
 
-Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, Generator& gen) {
+Tensor randint(std::int64_t low, std::int64_t high, const IntList& shape_arg, Generator& gen) {
+    const Shape shape = shape_arg.shape("randint");
     if (low >= high)
         throw Error(fmt::format("randint: expected low < high, got low={}, high={}", low, high));
     checked_numel("randint", shape);

@@ -10,9 +10,9 @@
 
 namespace xgrad {
 
-Tensor zeros(const Shape& shape, TensorOptions opts = {});
-Tensor ones(const Shape& shape, TensorOptions opts = {});
-Tensor full(const Shape& shape, double value, TensorOptions opts = {});
+Tensor zeros(const IntList& shape, TensorOptions opts = {});
+Tensor ones(const IntList& shape, TensorOptions opts = {});
+Tensor full(const IntList& shape, double value, TensorOptions opts = {});
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
 /// start, start+step, ... < end (as torch.arange); arange(5) is 0..4.
@@ -22,8 +22,8 @@ Tensor arange(double start, double end, double step = 1.0, TensorOptions opts = 
 Tensor eye(std::size_t n, TensorOptions opts = {});
 
 /// From row-major values and a shape (their counts must agree).
-Tensor from_vector(const std::vector<double>& values, const Shape& shape, TensorOptions opts = {});
-Tensor from_vector(const std::vector<std::int64_t>& values, const Shape& shape);
+Tensor from_vector(const std::vector<double>& values, const IntList& shape, TensorOptions opts = {});
+Tensor from_vector(const std::vector<std::int64_t>& values, const IntList& shape);
 
 /// From nested braces, as torch.tensor: tensor({{1, 2}, {3, 4}}). Ragged rows throw.
 Tensor tensor(double scalar, TensorOptions opts = {});
@@ -36,14 +36,14 @@ Tensor tensor(
     TensorOptions opts = {});
 
 /// Uniform in [0, 1).
-Tensor rand(const Shape& shape, TensorOptions opts = {}, Generator& gen = default_generator());
+Tensor rand(const IntList& shape, TensorOptions opts = {}, Generator& gen = default_generator());
 /// Standard normal.
-Tensor randn(const Shape& shape, TensorOptions opts = {}, Generator& gen = default_generator());
+Tensor randn(const IntList& shape, TensorOptions opts = {}, Generator& gen = default_generator());
 /// Uniform in [low, high).
-Tensor uniform(const Shape& shape, double low, double high, TensorOptions opts = {},
+Tensor uniform(const IntList& shape, double low, double high, TensorOptions opts = {},
                Generator& gen = default_generator());
 /// Integers uniform in [low, high) (int64).
-Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape,
+Tensor randint(std::int64_t low, std::int64_t high, const IntList& shape,
                Generator& gen = default_generator());
 /// A random permutation of 0..n-1 (int64).
 Tensor randperm(std::size_t n, Generator& gen = default_generator());

@@ -67,4 +67,17 @@ void throw_wrapped_index(const char* op, unsigned long long v) {
                             op, v));
 }
 
+Shape IntList::shape(const char* op) const {
+    Shape out;
+    out.reserve(size());
+    for (long v : *this) {
+        if (v < 0)
+            throw Error(fmt::format("{}: sizes must be non-negative, got [{}] (a negative size, as torch's "
+                                    "\"negative dimension\")",
+                                    op, fmt::join(*this, ", ")));
+        out.push_back(static_cast<std::size_t>(v));
+    }
+    return out;
+}
+
 }  // namespace xgrad

@@ -2,6 +2,7 @@
 /// The one exception type for bad input: what op, which argument, what was expected, what came.
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -64,6 +65,9 @@ std::int64_t checked_int64(const char* op, const char* what, double v);
 /// that went below zero (i − 1 at i = 0), which a plain conversion would turn into −1, the last
 /// element, silently.
 [[noreturn]] void throw_wrapped_index(const char* op, unsigned long long v);
+/// Whether T is an integer type an index or size may come as (every one but bool).
+template <class T> inline constexpr bool is_index_v = std::is_integral_v<T> && !std::is_same_v<T, bool>;
+
 template <class T>
 long checked_index(const char* op, T v) {
     static_assert(std::is_integral_v<T> && !std::is_same_v<T, bool>, "an index is an integer");
@@ -75,5 +79,35 @@ long checked_index(const char* op, T v) {
 
 /// Whether a double converts to int64 without undefined behaviour: finite, in [-2^63, 2^63).
 inline bool fits_int64(double v) { return v >= -0x1p63 && v < 0x1p63; }  // NaN fails both
+
+/// A list of sizes or axes as an argument, as LibTorch's IntArrayRef: a braced list whose
+/// entries are of any integer types, mixed ({-1, x.size(-1)}; {B, T, n_head, C / n_head} with
+/// B, T, C from size() and n_head an int), or a std::vector of any integer type (a Shape, a
+/// std::vector<long>). So sizes from size() and shape() go into reshape, permute, sum, zeros,
+/// expand, layer_norm... with no cast and no narrowing error or warning. An unsigned entry
+/// above 2^63 − 1 is refused (a size that went below zero: x.size(1) − 2 at size 1). It reads
+/// as the std::vector<long> it holds.
+class IntList : public std::vector<long> {
+public:
+    /// One entry of a braced list: any integer type but bool (a double does not compile).
+    struct Entry {
+        template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
+        Entry(T v) : value(checked_index("size or axis list", v)) {}  // NOLINT: implicit by design
+        long value;
+    };
+    IntList() = default;
+    IntList(std::initializer_list<Entry> entries) {  // NOLINT: implicit, as a braced argument
+        reserve(entries.size());
+        for (const Entry& e : entries) push_back(e.value);
+    }
+    template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
+    IntList(const std::vector<T>& values) {  // NOLINT: implicit, so a Shape or vector<long> passes
+        reserve(values.size());
+        for (T v : values) push_back(checked_index("size or axis list", v));
+    }
+    /// The entries as a tensor's shape, for an argument that is one: throws "<op>: sizes must
+    /// be non-negative, got [2, -1]" (as torch, "negative dimension").
+    Shape shape(const char* op) const;
+};
 
 }  // namespace xgrad

@@ -86,14 +86,14 @@ Tensor masked_fill(const Tensor& a, const Tensor& mask, double value);
 /// Axes must be distinct and in range. Backward broadcasts the gradient back over the summed
 /// axes (nothing saved). int64 and bool inputs sum to int64, without gradient (as torch).
 Tensor sum(const Tensor& a);
-Tensor sum(const Tensor& a, const std::vector<long>& axes, bool keepdims = false);
+Tensor sum(const Tensor& a, const IntList& axes, bool keepdims = false);
 /// g summed over the axes that broadcasting stretched to reach g's shape from `shape`, so the
 /// result has `shape` (the reverse of expand, and each is the other's gradient). g itself when
 /// the shapes are equal. What every broadcasting op's gradient goes through.
 Tensor sum_to(const Tensor& g, const Shape& shape);
 /// sum / (number of elements summed); same axes rules as sum; float32/float64 only.
 Tensor mean(const Tensor& a);
-Tensor mean(const Tensor& a, const std::vector<long>& axes, bool keepdims = false);
+Tensor mean(const Tensor& a, const IntList& axes, bool keepdims = false);
 /// Index of the maximum along one axis (int64; first on ties, the first NaN if any; not
 /// differentiable). The axis must not be empty.
 Tensor argmax(const Tensor& a, long axis, bool keepdims = false);
@@ -123,12 +123,12 @@ struct Correction {
 /// unbiased = true is correction 1. N − correction ≤ 0 divides by 0, giving inf (or NaN for
 /// a constant), as torch; a NaN or infinite correction throws. An empty reduction is NaN (0/0).
 /// Fused, with backward 2(x − mean)/(N − correction)·g; saves its input.
-Tensor var(const Tensor& a, const std::vector<long>& axes = {}, bool unbiased = true, bool keepdims = false);
-Tensor var(const Tensor& a, const std::vector<long>& axes, Correction correction, bool keepdims = false);
+Tensor var(const Tensor& a, const IntList& axes = {}, bool unbiased = true, bool keepdims = false);
+Tensor var(const Tensor& a, const IntList& axes, Correction correction, bool keepdims = false);
 /// √var. Where the result is 0 the gradient is 0, as torch (not 0/0). Call it qualified,
 /// xgrad::std(x) (as torch::std): under `using namespace xgrad` a bare `std` names the namespace.
-Tensor std(const Tensor& a, const std::vector<long>& axes = {}, bool unbiased = true, bool keepdims = false);
-Tensor std(const Tensor& a, const std::vector<long>& axes, Correction correction, bool keepdims = false);
+Tensor std(const Tensor& a, const IntList& axes = {}, bool unbiased = true, bool keepdims = false);
+Tensor std(const Tensor& a, const IntList& axes, Correction correction, bool keepdims = false);
 /// Running sum along one axis (torch.cumsum). int64 and bool give int64 (no gradient). Backward
 /// is the reversed running sum of the gradient.
 Tensor cumsum(const Tensor& a, long axis);
@@ -140,16 +140,16 @@ Tensor cumsum(const Tensor& a, long axis);
 /// An empty reduction is 0, except for p < 0 and ±inf, which have no identity and throw.
 /// The gradient at a zero norm is 0 (torch's choice, not NaN); for ±inf it is split between
 /// the elements that tie for the result, as torch; for p = 0 it is 0.
-Tensor norm(const Tensor& a, double p = 2, const std::vector<long>& axes = {}, bool keepdims = false);
+Tensor norm(const Tensor& a, double p = 2, const IntList& axes = {}, bool keepdims = false);
 
 // --- shape (ops_shape.cpp): any dtype; gradients for float inputs ------------------------
 // Every result is a contiguous row-major copy; backward undoes the move (nothing saved).
 
 /// New shape with the same element count; one entry may be -1 (inferred).
-Tensor reshape(const Tensor& a, const std::vector<long>& shape);
+Tensor reshape(const Tensor& a, const IntList& shape);
 /// Reorders axes: result axis i is input axis axes[i]. `axes` is a permutation of 0..rank-1.
 /// Backward applies the inverse permutation.
-Tensor permute(const Tensor& a, const std::vector<long>& axes);
+Tensor permute(const Tensor& a, const IntList& axes);
 /// Swaps two axes (a permute).
 Tensor transpose(const Tensor& a, long axis0, long axis1);
 /// Inserts a length-1 axis at `axis`, which lies in [-rank-1, rank].
@@ -162,14 +162,21 @@ Tensor concat(const std::vector<Tensor>& tensors, long axis);
 /// Elements start, start+step, ... < end along `axis` (numpy a[start:end:step]; end clamps;
 /// negative start/end count from the end; step ≥ 1). Backward scatters into zeros.
 Tensor slice(const Tensor& a, long axis, long start, long end, long step = 1);
-/// Broadcasts a to `shape` (numpy broadcast_to); backward sums back.
-Tensor expand(const Tensor& a, const Shape& shape);
+/// Broadcasts a to `shape` (torch's expand): each of a's axes, aligned from the right, must
+/// match or be 1; -1 at one of a's axes keeps its size. Backward sums back.
+Tensor expand(const Tensor& a, const IntList& shape);
+/// `length` elements from `start` along axis (torch.narrow; negative start and axis count
+/// from the end); start + length must lie within the axis. Backward scatters into zeros.
+Tensor narrow(const Tensor& a, long axis, long start, long length);
+/// The sub-tensor at `index` along axis, that axis removed (torch.select; negative index and
+/// axis count from the end); out of range throws.
+Tensor select(const Tensor& a, long axis, long index);
 /// Joins tensors of one shape and dtype along a new axis (torch.stack), in [-rank-1, rank].
 Tensor stack(const std::vector<Tensor>& tensors, long axis = 0);
 /// Pieces of `split_size` along axis, the last one shorter (torch.split); each with gradient.
 std::vector<Tensor> split(const Tensor& a, long split_size, long axis = 0);
 /// Pieces of the given sizes, which must add up to the axis length.
-std::vector<Tensor> split(const Tensor& a, const std::vector<long>& sizes, long axis = 0);
+std::vector<Tensor> split(const Tensor& a, const IntList& sizes, long axis = 0);
 /// At most `chunks` pieces of ceil(n / chunks), as torch.chunk (so possibly fewer).
 std::vector<Tensor> chunk(const Tensor& a, long chunks, long axis = 0);
 /// The lower (tril) / upper (triu) triangle of the last two axes, the rest zeroed: element
@@ -198,14 +205,14 @@ Tensor matmul_t(const Tensor& a, const Tensor& b, bool transpose_a, bool transpo
 /// whose float pass overflowed (weights or gradients near them), are done in double.
 /// Refused: an empty normalized_shape, x not ending with it, a mis-shaped or other-dtype weight
 /// or bias, a negative or non-finite eps.
-Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
 /// layer_norm(x + y, normalized_shape, weight, bias, eps) as one op, for the residual AddNorm of
 /// a Transformer block: the sum is written once (rounded as x + y is) and kept for the
 /// backward, which gives x and y the same gradient and reads neither again (writing to them
 /// afterwards is allowed, as after an add). x and y must have the same shape and dtype (no
 /// broadcasting); the rest is refused as layer_norm refuses it.
-Tensor add_layer_norm(const Tensor& x, const Tensor& y, const Shape& normalized_shape,
+Tensor add_layer_norm(const Tensor& x, const Tensor& y, const IntList& normalized_shape,
                       const Tensor& weight = Tensor(), const Tensor& bias = Tensor(), double eps = 1e-5);
 
 // --- softmax family (ops_softmax.cpp): fused, stable -------------------------------------
@@ -260,8 +267,45 @@ enum class Reduction { none, mean, sum };
 ///         ignore_index divided by their count (NaN when all are, as torch).
 /// Backward: softmax(logits_i) − one_hot(targets_i), times the upstream gradient (divided by
 ///         the count for mean). Saves the per-row logsumexp.
+/// Floating targets of logits' shape are class probabilities, as below.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction reduction = Reduction::mean,
                      std::int64_t ignore_index = -100);
+
+/// torch's cross_entropy arguments, as LibTorch's F::CrossEntropyFuncOptions:
+///   cross_entropy(logits, y, CrossEntropyOptions().weight(w).label_smoothing(0.1).ignore_index(0))
+class CrossEntropyOptions {
+public:
+    /// A rescaling weight per class: a 1-D tensor of C finite values in logits' dtype. It is
+    /// not differentiated (as torch's).
+    CrossEntropyOptions& weight(const Tensor& w) { m_weight = w; return *this; }
+    CrossEntropyOptions& reduction(Reduction r) { m_reduction = r; return *this; }
+    /// A class index target equal to it counts for nothing (class index targets only).
+    CrossEntropyOptions& ignore_index(std::int64_t i) { m_ignore_index = i; return *this; }
+    /// In [0, 1]: the targets become (1 − ε)·target + ε/C over the C classes.
+    CrossEntropyOptions& label_smoothing(double eps) { m_label_smoothing = eps; return *this; }
+    const Tensor& weight() const { return m_weight; }
+    Reduction reduction() const { return m_reduction; }
+    std::int64_t ignore_index() const { return m_ignore_index; }
+    double label_smoothing() const { return m_label_smoothing; }
+
+private:
+    Tensor m_weight;
+    Reduction m_reduction = Reduction::mean;
+    std::int64_t m_ignore_index = -100;
+    double m_label_smoothing = 0;
+};
+
+/// torch 1.13's cross_entropy with its options, logp = log_softmax(logits) over the classes:
+///  - class index targets (int64, logits' shape without the class axis):
+///      nll_i = −w[t_i]·logp_i[t_i], 0 where t_i is ignore_index (w = 1 without a weight);
+///      mean divides the sum by Σ w[t_i] over the targets not ignored.
+///    With label smoothing ε: (1 − ε)·nll + (ε/C)·smooth, smooth_i = −Σ_c w_c·logp_ic (0 where
+///      ignored), each reduced alone (mean: by Σ w[t_i], or the count not ignored, as torch).
+///  - class probability targets (floating, logits' shape and dtype; no ignore_index other
+///    than the default):  loss_i = −Σ_c w_c·p_ic·logp_ic with p = (1 − ε)·target + ε/C;
+///    mean divides by the number of positions (weights or not). The targets get a gradient.
+/// Without weight, smoothing or probabilities this is the fused op above.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& options);
 /// Mean squared error: (input − target)², reduced. input and target have one shape and one
 /// floating dtype; both may require grad. sum and mean are one fused op, summed in double; an
 /// empty input's mean is NaN, as in torch.

@@ -424,13 +424,13 @@ const Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, const 
         check_in_place_leaf(op, *this);
         return record_in_place(op, *this, {value}, [&](const Tensor& old, const std::vector<Tensor>& others) {
             const Tensor v = drop_leading_ones(others[0], plan.shape.size());
-            return index_put(old, plan, indices, cast(expand(v, plan.shape), old.dtype()));
+            return index_put(old, plan, indices, cast(xgrad::expand(v, plan.shape), old.dtype()));
         });
     }
     Tensor v;
     {
         NoGradGuard no_grad;
-        v = cast(expand(drop_leading_ones(value, plan.shape.size()), plan.shape), dtype());
+        v = cast(xgrad::expand(drop_leading_ones(value, plan.shape.size()), plan.shape), dtype());
         if (v.is_same(*this)) v = v.clone();  // never read the storage being written
     }
     dispatch_all(dtype(), [&](auto tag) {

@@ -104,7 +104,7 @@ Tensor copy_into(const Tensor& dst, const Tensor& src) {
     Tensor values;
     {
         NoGradGuard no_grad;
-        values = cast(expand(src, dst.shape()), dst.dtype());
+        values = cast(xgrad::expand(src, dst.shape()), dst.dtype());
     }
     return dispatch_all(dst.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;

@@ -22,10 +22,10 @@ namespace {
 // "(1, 3)": the position of flat element `flat` in a row-major array of `shape`.
 std::string position(std::size_t flat, const Shape& shape) { return shape_str(unravel_index(flat, shape)); }
 
-}  // namespace
-
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction reduction, std::int64_t ignore_index) {
-    constexpr const char* op = "cross_entropy";
+// Checks class index targets against logits (torch's layout, below) and returns how many are
+// not ignore_index; rows_shape is set to logits' shape without the class axis.
+std::size_t check_class_targets(const char* op, const Tensor& logits, const Tensor& targets,
+                                std::int64_t ignore_index, Shape& rows_shape) {
     if (!logits.defined() || !targets.defined())
         throw Error(fmt::format("{}: logits and targets must be defined tensors", op));
     // torch's layout: the classes on axis 1 of (N, C, d1, ...), or axis 0 of one unbatched (C,).
@@ -34,7 +34,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction redu
         throw Error(fmt::format("{}: expected logits (N, C) or (N, C, d1, ...) with a non-empty class axis 1 "
                                 "(or one unbatched (C,)), got shape {}",
                                 op, shape_str(logits.shape())));
-    Shape rows_shape = logits.shape();
+    rows_shape = logits.shape();
     rows_shape.erase(rows_shape.begin() + static_cast<long>(class_axis));
     if (targets.dtype() != kInt64)
         throw Error(fmt::format("{}: targets must be int64 class indices, got {}", op, dtype_name(targets.dtype())));
@@ -59,6 +59,21 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction redu
                                     op, target[r], position(r, rows_shape), classes, classes - 1, ignore_index));
         ++count;
     }
+    return count;
+}
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction reduction, std::int64_t ignore_index) {
+    constexpr const char* op = "cross_entropy";
+    if (targets.defined() && is_floating(targets.dtype()))  // class probabilities
+        return cross_entropy(logits, targets, CrossEntropyOptions().reduction(reduction).ignore_index(ignore_index));
+    Shape rows_shape;
+    const std::size_t count = check_class_targets(op, logits, targets, ignore_index, rows_shape);
+    const auto classes = static_cast<std::int64_t>(logits.shape()[logits.dim() == 1 ? 0 : 1]);
+    const std::size_t class_axis = logits.dim() == 1 ? 0 : 1;
+    const std::size_t rows = targets.numel();
+    const std::int64_t* target = targets.const_data_ptr<std::int64_t>();
     // Row r = o·inner + i (the targets' row-major order) holds classes at (o·C + c)·inner + i.
     const axis_split split = split_at(logits.shape(), class_axis);
 
@@ -107,6 +122,122 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction redu
                               }),
                               Saves::only_inputs(3u));
     });
+}
+
+namespace {
+
+// The position of class c of row r in logits (N, C, d1, ...): row r = o·inner + i holds its
+// classes at (o·C + c)·inner + i, as in cross_entropy above.
+std::size_t class_offset(std::size_t r, std::size_t c, std::size_t C, std::size_t inner) {
+    return ((r / inner) * C + c) * inner + r % inner;
+}
+
+// torch's F.cross_entropy with a weight, label smoothing or probability targets, composed of
+// differentiable ops (so gradcheck and gradgradcheck hold by construction) in the order of
+// torch 1.13's formulas (LossNLL.cpp), so that the values are torch's.
+Tensor cross_entropy_composed(const Tensor& logits, const Tensor& targets,
+                              const CrossEntropyOptions& o) {
+    const long ca = logits.dim() == 1 ? 0 : 1;
+    const std::size_t C = logits.shape()[static_cast<std::size_t>(ca)];
+    const double eps = o.label_smoothing();
+    const Reduction reduction = o.reduction();
+    // The weight as (C, 1, ..., 1), to broadcast against logits along the class axis.
+    Tensor w;
+    if (o.weight().defined()) {
+        IntList wshape(std::vector<long>(logits.dim() - static_cast<std::size_t>(ca), 1));
+        wshape[0] = static_cast<long>(C);
+        w = o.weight().detach().reshape(wshape);
+    }
+    const Tensor logp = log_softmax(logits, ca);
+    if (is_floating(targets.dtype())) {
+        // torch: target_ = target·(1 − ε) + ε/C, then −(logp·target_·w) summed.
+        const Tensor p = eps > 0 ? targets * (1 - eps) + eps / static_cast<double>(C) : targets;
+        Tensor prod = logp * p;
+        if (w.defined()) prod = prod * w;
+        if (reduction == Reduction::none) return -sum(prod, {ca});
+        if (reduction == Reduction::sum) return -sum(prod);
+        return -sum(prod) / static_cast<double>(logits.numel() / C);
+    }
+    // Class indices: constant masks from the targets (checked by the caller).
+    const std::size_t rows = targets.numel(), inner = split_at(logits.shape(), static_cast<std::size_t>(ca)).inner;
+    const std::int64_t* t = targets.const_data_ptr<std::int64_t>();
+    std::vector<double> pick(logits.numel(), 0.0);  // −1 at (r, t_r) for each row not ignored
+    std::vector<std::int64_t> ignored(rows, 0);
+    double total_weight = 0;
+    std::vector<double> wv;
+    if (w.defined()) {
+        const Tensor w64 = o.weight().detach().to(kFloat64);
+        const double* pw = w64.const_data_ptr<double>();
+        wv.assign(pw, pw + C);
+    }
+    for (std::size_t r = 0; r < rows; ++r) {
+        if (t[r] == o.ignore_index()) {
+            ignored[r] = 1;
+            continue;
+        }
+        pick[class_offset(r, static_cast<std::size_t>(t[r]), C, inner)] = -1.0;
+        total_weight += w.defined() ? wv[static_cast<std::size_t>(t[r])] : 1.0;
+    }
+    const Dtype dt = logits.dtype();
+    Tensor neg_w = from_vector(pick, logits.shape(), dt);  // −w[t_r] at (r, t_r)
+    if (w.defined()) neg_w = neg_w * w;
+    const Tensor nll_rows = sum(logp * neg_w, {ca});
+    // The mean's divisor: Σ w[t_r] (the count without a weight), as a value of logits' dtype
+    // so that the division rounds as torch's.
+    const Tensor divisor = full({}, total_weight, dt);
+    Tensor nll = reduction == Reduction::none ? nll_rows
+                 : reduction == Reduction::sum ? sum(nll_rows)
+                                               : sum(nll_rows) / divisor;
+    if (!(eps > 0)) return nll;
+    const Tensor mask = cast(from_vector(ignored, targets.shape()), kBool);
+    Tensor smooth_rows = -sum(w.defined() ? logp * w : logp, {ca});
+    smooth_rows = masked_fill(smooth_rows, mask, 0.0);
+    const Tensor smooth = reduction == Reduction::none ? smooth_rows
+                          : reduction == Reduction::sum ? sum(smooth_rows)
+                                                        : sum(smooth_rows) / divisor;
+    return (1 - eps) * nll + smooth * (eps / static_cast<double>(C));
+}
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& options) {
+    constexpr const char* op = "cross_entropy";
+    const double eps = options.label_smoothing();
+    if (!(eps >= 0 && eps <= 1))
+        throw Error(fmt::format("{}: label_smoothing must be between 0.0 and 1.0, got {}", op, eps));
+    const bool probabilities = targets.defined() && is_floating(targets.dtype());
+    if (!probabilities && !options.weight().defined() && eps == 0)
+        return cross_entropy(logits, targets, options.reduction(), options.ignore_index());
+    if (!logits.defined() || !targets.defined())
+        throw Error(fmt::format("{}: logits and targets must be defined tensors", op));
+    if (!is_floating(logits.dtype()) || logits.dtype() == kBFloat16)
+        throw Error(fmt::format("{}: logits must be float32 or float64 with a weight, label smoothing or "
+                                "probability targets, got {}", op, dtype_name(logits.dtype())));
+    if (probabilities) {
+        if (logits.dim() == 0 || targets.shape() != logits.shape() || targets.dtype() != logits.dtype())
+            throw Error(fmt::format("{}: probability targets must have logits' shape and dtype, got {} {} for "
+                                    "logits {} {}",
+                                    op, dtype_name(targets.dtype()), shape_str(targets.shape()),
+                                    dtype_name(logits.dtype()), shape_str(logits.shape())));
+        if (options.ignore_index() != -100)
+            throw Error(fmt::format("{}: ignore_index ({}) is not supported for probability targets (as torch)", op,
+                                    options.ignore_index()));
+    } else {
+        Shape rows_shape;
+        check_class_targets(op, logits, targets, options.ignore_index(), rows_shape);
+    }
+    const std::size_t C = logits.shape()[logits.dim() == 1 ? 0 : 1];
+    if (const Tensor& w = options.weight(); w.defined()) {
+        if (w.dim() != 1 || w.numel() != C || w.dtype() != logits.dtype())
+            throw Error(fmt::format("{}: weight must be a 1-D tensor of the {} classes in logits' dtype {}, got {} {}",
+                                    op, C, dtype_name(logits.dtype()), dtype_name(w.dtype()), shape_str(w.shape())));
+        const Tensor w64 = w.detach().to(kFloat64);
+        const double* pw = w64.const_data_ptr<double>();
+        for (std::size_t c = 0; c < C; ++c)
+            if (!std::isfinite(pw[c]))
+                throw Error(fmt::format("{}: weight must be finite, got {} for class {}", op, pw[c], c));
+    }
+    return cross_entropy_composed(logits, targets, options);
 }
 
 Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tensor& targets, const Tensor& lse,

@@ -398,16 +398,18 @@ Tensor layer_norm_weight_backward(const Tensor& g, const Tensor& x, const Tensor
     });
 }
 
-Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
+Tensor layer_norm(const Tensor& x, const IntList& normalized_shape_arg, const Tensor& weight, const Tensor& bias,
                   double eps) {
+    const Shape normalized_shape = normalized_shape_arg.shape("layer_norm");
     const Names nm{"layer_norm", "input", "the input is"};
     if (!x.defined()) throw Error("layer_norm: input is an undefined tensor");
     check_args(nm, x, normalized_shape, weight, bias, eps);
     return norm_rows(nm, x, Tensor(), normalized_shape, weight, bias, eps);
 }
 
-Tensor add_layer_norm(const Tensor& x, const Tensor& y, const Shape& normalized_shape, const Tensor& weight,
+Tensor add_layer_norm(const Tensor& x, const Tensor& y, const IntList& normalized_shape_arg, const Tensor& weight,
                       const Tensor& bias, double eps) {
+    const Shape normalized_shape = normalized_shape_arg.shape("add_layer_norm");
     const Names nm{"add_layer_norm", "x", "x and y are"};
     if (!x.defined()) throw Error("add_layer_norm: x is an undefined tensor");
     if (!y.defined()) throw Error("add_layer_norm: y is an undefined tensor");

@@ -160,13 +160,13 @@ const char* extreme_name(bool largest, bool index) {
 
 Tensor sum(const Tensor& a) { return reduce_sum("sum", a, reduce_axes("sum", {}, a.shape()), false, false); }
 
-Tensor sum(const Tensor& a, const std::vector<long>& axes, bool keepdims) {
+Tensor sum(const Tensor& a, const IntList& axes, bool keepdims) {
     return reduce_sum("sum", a, reduce_axes("sum", axes, a.shape()), keepdims, false);
 }
 
 Tensor mean(const Tensor& a) { return reduce_sum("mean", a, reduce_axes("mean", {}, a.shape()), false, true); }
 
-Tensor mean(const Tensor& a, const std::vector<long>& axes, bool keepdims) {
+Tensor mean(const Tensor& a, const IntList& axes, bool keepdims) {
     return reduce_sum("mean", a, reduce_axes("mean", axes, a.shape()), keepdims, true);
 }
 
@@ -433,16 +433,16 @@ Tensor std_backward(const Tensor& g, const Tensor& x, const Tensor& result, cons
     return moments_backward("std_backward", g, x, result, axes, dof);
 }
 
-Tensor var(const Tensor& a, const std::vector<long>& axes, bool unbiased, bool keepdims) {
+Tensor var(const Tensor& a, const IntList& axes, bool unbiased, bool keepdims) {
     return moments("var", a, axes, unbiased ? 1 : 0, keepdims, false);
 }
-Tensor var(const Tensor& a, const std::vector<long>& axes, Correction correction, bool keepdims) {
+Tensor var(const Tensor& a, const IntList& axes, Correction correction, bool keepdims) {
     return moments("var", a, axes, correction.value, keepdims, false);
 }
-Tensor std(const Tensor& a, const std::vector<long>& axes, bool unbiased, bool keepdims) {
+Tensor std(const Tensor& a, const IntList& axes, bool unbiased, bool keepdims) {
     return moments("std", a, axes, unbiased ? 1 : 0, keepdims, true);
 }
-Tensor std(const Tensor& a, const std::vector<long>& axes, Correction correction, bool keepdims) {
+Tensor std(const Tensor& a, const IntList& axes, Correction correction, bool keepdims) {
     return moments("std", a, axes, correction.value, keepdims, true);
 }
 
@@ -632,7 +632,7 @@ xt::xarray<T> fold_abs(const xt::xarray<T>& x, const Shape& kept, T init, F f) {
 
 }  // namespace
 
-Tensor norm(const Tensor& a, double p_arg, const std::vector<long>& axes_in, bool keepdims) {
+Tensor norm(const Tensor& a, double p_arg, const IntList& axes_in, bool keepdims) {
     constexpr const char* op = "norm";
     const double p = norm_order(op, p_arg);
     const std::vector<std::size_t> axes = reduce_axes(op, axes_in, a.shape());

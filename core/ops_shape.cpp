@@ -90,7 +90,7 @@ Tensor permute_impl(const char* op, const Tensor& a, std::vector<std::size_t> pe
 
 }  // namespace
 
-Tensor reshape(const Tensor& a, const std::vector<long>& shape) {
+Tensor reshape(const Tensor& a, const IntList& shape) {
     const Shape& in = a.shape();
     const std::size_t total = a.numel();
     long inferred = -1;
@@ -126,7 +126,7 @@ Tensor reshape(const Tensor& a, const std::vector<long>& shape) {
     return reshaped("reshape", a, out);
 }
 
-Tensor permute(const Tensor& a, const std::vector<long>& axes) {
+Tensor permute(const Tensor& a, const IntList& axes) {
     const Shape& in = a.shape();
     if (axes.size() != in.size())
         throw Error(fmt::format("permute: got {} axes {} for a tensor of rank {} (shape {})", axes.size(),
@@ -311,7 +311,13 @@ Tensor slice_backward(const Tensor& g, const Shape& input_shape, long axis, long
     });
 }
 
-Tensor expand(const Tensor& a, const Shape& shape) {
+Tensor expand(const Tensor& a, const IntList& shape_arg) {
+    // torch's -1: the size a already has at that axis (aligned from the right); not for a new one.
+    IntList sizes = shape_arg;
+    const std::size_t lead = sizes.size() >= a.dim() ? sizes.size() - a.dim() : 0;
+    for (std::size_t i = lead; i < sizes.size(); ++i)
+        if (sizes[i] == -1) sizes[i] = static_cast<long>(a.shape()[i - lead]);
+    const Shape shape = sizes.shape("expand");
     if (!broadcastable_to(a.shape(), shape))
         throw Error(fmt::format("expand: cannot broadcast shape {} to {} (each axis must match or be 1, "
                                 "aligned from the right)",
@@ -328,6 +334,27 @@ Tensor expand(const Tensor& a, const Shape& shape) {
             return {sum_to(in.grad(), in.inputs[0].shape())};
         }), Saves::none());
     });
+}
+
+Tensor narrow(const Tensor& a, long axis, long start, long length) {
+    const std::size_t ax = normalize_axis("narrow", axis, a.shape());
+    const long n = static_cast<long>(a.shape()[ax]);
+    // torch: start in [-n, n] (negative counts from the end), then start + length within n.
+    const long first = start < 0 && start >= -n ? start + n : start;
+    if (first < 0 || first > n || length < 0 || length > n - first)
+        throw Error(fmt::format("narrow: start {} and length {} do not lie within axis {} of size {} (shape {})", start,
+                                length, axis, n, shape_str(a.shape())));
+    return slice(a, static_cast<long>(ax), first, first + length);
+}
+
+Tensor select(const Tensor& a, long axis, long index) {
+    const std::size_t ax = normalize_axis("select", axis, a.shape());
+    const long n = static_cast<long>(a.shape()[ax]);
+    if (index < -n || index >= n)
+        throw Error(fmt::format("select: index {} is out of range for axis {} of size {} (shape {})", index, axis, n,
+                                shape_str(a.shape())));
+    const long i = index < 0 ? index + n : index;
+    return squeeze(slice(a, static_cast<long>(ax), i, i + 1), static_cast<long>(ax));
 }
 
 Tensor sum_to(const Tensor& g, const Shape& shape) {
@@ -381,7 +408,7 @@ Tensor stack(const std::vector<Tensor>& tensors, long axis) {
     return concat(parts, axis < 0 ? axis + rank : axis);
 }
 
-std::vector<Tensor> split(const Tensor& a, const std::vector<long>& sizes, long axis) {
+std::vector<Tensor> split(const Tensor& a, const IntList& sizes, long axis) {
     if (a.dtype() == kBFloat16) check_no_bfloat16_graph("split", {a});
     const std::size_t ax = normalize_axis("split", axis, a.shape());
     const long n = static_cast<long>(a.shape()[ax]);

@@ -1075,15 +1075,18 @@ Tensor Tensor::clone() const {
         }
     });
 }
-Tensor Tensor::reshape(const std::vector<long>& s) const { return xgrad::reshape(*this, s); }
-Tensor Tensor::permute(const std::vector<long>& axes) const { return xgrad::permute(*this, axes); }
+Tensor Tensor::reshape(const IntList& s) const { return xgrad::reshape(*this, s); }
+Tensor Tensor::permute(const IntList& axes) const { return xgrad::permute(*this, axes); }
+Tensor Tensor::expand(const IntList& s) const { return xgrad::expand(*this, s); }
+Tensor Tensor::narrow(long axis, long start, long length) const { return xgrad::narrow(*this, axis, start, length); }
+Tensor Tensor::select(long axis, long index) const { return xgrad::select(*this, axis, index); }
 Tensor Tensor::transpose(long a, long b) const { return xgrad::transpose(*this, a, b); }
 Tensor Tensor::unsqueeze(long axis) const { return xgrad::unsqueeze(*this, axis); }
 Tensor Tensor::squeeze(long axis) const { return xgrad::squeeze(*this, axis); }
 Tensor Tensor::sum() const { return xgrad::sum(*this); }
-Tensor Tensor::sum(const std::vector<long>& axes, bool keepdims) const { return xgrad::sum(*this, axes, keepdims); }
+Tensor Tensor::sum(const IntList& axes, bool keepdims) const { return xgrad::sum(*this, axes, keepdims); }
 Tensor Tensor::mean() const { return xgrad::mean(*this); }
-Tensor Tensor::mean(const std::vector<long>& axes, bool keepdims) const { return xgrad::mean(*this, axes, keepdims); }
+Tensor Tensor::mean(const IntList& axes, bool keepdims) const { return xgrad::mean(*this, axes, keepdims); }
 Tensor Tensor::matmul(const Tensor& other) const { return xgrad::matmul(*this, other); }
 Tensor Tensor::pow(double p) const { return xgrad::pow(*this, p); }
 Tensor Tensor::exp() const { return xgrad::exp(*this); }

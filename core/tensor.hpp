@@ -180,15 +180,33 @@ public:
     Tensor clone() const;
 
     // --- the most used ops as methods (the free functions in ops.hpp are the same) ---
-    Tensor reshape(const std::vector<long>& shape) const;
-    Tensor permute(const std::vector<long>& axes) const;
+    // Sizes and axes are IntLists (core/error.hpp): braced lists of any integer types mixed,
+    // so `x.reshape({-1, x.size(-1)})` needs no cast.
+    Tensor reshape(const IntList& shape) const;
+    /// torch's x.reshape(B, T, C) with the sizes as separate arguments.
+    template <class... I, std::enable_if_t<(sizeof...(I) > 0) && (is_index_v<I> && ...), int> = 0>
+    Tensor reshape(I... sizes) const { return reshape(IntList{sizes...}); }
+    /// torch's view, for porting: here the same as reshape, a copy (xgrad has no views), so an
+    /// in-place write into the result does not reach this tensor as it would in torch.
+    Tensor view(const IntList& shape) const { return reshape(shape); }
+    template <class... I, std::enable_if_t<(sizeof...(I) > 0) && (is_index_v<I> && ...), int> = 0>
+    Tensor view(I... sizes) const { return reshape(IntList{sizes...}); }
+    Tensor permute(const IntList& axes) const;
+    template <class... I, std::enable_if_t<(sizeof...(I) > 0) && (is_index_v<I> && ...), int> = 0>
+    Tensor permute(I... axes) const { return permute(IntList{axes...}); }
+    /// Broadcasts to `shape` (expand in ops.hpp; -1 keeps an axis' size, as torch).
+    Tensor expand(const IntList& shape) const;
+    /// length elements from start along axis (torch's narrow; a copy).
+    Tensor narrow(long axis, long start, long length) const;
+    /// The sub-tensor at index along axis, that axis removed (torch's select; a copy).
+    Tensor select(long axis, long index) const;
     Tensor transpose(long a, long b) const;
     Tensor unsqueeze(long axis) const;
     Tensor squeeze(long axis) const;
     Tensor sum() const;
-    Tensor sum(const std::vector<long>& axes, bool keepdims = false) const;
+    Tensor sum(const IntList& axes, bool keepdims = false) const;
     Tensor mean() const;
-    Tensor mean(const std::vector<long>& axes, bool keepdims = false) const;
+    Tensor mean(const IntList& axes, bool keepdims = false) const;
     Tensor matmul(const Tensor& other) const;
     Tensor pow(double exponent) const;
     Tensor exp() const;

@@ -77,6 +77,10 @@ ModuleList::ModuleList(std::initializer_list<std::shared_ptr<Module>> modules) :
     for (const auto& m : modules) add_item("ModuleList", m);
 }
 
+ModuleList::ModuleList(const Items& modules) : ModuleList() {
+    for (const auto& m : modules) add_item("ModuleList", m);
+}
+
 void ModuleList::add_item(const char* call, std::shared_ptr<Module> module) {
     add_child(std::to_string(m_items.size()), module, call);  // checks null and a cycle
     m_items.push_back(std::move(module));
@@ -91,6 +95,10 @@ const std::shared_ptr<Module>& ModuleList::item(long i) const { return pick("Mod
 
 ModuleDict::ModuleDict(std::initializer_list<std::pair<std::string, std::shared_ptr<Module>>> items)
     : ModuleDict() {
+    for (const auto& [key, m] : items) put("ModuleDict", key, m);
+}
+
+ModuleDict::ModuleDict(const Items& items) : ModuleDict() {
     for (const auto& [key, m] : items) put("ModuleDict", key, m);
 }
 

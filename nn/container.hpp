@@ -128,8 +128,12 @@ private:
 ///   for (const auto& h : *heads) ... h->as<AttentionHead>() ...   // or heads->at<AttentionHead>(i)
 class ModuleList : public Module {
 public:
+    /// The modules a list is built from. make_shared cannot pass on a braced list, so build
+    /// one as `std::make_shared<nn::ModuleList>(nn::ModuleList::Items{a, b})`.
+    using Items = std::vector<std::shared_ptr<Module>>;
     ModuleList() : Module("ModuleList") {}
     ModuleList(std::initializer_list<std::shared_ptr<Module>> modules);
+    explicit ModuleList(const Items& modules);
 
     template <class M>
     void push_back(std::shared_ptr<M> module) {
@@ -180,8 +184,12 @@ private:
 /// empty or contain '.'. A module that is this dict or holds it (a cycle) is refused.
 class ModuleDict : public Module {
 public:
+    /// The (key, module) pairs a dict is built from, in order. make_shared cannot pass on a
+    /// braced list: `std::make_shared<nn::ModuleDict>(nn::ModuleDict::Items{{"a", m}, {"b", n}})`.
+    using Items = std::vector<std::pair<std::string, std::shared_ptr<Module>>>;
     ModuleDict() : Module("ModuleDict") {}
     ModuleDict(std::initializer_list<std::pair<std::string, std::shared_ptr<Module>>> items);
+    explicit ModuleDict(const Items& items);
 
     template <class M>
     void insert(const std::string& key, std::shared_ptr<M> module) {

@@ -9,11 +9,13 @@
 
 namespace xgrad::nn {
 
-LayerNorm::LayerNorm(Shape normalized_shape, double eps, BoolArg elementwise_affine)
-    : Module("LayerNorm"), m_shape(std::move(normalized_shape)), m_eps(eps), m_affine(elementwise_affine) {
-    if (m_shape.empty() || std::count(m_shape.begin(), m_shape.end(), 0u) > 0)
-        throw Error(fmt::format("LayerNorm: normalized_shape must be non-empty with positive sizes, got {}",
-                                shape_str(m_shape)));
+LayerNorm::LayerNorm(const IntList& normalized_shape, double eps, BoolArg elementwise_affine)
+    : Module("LayerNorm"), m_eps(eps), m_affine(elementwise_affine) {
+    if (normalized_shape.empty() ||
+        std::any_of(normalized_shape.begin(), normalized_shape.end(), [](long s) { return s <= 0; }))
+        throw Error(fmt::format("LayerNorm: normalized_shape must be non-empty with positive sizes, got [{}]",
+                                fmt::join(normalized_shape, ", ")));
+    m_shape = normalized_shape.shape("LayerNorm");
     // An infinite eps would scale every output to 0 without a word.
     if (!(eps > 0) || !std::isfinite(eps))
         throw Error(fmt::format("LayerNorm: eps must be positive and finite, got {}", eps));

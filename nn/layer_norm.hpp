@@ -1,5 +1,7 @@
 #pragma once
 /// Layer normalisation, as torch.nn.LayerNorm.
+#include <initializer_list>
+
 #include "nn/module.hpp"
 
 namespace xgrad::nn {
@@ -11,7 +13,27 @@ namespace xgrad::nn {
 /// Prints as `LayerNorm((32,), eps=1e-05, elementwise_affine=True)`.
 class LayerNorm : public Module, public Callable<LayerNorm> {
 public:
-    explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, BoolArg elementwise_affine = true);
+    /// normalized_shape as torch's: a list ({C}, {T, C}, x.shape() entries of any integer
+    /// type) or one integer (`LayerNorm(128)`); every size positive.
+    explicit LayerNorm(const IntList& normalized_shape, double eps = 1e-5, BoolArg elementwise_affine = true);
+    /// The braced form, chosen over reading `LayerNorm({32})` as a copy of LayerNorm(32).
+    explicit LayerNorm(std::initializer_list<IntList::Entry> normalized_shape, double eps = 1e-5,
+                       BoolArg elementwise_affine = true)
+        : LayerNorm(IntList(normalized_shape), eps, elementwise_affine) {}
+    /// (eps only floating-point, so that `LayerNorm({T, C})` cannot read as LayerNorm(T, eps = C))
+    template <class I, class E = double, std::enable_if_t<is_index_v<I> && std::is_floating_point_v<E>, int> = 0>
+    explicit LayerNorm(I normalized_shape, E eps = 1e-5, BoolArg elementwise_affine = true)
+        : LayerNorm(IntList{normalized_shape}, eps, elementwise_affine) {}
+    /// Anything else as normalized_shape (128.0, a string, a vector of doubles) stops here,
+    /// with one line saying what is wanted instead of a list of candidates.
+    template <class T, std::enable_if_t<!is_index_v<std::decay_t<T>> && !std::is_convertible_v<T, IntList> &&
+                                            !std::is_base_of_v<Module, std::decay_t<T>>,
+                                        int> = 0>
+    explicit LayerNorm(T&&, double = 1e-5, BoolArg = true) : LayerNorm(IntList{1}) {
+        static_assert(!sizeof(T*),
+                      "nn::LayerNorm(normalized_shape): normalized_shape is an integer (LayerNorm(128)) or a "
+                      "list of integers (LayerNorm({T, C}), LayerNorm(x.shape())), as torch's");
+    }
 
     Tensor forward(const Tensor& x);
     /// forward(x + residual) as one op (core add_layer_norm), for a residual block's AddNorm:

@@ -4,6 +4,7 @@
 #include <map>
 #include <ostream>
 #include <sstream>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "core/ops.hpp"
@@ -315,6 +316,37 @@ NamedTensors Module::state_dict() const {
     return entries;
 }
 
+namespace {
+
+void order_as_torch(const Module& root, std::vector<std::string>& unexpected) {
+    // torch's load visits the modules in preorder and each lists, in the state's order, the
+    // keys under its prefix whose next name is neither its child nor its own tensor. So a key
+    // belongs to the deepest module its leading names reach. (torch drops a key naming a
+    // module itself, or a path below a tensor, without a word; here they stay listed, with the
+    // module holding that name.)
+    if (unexpected.size() < 2) return;
+    std::unordered_map<std::string, std::size_t> rank;  // module path -> preorder position
+    ModuleTree::preorder(root, false, [&](const Module&, const std::string& path) {
+        rank.emplace(path, rank.size());
+    });
+    auto owner = [&](const std::string& key) {
+        std::size_t at = rank.at(""), from = 0;
+        for (std::size_t dot; (dot = key.find('.', from)) != std::string::npos; from = dot + 1) {
+            const auto it = rank.find(key.substr(0, dot));
+            if (it == rank.end()) break;
+            at = it->second;
+        }
+        return at;
+    };
+    std::vector<std::pair<std::size_t, std::string>> keyed;
+    keyed.reserve(unexpected.size());
+    for (auto& key : unexpected) keyed.emplace_back(owner(key), std::move(key));
+    std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (std::size_t i = 0; i < keyed.size(); ++i) unexpected[i] = std::move(keyed[i].second);
+}
+
+}  // namespace
+
 LoadResult Module::load_state_dict(const NamedTensors& state, bool strict) {
     const NamedTensors entries = state_dict();
     std::map<std::string, const Tensor*> given;
@@ -348,6 +380,7 @@ LoadResult Module::load_state_dict(const NamedTensors& state, bool strict) {
     }
     for (const auto& [name, t] : state)
         if (given.erase(name)) result.unexpected_keys.push_back(name);  // each once, in the state's order
+    order_as_torch(*this, result.unexpected_keys);
 
     const bool keys_wrong = strict && !(result.missing_keys.empty() && result.unexpected_keys.empty());
     if (keys_wrong || !repeated.empty() || !mismatched.empty()) {

@@ -138,6 +138,8 @@ public:
     /// buffer with no entry. If anything is wrong it throws one Error listing all of it and the
     /// module is unchanged. Without `strict` the names that did not match are returned
     /// (torch's missing_keys and unexpected_keys) and every matching entry is loaded.
+    /// missing_keys come in state_dict() order; unexpected_keys in torch's: by the module the
+    /// key's leading names reach, in preorder, and in the state's order within one module.
     LoadResult load_state_dict(const NamedTensors& state, bool strict = true);
 
     // --- printing -------------------------------------------------------------------------

@@ -54,10 +54,10 @@ Tensor PositionWiseFFN::forward(const Tensor& X) {
     return m_dense2->forward(m_relu->forward(m_dense1->forward(X)));
 }
 
-AddNorm::AddNorm(Shape normalized_shape, double dropout)
+AddNorm::AddNorm(const IntList& normalized_shape, double dropout)
     : Module("AddNorm"),
       m_dropout(register_module("dropout", std::make_shared<Dropout>(dropout))),
-      m_ln(register_module("ln", std::make_shared<LayerNorm>(std::move(normalized_shape)))) {}
+      m_ln(register_module("ln", std::make_shared<LayerNorm>(normalized_shape))) {}
 
 Tensor AddNorm::forward(const Tensor& X, const Tensor& Y) {
     if (X.shape() != Y.shape())

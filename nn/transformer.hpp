@@ -36,7 +36,7 @@ private:
 /// Shapes: X and Y the same, ending with normalized_shape. Children dropout, ln.
 class AddNorm : public Module, public Callable<AddNorm> {
 public:
-    AddNorm(Shape normalized_shape, double dropout);
+    AddNorm(const IntList& normalized_shape, double dropout);
 
     Tensor forward(const Tensor& X, const Tensor& Y);
 

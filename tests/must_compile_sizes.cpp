@@ -1,0 +1,62 @@
+// Built with -Wall -Wextra -Wconversion -Werror (tests/CMakeLists.txt): the lines a port from
+// torch writes with sizes from size() and shape() mixed with int and long counts compile with
+// no cast and no warning. Nothing here runs; tests/nn/test_porting_traps.cpp runs the same forms.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/creation.hpp"
+#include "core/ops.hpp"
+#include "nn/nn.hpp"
+
+using namespace xgrad;
+using namespace xgrad::indexing;
+
+Tensor sizes_mixed(const Tensor& x, const Tensor& qkv, int n_head, long n_embd, std::int64_t block_size) {
+    // nanoGPT: B, T, C = x.size()
+    const auto B = x.size(0), T = x.size(1), C = x.size(2);
+    std::vector<Tensor> parts = split(qkv, n_embd, 2);
+    Tensor q = parts[0].view(B, T, n_head, C / static_cast<std::size_t>(n_head)).transpose(1, 2);
+    Tensor k = parts[1].view({B, T, n_head, C / n_head}).transpose(1, 2);  // size_t / int, mixed in a list
+    Tensor att = matmul(q, k.transpose(-2, -1));
+    Tensor y = att.transpose(1, 2).reshape({B, T, C});
+    y = y.reshape({-1, y.size(-1)});
+    y = y.view(-1);
+    Tensor z = x.index({Slice(), Slice(0, x.size(1) - 1)});
+    z = x.index({Slice(None, block_size), x.size(1) - 1});
+    z = x.narrow(1, 0, x.size(1));
+    z = x.select(1, x.size(1) - 1);
+    z = x.permute({0, x.dim() - 1, 1});
+    z = x.permute(0, 2, 1);
+    z = x.sum({x.dim() - 1}, true);
+    z = x.mean({0, static_cast<int>(1)});
+    z = zeros({B, T, C});
+    z = zeros({B, block_size, n_embd, n_head});
+    z = full({x.size(0), 1}, 0.5);
+    z = ones(x.shape());
+    z = randn({T, n_embd});
+    z = x.expand({B, T, C});
+    z = expand(x.index({Slice(), Slice(), 0}).unsqueeze(2), {-1, -1, static_cast<long>(C)});
+    z = layer_norm(x, {C});
+    auto chunks = chunk(x, n_head, 2);
+    auto pieces = split(x, {x.size(2) - 1, 1}, 2);
+    Shape s{B, T, C};
+    z = zeros(s);
+    return z + y.sum() + static_cast<double>(chunks.size() + pieces.size());
+}
+
+std::shared_ptr<nn::Module> containers(long n_embd, std::size_t vocab) {
+    auto ln = std::make_shared<nn::LayerNorm>(n_embd);
+    auto ln2 = std::make_shared<nn::LayerNorm>(vocab);
+    auto ln3 = std::make_shared<nn::LayerNorm>(std::vector<long>{4, n_embd});
+    nn::LayerNorm ln4(128);
+    nn::LayerNorm ln5({4, vocab});
+    auto list = std::make_shared<nn::ModuleList>(nn::ModuleList::Items{ln, ln2});
+    auto dict = std::make_shared<nn::ModuleDict>(nn::ModuleDict::Items{{"ln_f", ln3}, {"wte", std::make_shared<nn::Embedding>(vocab, n_embd)}});
+    auto seq = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(n_embd, vocab), std::make_shared<nn::ReLU>());
+    auto root = std::make_shared<nn::ModuleDict>();
+    root->insert("h", list);
+    root->insert("t", dict);
+    root->insert("s", seq);
+    return root;
+}
