@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -28,11 +29,14 @@ std::int64_t CharText::id_of(unsigned char c) const {
 }
 
 CharText read_text(const std::string& path, std::size_t min_chars) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec))
+        throw Error(fmt::format("--text: '{}' is a folder: expected a text file", path));
     std::ifstream in(path, std::ios::binary);
     if (!in) throw Error(fmt::format("--text: cannot read '{}' (missing or not readable)", path));
     std::ostringstream buffer;
     buffer << in.rdbuf();
-    if (in.bad()) throw Error(fmt::format("--text: reading '{}' failed (is it a folder?)", path));
+    if (in.bad()) throw Error(fmt::format("--text: reading '{}' failed", path));
     const std::string bytes = buffer.str();
     if (bytes.empty()) throw Error(fmt::format("--text: '{}' is empty: expected a text to learn from", path));
     std::size_t control = 0;
