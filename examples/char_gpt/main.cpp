@@ -230,7 +230,8 @@ int run(int argc, char** argv) {
 
     fmt::print("step {}: validation loss {:.4f} (train split {:.4f}); {} steps this run, {:.1f} ms per step\n",
                state.step, val, h.eval_train.empty() ? NAN : h.eval_train.back(), stats.steps, ms);
-    fmt::print("sample (temperature {}, top-k {}):\n{}{}\n", o.temperature, o.top_k, o.prompt, sample);
+    if (o.sample_chars > 0)
+        fmt::print("sample (temperature {}, top-k {}):\n{}{}\n", o.temperature, o.top_k, o.prompt, sample);
     fmt::print("wrote {0}/metrics.json, {0}/loss.svg, {0}/attention.svg, {0}/sample.txt, {0}/checkpoint.npz\n",
                o.out);
     if (state.step < c.steps) {
