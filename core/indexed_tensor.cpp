@@ -83,8 +83,13 @@ XGRAD_IN_PLACE(clamp_, (std::optional<double> min, std::optional<double> max), c
 XGRAD_IN_PLACE(copy_, (const Tensor& src), copy_(src))
 XGRAD_IN_PLACE(zero_, (), zero_())
 XGRAD_IN_PLACE(fill_, (Scalar value), fill_(value))
-XGRAD_IN_PLACE(index_put_, (const std::vector<TensorIndex>& indices, const Tensor& value), index_put_(indices, value))
-XGRAD_IN_PLACE(index_put_, (const std::vector<TensorIndex>& indices, Scalar value), index_put_(indices, value))
+XGRAD_IN_PLACE(index_put_, (const std::vector<TensorIndex>& indices, const Tensor& value, bool accumulate),
+               index_put_(indices, value, accumulate))
+XGRAD_IN_PLACE(index_put_, (const std::vector<TensorIndex>& indices, Scalar value, bool accumulate),
+               index_put_(indices, value, accumulate))
+XGRAD_IN_PLACE(scatter_, (long axis, const Tensor& index, const Tensor& src), scatter_(axis, index, src))
+XGRAD_IN_PLACE(scatter_, (long axis, const Tensor& index, Scalar value), scatter_(axis, index, value))
+XGRAD_IN_PLACE(scatter_add_, (long axis, const Tensor& index, const Tensor& src), scatter_add_(axis, index, src))
 #undef XGRAD_IN_PLACE
 
 }  // namespace xgrad
