@@ -508,7 +508,15 @@ Picks resolve(const char* op, const Shape& in, const IndexPlan& p) {
     r.shape = before.shape;
     r.shape.insert(r.shape.end(), b.begin(), b.end());
     r.shape.insert(r.shape.end(), after.shape.begin(), after.shape.end());
-    checked_numel(op, r.shape);
+    // The offsets take 8 bytes an element, whatever the dtype: refuse what no machine here holds
+    // before asking for it (broadcast indices multiply: (n, 1) with (1, n) picks n² elements).
+    const std::size_t count = checked_numel(op, r.shape);
+    const std::uint64_t memory = physical_memory_bytes();
+    if (memory != 0 && count > memory / sizeof(std::size_t))
+        throw Error(fmt::format("{}: out of memory: the indices pick a result of shape {} ({} elements, {} of "
+                                "offsets alone), more than this machine's {}",
+                                op, shape_str(r.shape), count, format_bytes(static_cast<double>(count) * 8.0),
+                                format_bytes(static_cast<double>(memory))));
     // Offset of each broadcast position: every advanced axis read through its broadcast strides.
     IndexPlan over_b;
     over_b.shape = b;

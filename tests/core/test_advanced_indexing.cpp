@@ -329,6 +329,10 @@ TEST_CASE("advanced indices torch refuses are refused, naming the op, the axis a
                       Catch::Contains("shape mismatch: indexing tensors could not be broadcast together with shapes "
                                       "(2,), (3,)"));
     CHECK_THROWS_WITH(x.index({x > 0, 0}), Catch::Contains("too many indices"));
+    // Broadcast indices that would pick 10^12 elements: refused before anything is allocated.
+    const Tensor column = zeros({1000000, 1}, kInt64), row = zeros({1, 1000000}, kInt64);
+    CHECK_THROWS_WITH(x.index({column, row}), Catch::Contains("index: out of memory") &&
+                                                  Catch::Contains("(1000000, 1000000, 4)"));
     // A value that does not fit the picked shape.
     Tensor y = counting();
     CHECK_THROWS_WITH(y.index_put_({{0, 1}}, zeros({3})), Catch::Contains("index_put_: value of shape (3,)") &&
@@ -364,4 +368,28 @@ TEST_CASE("scatter refuses what torch refuses", "[adv-indexing][scatter][errors]
     CHECK(a.version() == 0);
     const Tensor leaf = param({2, 3});
     CHECK_THROWS_WITH(leaf.scatter_add_(1, ids({0}, {1, 1}), leaf), Catch::Contains("scatter_add_") && Catch::Contains("leaf"));
+}
+
+TEST_CASE("README's advanced indexing lines give torch's values", "[adv-indexing]") {
+    Tensor X = arange(24, kFloat32).reshape({2, 3, 4}).requires_grad_();
+    Tensor logits = tensor({{0.5, -1, 2, 0.1, 3, 0, -2, 1}, {1, 2, 3, 4, 5, 6, 7, 8}});
+    Tensor kth = topk(logits, 3).values.index({Slice(), {-1}});
+    CHECK(kth.shape() == Shape{2, 1});
+    logits.index({logits < kth}) = -INFINITY;
+    CHECK(logits.to_vector<float>() == std::vector<float>{-INFINITY, -INFINITY, 2, -INFINITY, 3, -INFINITY, -INFINITY,
+                                                          1, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                                                          6, 7, 8});
+    Tensor positive = X.index({X > 0});
+    CHECK(positive.shape() == Shape{23});
+    Tensor picked = X.index({{1, 0}, Slice(), {-1, 0}});
+    CHECK(picked.shape() == Shape{2, 3});
+    CHECK(picked.to_vector<float>() == std::vector<float>{15, 19, 23, 0, 4, 8});
+    (positive.sum() + picked.sum()).backward();
+    CHECK(X.grad().to_vector<float>()[0] == 1);  // picked once, by the list
+    CHECK(X.grad().to_vector<float>()[15] == 2);  // by the mask and the list
+    Tensor counts = zeros({5}).index_put_({{1, 1, 4}}, 1.0, true);
+    CHECK(counts.to_vector<float>() == std::vector<float>{0, 2, 0, 0, 1});
+    Tensor spread = scatter_add(zeros({2, 4}), 1, from_vector(std::vector<std::int64_t>{0, 0, 3, 1}, {2, 2}),
+                                ones({2, 2}));
+    CHECK(spread.to_vector<float>() == std::vector<float>{2, 0, 0, 0, 0, 1, 0, 1});
 }
