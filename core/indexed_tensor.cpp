@@ -87,8 +87,13 @@ XGRAD_IN_PLACE(uniform_, (double from, double to, Generator& gen), uniform_(from
 XGRAD_IN_PLACE(normal_, (double mean, double std, Generator& gen), normal_(mean, std, gen))
 XGRAD_IN_PLACE(bernoulli_, (double p, Generator& gen), bernoulli_(p, gen))
 XGRAD_IN_PLACE(bernoulli_, (const Tensor& p, Generator& gen), bernoulli_(p, gen))
-XGRAD_IN_PLACE(index_put_, (const std::vector<TensorIndex>& indices, const Tensor& value), index_put_(indices, value))
-XGRAD_IN_PLACE(index_put_, (const std::vector<TensorIndex>& indices, Scalar value), index_put_(indices, value))
+XGRAD_IN_PLACE(index_put_, (const std::vector<TensorIndex>& indices, const Tensor& value, bool accumulate),
+               index_put_(indices, value, accumulate))
+XGRAD_IN_PLACE(index_put_, (const std::vector<TensorIndex>& indices, Scalar value, bool accumulate),
+               index_put_(indices, value, accumulate))
+XGRAD_IN_PLACE(scatter_, (long axis, const Tensor& index, const Tensor& src), scatter_(axis, index, src))
+XGRAD_IN_PLACE(scatter_, (long axis, const Tensor& index, Scalar value), scatter_(axis, index, value))
+XGRAD_IN_PLACE(scatter_add_, (long axis, const Tensor& index, const Tensor& src), scatter_add_(axis, index, src))
 #undef XGRAD_IN_PLACE
 
 }  // namespace xgrad

@@ -325,6 +325,19 @@ Tensor index_select(const Tensor& a, long axis, const Tensor& index);
 /// [0, a.size(axis)). Backward scatter-adds; saves the flat source offsets.
 Tensor gather(const Tensor& a, long axis, const Tensor& index);
 
+/// torch.scatter: a copy of a with src's values written along axis (axis 1 shown):
+/// out[i][index[i][j]] = src[i][j] for every position of index. index is int64 with a's rank,
+/// no larger than src on any axis nor than a off `axis`, values in [0, a.size(axis)) (negative
+/// ones throw, as torch's); src has a's dtype and rank. Where the index repeats, the last write
+/// wins (torch leaves it undefined). Backward: a gets g except at the written elements, src
+/// gets g at the element each of its values went to (a value overwritten by a later one, 0).
+Tensor scatter(const Tensor& a, long axis, const Tensor& index, const Tensor& src);
+/// scatter with one value (cast to a's dtype) at every position of index.
+Tensor scatter(const Tensor& a, long axis, const Tensor& index, Scalar value);
+/// torch.scatter_add: scatter that adds, out[i][index[i][j]] += src[i][j], repeated indices
+/// adding each, in index order. Backward: a gets g, src gets gather(g, axis, index).
+Tensor scatter_add(const Tensor& a, long axis, const Tensor& index, const Tensor& src);
+
 /// int64 class indices → int64 one-hot vectors on a new last axis (torch.nn.functional.one_hot).
 /// num_classes = -1 takes max + 1. Negative indices, or ones ≥ num_classes, throw.
 Tensor one_hot(const Tensor& indices, long num_classes = -1);

@@ -244,18 +244,35 @@ Tensor gather_backward(const Tensor& g, const Shape& input_shape, long axis, con
 
 }  // namespace xgrad
 
-// --- basic indexing: t[i], t.index({...}) and index_put_ -------------------------------------
+// --- indexing: t[i], t.index({...}), index_put_ and scatter ---------------------------------
+//
+// An index list is planned in two steps, as torch applies it: the basic indices (integers,
+// slices, None, Ellipsis) make a strided "view" (IndexPlan), in which every advanced index (an
+// int64 tensor, a list, a bool mask) keeps the axes it covers; then, when there are advanced
+// indices, resolve() turns the plan into the flat offset of every element picked. Basic-only
+// plans are walked by their strides (each element picked once); advanced ones go through
+// take_flat and put_flat, which allow repeated offsets.
 
 namespace xgrad {
 
 namespace {
 
+// An advanced index in the view: an int64 tensor at view axis `view_dim` (input axis `axis`), or
+// a bool mask whose axes start there.
+struct AdvancedIndex {
+    std::size_t view_dim;
+    std::size_t axis;
+    Tensor index;
+};
+
 // What a list of basic indices picks: the element at `offset` and, along each result axis, a
 // step of `strides` elements in the source (0 for an axis None adds). Every pick is distinct.
+// With advanced indices, the view they index further (see resolve).
 struct IndexPlan {
     std::size_t offset = 0;
     Shape shape;
     std::vector<std::size_t> strides;
+    std::vector<AdvancedIndex> advanced;
 };
 
 // Python's clamp of a slice bound into [0, n].
@@ -264,10 +281,36 @@ long slice_bound(const indexing::SliceBound& b, long n, long open) {
     return b.value < 0 ? std::max(b.value + n, 0L) : std::min(b.value, n);
 }
 
+// A 0-d int64 tensor is an integer index, as in torch; a 0-d bool mask adds an axis of length
+// 1 or 0, as numpy's and torch's.
+bool is_integer_index(const TensorIndex& i) {
+    return i.kind() == TensorIndex::Kind::integer ||
+           (i.kind() == TensorIndex::Kind::tensor && i.tensor().dtype() == kInt64 && i.tensor().dim() == 0);
+}
+
+// The input axes one index covers.
+std::size_t axes_covered(const TensorIndex& i) {
+    switch (i.kind()) {
+        case TensorIndex::Kind::integer:
+        case TensorIndex::Kind::slice: return 1;
+        case TensorIndex::Kind::tensor: return i.tensor().dtype() == kBool ? i.tensor().dim() : 1;
+        default: return 0;
+    }
+}
+
 IndexPlan plan_index(const char* op, const Shape& in, const std::vector<TensorIndex>& indices) {
     std::size_t consumed = 0, ellipses = 0;
-    for (const TensorIndex& i : indices) {
-        if (i.kind() == TensorIndex::Kind::integer || i.kind() == TensorIndex::Kind::slice) ++consumed;
+    for (std::size_t k = 0; k < indices.size(); ++k) {
+        const TensorIndex& i = indices[k];
+        if (i.kind() == TensorIndex::Kind::tensor) {
+            const Tensor& t = i.tensor();
+            if (!t.defined()) throw Error(fmt::format("{}: index {} of the list is an undefined tensor", op, k));
+            if (t.dtype() != kInt64 && t.dtype() != kBool)
+                throw Error(fmt::format("{}: tensors used as indices must be int64 (long) or bool tensors, got {} "
+                                        "(index {} of the list)",
+                                        op, dtype_name(t.dtype()), k));
+        }
+        consumed += axes_covered(i);
         if (i.kind() == TensorIndex::Kind::ellipsis) ++ellipses;
     }
     if (ellipses > 1) throw Error(fmt::format("{}: an index can have only one Ellipsis, got {}", op, ellipses));
@@ -283,19 +326,19 @@ IndexPlan plan_index(const char* op, const Shape& in, const std::vector<TensorIn
         ++axis;
     };
     for (const TensorIndex& i : indices) {
+        if (is_integer_index(i)) {
+            const long n = static_cast<long>(in[axis]);
+            long v = i.kind() == TensorIndex::Kind::integer ? i.integer() : i.tensor().item<std::int64_t>();
+            if (v < -n || v >= n)
+                throw Error(fmt::format("{}: index {} is out of range for dimension {} with size {} (tensor of "
+                                        "shape {})",
+                                        op, v, axis, n, shape_str(in)));
+            if (v < 0) v += n;
+            p.offset += static_cast<std::size_t>(v) * stride[axis];
+            ++axis;
+            continue;
+        }
         switch (i.kind()) {
-            case TensorIndex::Kind::integer: {
-                const long n = static_cast<long>(in[axis]);
-                long v = i.integer();
-                if (v < -n || v >= n)
-                    throw Error(fmt::format("{}: index {} is out of range for dimension {} with size {} (tensor of "
-                                            "shape {})",
-                                            op, v, axis, n, shape_str(in)));
-                if (v < 0) v += n;
-                p.offset += static_cast<std::size_t>(v) * stride[axis];
-                ++axis;
-                break;
-            }
             case TensorIndex::Kind::slice: {
                 const indexing::Slice& s = i.slice();
                 if (s.step < 1)
@@ -317,6 +360,29 @@ IndexPlan plan_index(const char* op, const Shape& in, const std::vector<TensorIn
             case TensorIndex::Kind::ellipsis:
                 for (std::size_t k = consumed; k < in.size(); ++k) keep_axis();
                 break;
+            case TensorIndex::Kind::tensor: {
+                const Tensor& t = i.tensor();
+                p.advanced.push_back({p.shape.size(), axis, t});
+                if (t.dtype() == kBool && t.dim() == 0) {  // a new axis, picked once or not at all
+                    p.shape.push_back(1);
+                    p.strides.push_back(0);
+                    break;
+                }
+                if (t.dtype() == kBool) {
+                    for (std::size_t k = 0; k < t.dim(); ++k)
+                        if (t.shape()[k] != in[axis + k])
+                            throw Error(fmt::format("{}: the shape of the mask {} does not match the shape of the "
+                                                    "indexed tensor {} at dimension {} (mask axis {} has {}, the "
+                                                    "tensor {})",
+                                                    op, shape_str(t.shape()), shape_str(in), axis + k, k,
+                                                    t.shape()[k], in[axis + k]));
+                    for (std::size_t k = 0; k < t.dim(); ++k) keep_axis();
+                } else {
+                    keep_axis();
+                }
+                break;
+            }
+            case TensorIndex::Kind::integer: break;  // handled above
         }
     }
     while (axis < in.size()) keep_axis();
@@ -344,7 +410,213 @@ template <class F> void for_each_pick(const IndexPlan& p, F f) {
     }
 }
 
+// The source offsets a strided plan picks, in order.
+std::vector<std::size_t> pick_offsets(const IndexPlan& p) {
+    std::vector<std::size_t> at;
+    for_each_pick(p, [&](std::size_t, std::size_t s) { at.push_back(s); });
+    return at;
+}
+
+// The shape and flat source offsets of every element an index list picks.
+struct Picks {
+    Shape shape;
+    FlatOffsets at;
+};
+
+// One view axis an advanced index covers, with the (unbroadcast) positions it picks along it.
+struct AdvancedAxis {
+    std::size_t view_dim, axis;
+    Shape shape;
+    std::vector<std::int64_t> positions;
+};
+
+// Each bool mask as the coordinates of its true elements (torch's nonzero), one int64 index
+// per axis it covers; the int64 indices as they are.
+std::vector<AdvancedAxis> advanced_axes(const IndexPlan& p) {
+    std::vector<AdvancedAxis> axes;
+    for (const AdvancedIndex& a : p.advanced) {
+        const Tensor& t = a.index;
+        if (t.dtype() == kInt64) {
+            const auto& v = values<std::int64_t>(t);
+            axes.push_back({a.view_dim, a.axis, t.shape(), std::vector<std::int64_t>(v.begin(), v.end())});
+            continue;
+        }
+        const bool* m = values<bool>(t).data();
+        const std::size_t n = t.numel(), rank = std::max<std::size_t>(t.dim(), 1);
+        const std::size_t count = static_cast<std::size_t>(std::count(m, m + n, true));
+        const std::size_t first = axes.size();
+        for (std::size_t k = 0; k < rank; ++k) axes.push_back({a.view_dim + k, a.axis + k, Shape{count}, {}});
+        const Shape& s = t.dim() ? t.shape() : Shape{1};
+        for (std::size_t flat = 0; flat < n; ++flat) {
+            if (!m[flat]) continue;
+            for (std::size_t k = rank, rest = flat; k-- > 0; rest /= s[k])
+                axes[first + k].positions.push_back(static_cast<std::int64_t>(rest % s[k]));
+        }
+    }
+    return axes;
+}
+
+Picks resolve(const char* op, const Shape& in, const IndexPlan& p) {
+    std::vector<AdvancedAxis> axes = advanced_axes(p);
+    // The advanced indices broadcast together (numpy's rule).
+    Shape b = axes.front().shape;
+    for (const AdvancedAxis& a : axes) {
+        if (broadcastable_to(a.shape, b)) continue;
+        if (!broadcastable_to(b, a.shape)) {
+            Shape both(std::max(a.shape.size(), b.size()), 1);
+            for (std::size_t k = 1; k <= both.size(); ++k) {
+                const std::size_t x = k <= a.shape.size() ? a.shape[a.shape.size() - k] : 1;
+                const std::size_t y = k <= b.size() ? b[b.size() - k] : 1;
+                if (x != y && x != 1 && y != 1) {
+                    std::string shapes;
+                    for (const AdvancedAxis& c : axes) shapes += (shapes.empty() ? "" : ", ") + shape_str(c.shape);
+                    throw Error(fmt::format("{}: shape mismatch: indexing tensors could not be broadcast together "
+                                            "with shapes {}",
+                                            op, shapes));
+                }
+                both[both.size() - k] = std::max(x, y);
+            }
+            b = both;
+        } else {
+            b = a.shape;
+        }
+    }
+    // Every position in range, negative ones counted from the end.
+    for (AdvancedAxis& a : axes) {
+        const auto n = static_cast<std::int64_t>(p.shape[a.view_dim]);
+        for (std::int64_t& v : a.positions) {
+            if (v < -n || v >= n)
+                throw Error(fmt::format("{}: index {} is out of bounds for dimension {} with size {} (tensor of "
+                                        "shape {})",
+                                        op, v, a.axis, n, shape_str(in)));
+            if (v < 0) v += n;
+        }
+    }
+    // The advanced axes' result axes replace them when adjacent, else come first.
+    const bool adjacent = axes.back().view_dim - axes.front().view_dim + 1 == axes.size();
+    IndexPlan before, after;
+    for (std::size_t d = 0, k = 0; d < p.shape.size(); ++d) {
+        if (k < axes.size() && axes[k].view_dim == d) {
+            ++k;
+            continue;
+        }
+        IndexPlan& side = adjacent && d < axes.front().view_dim ? before : after;
+        side.shape.push_back(p.shape[d]);
+        side.strides.push_back(p.strides[d]);
+    }
+    Picks r;
+    r.shape = before.shape;
+    r.shape.insert(r.shape.end(), b.begin(), b.end());
+    r.shape.insert(r.shape.end(), after.shape.begin(), after.shape.end());
+    // The offsets take 8 bytes an element, whatever the dtype: refuse what no machine here holds
+    // before asking for it (broadcast indices multiply: (n, 1) with (1, n) picks n² elements).
+    const std::size_t count = checked_numel(op, r.shape);
+    const std::uint64_t memory = physical_memory_bytes();
+    if (memory != 0 && count > memory / sizeof(std::size_t))
+        throw Error(fmt::format("{}: out of memory: the indices pick a result of shape {} ({} elements, {} of "
+                                "offsets alone), more than this machine's {}",
+                                op, shape_str(r.shape), count, format_bytes(static_cast<double>(count) * 8.0),
+                                format_bytes(static_cast<double>(memory))));
+    // Offset of each broadcast position: every advanced axis read through its broadcast strides.
+    IndexPlan over_b;
+    over_b.shape = b;
+    std::vector<std::size_t> adv(checked_numel(op, b), p.offset);
+    for (const AdvancedAxis& a : axes) {
+        const std::vector<std::size_t> own = row_major_strides(a.shape);
+        over_b.strides.assign(b.size(), 0);
+        for (std::size_t k = 0; k < a.shape.size(); ++k)
+            if (a.shape[k] != 1) over_b.strides[b.size() - a.shape.size() + k] = own[k];
+        const std::size_t step = p.strides[a.view_dim];
+        for_each_pick(over_b, [&](std::size_t d, std::size_t s) {
+            adv[d] += static_cast<std::size_t>(a.positions[s]) * step;
+        });
+    }
+    const std::vector<std::size_t> pre = pick_offsets(before), post = pick_offsets(after);
+    auto at = std::make_shared<std::vector<std::size_t>>();
+    at->reserve(pre.size() * adv.size() * post.size());
+    for (std::size_t i : pre)
+        for (std::size_t k : adv)
+            for (std::size_t j : post) at->push_back(i + k + j);
+    r.at = std::move(at);
+    return r;
+}
+
+// dst[at[k]] = src[k] in order (the last of repeated offsets wins), or += when accumulating.
+template <class T> void put_values(T* dst, const T* src, const std::vector<std::size_t>& at, bool accumulate) {
+    if (!accumulate) {
+        for (std::size_t k = 0; k < at.size(); ++k) dst[at[k]] = src[k];
+    } else if constexpr (std::is_same_v<T, bool>) {
+        for (std::size_t k = 0; k < at.size(); ++k) dst[at[k]] = dst[at[k]] || src[k];
+    } else if constexpr (std::is_same_v<T, bfloat16>) {
+        throw Error("index_put_: accumulating into a bfloat16 tensor (no arithmetic on bfloat16; convert to float32)");
+    } else {
+        for (std::size_t k = 0; k < at.size(); ++k) dst[at[k]] += src[k];
+    }
+}
+
+// Where repeated offsets overwrite a value (all but the last write to each element), as a bool
+// mask of the values' shape; undefined when no offset repeats.
+Tensor overwritten(const std::vector<std::size_t>& at, const Shape& shape) {
+    std::vector<std::size_t> order(at.size());
+    for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return at[a] < at[b]; });
+    xt::xarray<bool> lost = xt::zeros<bool>(shape);
+    bool any = false;
+    for (std::size_t k = 0; k + 1 < order.size(); ++k)
+        if (at[order[k]] == at[order[k + 1]]) lost.data()[order[k]] = any = true;
+    return any ? make_leaf(Storage(std::move(lost))) : Tensor();
+}
+
+Tensor put_flat(const char* op, const Tensor& x, const FlatOffsets& at, const Tensor& v, bool accumulate);
+
+// x's elements at the flat offsets `at`, as a tensor of `shape` (any dtype). The gradient adds g
+// back where each element came from (repeated offsets sum): put_flat into zeros, accumulating.
+Tensor take_flat(const char* op, const Tensor& x, const FlatOffsets& at, const Shape& shape) {
+    const AllocContext context(op, shape);
+    return dispatch_all(x.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        xt::xarray<T> y = xt::xarray<T>::from_shape(shape);
+        const T* src = values<T>(x).data();
+        const std::vector<std::size_t>& offsets = *at;
+        for (std::size_t k = 0; k < offsets.size(); ++k) y.data()[k] = src[offsets[k]];
+        return make_any_result<T>(std::move(y), {x}, op, Formula([at](const GradArgs& in) -> std::vector<Tensor> {
+            const Tensor& g = in.grad();
+            return {put_flat("index_backward", zeros(in.inputs[0].shape(), g.dtype()), at, g, true)};
+        }), Saves::none());
+    });
+}
+
+// x with v (one value per offset, x's dtype) written at the flat offsets `at` in order, or
+// added when `accumulate`. The gradient: x gets g (where not overwritten, unless accumulating),
+// v gets g where each value went, 0 for a value a later one overwrote.
+Tensor put_flat(const char* op, const Tensor& x, const FlatOffsets& at, const Tensor& v, bool accumulate) {
+    const AllocContext context(op, x.shape());
+    return dispatch_all(x.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        xt::xarray<T> y = values<T>(x);
+        put_values<T>(y.data(), values<T>(v).data(), *at, accumulate);
+        return make_any_result<T>(
+            std::move(y), {x, v}, op, Formula([at, accumulate](const GradArgs& in) -> std::vector<Tensor> {
+                const Tensor& g = in.grad();
+                const Shape& vs = in.inputs[1].shape();
+                Tensor gx, gv;
+                if (in.needs(0))
+                    gx = accumulate ? g : put_flat("index_put_backward", g, at, zeros(vs, g.dtype()), false);
+                if (in.needs(1)) {
+                    gv = take_flat("index_put_backward", g, at, vs);
+                    if (!accumulate)
+                        if (const Tensor lost = overwritten(*at, vs); lost.defined()) gv = masked_fill(gv, lost, 0.0);
+                }
+                return {gx, gv};
+            }), Saves::none());
+    });
+}
+
 }  // namespace
+
+Tensor TensorIndex::list_tensor(const std::vector<long>& list) {
+    return from_vector(std::vector<std::int64_t>(list.begin(), list.end()), Shape{list.size()});
+}
 
 Tensor Tensor::select_index(long i) const {
     if (!defined()) throw Error("index: t[i] on an undefined tensor");
@@ -356,6 +628,10 @@ Tensor Tensor::index_values(const std::vector<TensorIndex>& indices) const {
     constexpr const char* op = "index";
     if (!defined()) throw Error("index: an undefined tensor cannot be indexed");
     const IndexPlan plan = plan_index(op, shape(), indices);
+    if (!plan.advanced.empty()) {
+        const Picks picks = resolve(op, shape(), plan);
+        return take_flat(op, *this, picks.at, picks.shape);
+    }
     checked_numel(op, plan.shape);
     const AllocContext context(op, plan.shape);
     return dispatch_all(dtype(), [&](auto tag) {
@@ -407,30 +683,81 @@ Tensor drop_leading_ones(const Tensor& value, std::size_t rank) {
     return value.reshape(std::vector<long>(s.begin() + static_cast<long>(lead), s.end()));
 }
 
-}  // namespace
+// `value` as written into `picked` elements of a `dtype` tensor: its leading axes of length 1
+// dropped, broadcast, cast (each differentiable back to the value).
+Tensor fit_value(const Tensor& value, const Shape& picked, Dtype dtype) {
+    return cast(expand(drop_leading_ones(value, picked.size()), picked), dtype);
+}
 
-const Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, const Tensor& value) const {
-    constexpr const char* op = "index_put_";
-    if (!defined() || !value.defined()) throw Error("index_put_: the tensor and the value must be defined");
-    const IndexPlan plan = plan_index(op, shape(), indices);
+void check_value(const char* op, const Tensor& self, const Tensor& value, const Shape& picked) {
+    if (!self.defined() || !value.defined())
+        throw Error(fmt::format("{}: the tensor and the value must be defined", op));
     Shape kept(value.shape().begin(), value.shape().end());
-    while (kept.size() > plan.shape.size() && kept.front() == 1) kept.erase(kept.begin());
-    if (!broadcastable_to(kept, plan.shape))
+    while (kept.size() > picked.size() && kept.front() == 1) kept.erase(kept.begin());
+    if (!broadcastable_to(kept, picked))
         throw Error(fmt::format("{}: value of shape {} cannot be broadcast to the indexed shape {} (tensor of shape {})",
-                                op, shape_str(value.shape()), shape_str(plan.shape), shape_str(shape())));
-    if (grad_enabled() && (requires_grad() || value.requires_grad())) {
-        // Recorded: the value reaches the picks through expand and cast, which carry its
-        // gradient back to its own shape and dtype.
-        check_in_place_leaf(op, *this);
-        return record_in_place(op, *this, {value}, [&](const Tensor& old, const std::vector<Tensor>& others) {
-            const Tensor v = drop_leading_ones(others[0], plan.shape.size());
-            return index_put(old, plan, indices, cast(xgrad::expand(v, plan.shape), old.dtype()));
+                                op, shape_str(value.shape()), shape_str(picked), shape_str(self.shape())));
+}
+
+// Writes (or adds) `value`, fitted to `picked`, at the flat offsets `at` of self, in place: the
+// one path of index_put_ with advanced indices or accumulate, and of scatter_ and scatter_add_.
+const Tensor& put_in_place(const char* op, const Tensor& self, const FlatOffsets& at, const Shape& picked,
+                           const Tensor& value, bool accumulate) {
+    check_value(op, self, value, picked);
+    if (accumulate && self.dtype() == kBFloat16)
+        throw Error(fmt::format("{}: accumulating into a bfloat16 tensor (no arithmetic on bfloat16; convert to "
+                                "float32)",
+                                op));
+    if (grad_enabled() && (self.requires_grad() || value.requires_grad())) {
+        check_in_place_leaf(op, self);
+        return record_in_place(op, self, {value}, [&](const Tensor& old, const std::vector<Tensor>& others) {
+            return put_flat(op, old, at, fit_value(others[0], picked, old.dtype()), accumulate);
         });
     }
     Tensor v;
     {
         NoGradGuard no_grad;
-        v = cast(xgrad::expand(drop_leading_ones(value, plan.shape.size()), plan.shape), dtype());
+        v = fit_value(value, picked, self.dtype());
+        if (v.is_same(self)) v = v.clone();  // never read the storage being written
+    }
+    dispatch_all(self.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        put_values<T>(self.mutable_data_ptr<T>(), v.const_data_ptr<T>(), *at, accumulate);  // bumps the version
+    });
+    return self;
+}
+
+Tensor scalar_tensor(Scalar value) {
+    return value.kind() == kFloat64 ? full(Shape{}, value.to_double(), kFloat64)
+                                    : from_vector(std::vector<std::int64_t>{value.to_int64()}, Shape{});
+}
+
+}  // namespace
+
+const Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, const Tensor& value, bool accumulate) const {
+    constexpr const char* op = "index_put_";
+    if (!defined() || !value.defined()) throw Error("index_put_: the tensor and the value must be defined");
+    const IndexPlan plan = plan_index(op, shape(), indices);
+    if (!plan.advanced.empty()) {
+        const Picks picks = resolve(op, shape(), plan);
+        return put_in_place(op, *this, picks.at, picks.shape, value, accumulate);
+    }
+    if (accumulate)  // basic picks are distinct: adding there is the same path
+        return put_in_place(op, *this, std::make_shared<const std::vector<std::size_t>>(pick_offsets(plan)),
+                            plan.shape, value, true);
+    check_value(op, *this, value, plan.shape);
+    if (grad_enabled() && (requires_grad() || value.requires_grad())) {
+        // Recorded: the value reaches the picks through expand and cast, which carry its
+        // gradient back to its own shape and dtype.
+        check_in_place_leaf(op, *this);
+        return record_in_place(op, *this, {value}, [&](const Tensor& old, const std::vector<Tensor>& others) {
+            return index_put(old, plan, indices, fit_value(others[0], plan.shape, old.dtype()));
+        });
+    }
+    Tensor v;
+    {
+        NoGradGuard no_grad;
+        v = fit_value(value, plan.shape, dtype());
         if (v.is_same(*this)) v = v.clone();  // never read the storage being written
     }
     dispatch_all(dtype(), [&](auto tag) {
@@ -442,11 +769,83 @@ const Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, const 
     return *this;
 }
 
-const Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, Scalar value) const {
+const Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, Scalar value, bool accumulate) const {
     if (defined()) check_fill_value("index_put_", "value", value, dtype());
-    const Tensor v = value.kind() == kFloat64 ? full(Shape{}, value.to_double(), kFloat64)
-                                              : from_vector(std::vector<std::int64_t>{value.to_int64()}, Shape{});
-    return index_put_(indices, v);
+    return index_put_(indices, scalar_tensor(value), accumulate);
+}
+
+// --- scatter and scatter_add: torch's, through the same flat writes ---------------------------
+
+namespace {
+
+// Where scatter writes into a (`into`) and, for a src, where it reads each value (`from`: the
+// element of src at each position of index), after torch's checks.
+struct ScatterPlan {
+    FlatOffsets into, from;
+};
+
+ScatterPlan plan_scatter(const char* op, const Tensor& a, long axis, const Tensor& index, const Tensor* src) {
+    if (!a.defined() || !index.defined() || (src && !src->defined()))
+        throw Error(fmt::format("{}: the tensor, the index and the source must be defined", op));
+    const std::size_t ax = normalize_axis(op, axis, a.shape());
+    check_gather(op, a.shape(), ax, index);
+    ScatterPlan p;
+    p.into = std::make_shared<const std::vector<std::size_t>>(gather_offsets(a.shape(), ax, index));
+    if (src) {
+        check_same_dtype(op, a, *src);
+        const Shape &is = index.shape(), &ss = src->shape();
+        if (ss.size() != is.size())
+            throw Error(fmt::format("{}: src has rank {} but the index has rank {} (shapes {} and {}); they must "
+                                    "be equal",
+                                    op, ss.size(), is.size(), shape_str(ss), shape_str(is)));
+        for (std::size_t d = 0; d < is.size(); ++d)
+            if (is[d] > ss[d])
+                throw Error(fmt::format("{}: index shape {} is larger than src's shape {} at axis {} ({} > {})", op,
+                                        shape_str(is), shape_str(ss), d, is[d], ss[d]));
+        IndexPlan over_index;
+        over_index.shape = is;
+        over_index.strides = row_major_strides(ss);
+        p.from = std::make_shared<const std::vector<std::size_t>>(pick_offsets(over_index));
+    }
+    return p;
+}
+
+}  // namespace
+
+Tensor scatter(const Tensor& a, long axis, const Tensor& index, const Tensor& src) {
+    const ScatterPlan p = plan_scatter("scatter", a, axis, index, &src);
+    return put_flat("scatter", a, p.into, take_flat("scatter", src, p.from, index.shape()), false);
+}
+
+Tensor scatter(const Tensor& a, long axis, const Tensor& index, Scalar value) {
+    const ScatterPlan p = plan_scatter("scatter", a, axis, index, nullptr);
+    check_fill_value("scatter", "value", value, a.dtype());
+    return put_flat("scatter", a, p.into, fit_value(scalar_tensor(value), index.shape(), a.dtype()), false);
+}
+
+Tensor scatter_add(const Tensor& a, long axis, const Tensor& index, const Tensor& src) {
+    const ScatterPlan p = plan_scatter("scatter_add", a, axis, index, &src);
+    if (a.dtype() == kBFloat16)
+        throw Error("scatter_add: adding into a bfloat16 tensor (no arithmetic on bfloat16; convert to float32)");
+    return put_flat("scatter_add", a, p.into, take_flat("scatter_add", src, p.from, index.shape()), true);
+}
+
+const Tensor& Tensor::scatter_(long axis, const Tensor& index, const Tensor& src) const {
+    const ScatterPlan p = plan_scatter("scatter_", *this, axis, index, &src);
+    return put_in_place("scatter_", *this, p.into, index.shape(), take_flat("scatter_", src, p.from, index.shape()),
+                        false);
+}
+
+const Tensor& Tensor::scatter_(long axis, const Tensor& index, Scalar value) const {
+    const ScatterPlan p = plan_scatter("scatter_", *this, axis, index, nullptr);
+    check_fill_value("scatter_", "value", value, dtype());
+    return put_in_place("scatter_", *this, p.into, index.shape(), scalar_tensor(value), false);
+}
+
+const Tensor& Tensor::scatter_add_(long axis, const Tensor& index, const Tensor& src) const {
+    const ScatterPlan p = plan_scatter("scatter_add_", *this, axis, index, &src);
+    return put_in_place("scatter_add_", *this, p.into, index.shape(),
+                        take_flat("scatter_add_", src, p.from, index.shape()), true);
 }
 
 }  // namespace xgrad
@@ -492,6 +891,13 @@ namespace xgrad {
 Tensor index_backward(const Tensor& g, const Shape& input_shape, const std::vector<TensorIndex>& indices) {
     constexpr const char* op = "index_backward";
     const IndexPlan plan = plan_index(op, input_shape, indices);
+    if (!plan.advanced.empty()) {
+        const Picks picks = resolve(op, input_shape, plan);
+        if (g.shape() != picks.shape)
+            throw Error(fmt::format("{}: a gradient of shape {} for an index of {} that picks shape {}", op,
+                                    shape_str(g.shape()), shape_str(input_shape), shape_str(picks.shape)));
+        return put_flat(op, zeros(input_shape, g.dtype()), picks.at, g, true);
+    }
     if (g.shape() != plan.shape)
         throw Error(fmt::format("{}: a gradient of shape {} for an index of {} that picks shape {}", op,
                                 shape_str(g.shape()), shape_str(input_shape), shape_str(plan.shape)));

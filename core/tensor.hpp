@@ -12,6 +12,7 @@
 /// programs) never pays for xtensor's templates. core/xt.hpp gives typed access to the array.
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <iosfwd>
 #include <memory>
 #include <optional>
@@ -220,18 +221,39 @@ public:
     template <class I, std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool>, int> = 0>
     IndexedTensor operator[](I i) const;
     /// LibTorch's t.index({Slice(0, 2), 1, None, Ellipsis}): integers (negative from the end),
-    /// Slice(start, stop, step) with None ends, None (a new axis of length 1) and one Ellipsis.
-    /// A copy (xgrad has no views) whose gradient goes back to the picked elements, as an
-    /// IndexedTensor: `t.index({Slice(), 0}) = v` and in-place ops on it write into t.
+    /// Slice(start, stop, step) with None ends, None (a new axis of length 1) and one Ellipsis;
+    /// and torch's advanced indices: an int64 tensor or a list `{0, -1}` picks along one axis
+    /// (t[:, [-1]] is `t.index({Slice(), {-1}})`, which keeps the axis), a bool mask covers as
+    /// many axes as it has and picks where it is true (t[t > 0] is 1-D, t[rows] picks rows).
+    /// Advanced indices broadcast together; their result axes replace theirs when they are
+    /// adjacent, else come first (numpy's rule; integers are applied first, as torch's). Indices
+    /// out of range, or of another dtype, throw naming the axis, the index and the size.
+    /// A copy (xgrad has no views) whose gradient goes back to the picked elements (repeated
+    /// picks sum), as an IndexedTensor: `t.index({Slice(), 0}) = v`, `t.index({mask}) = v` and
+    /// in-place ops on it write into t.
     IndexedTensor index(const std::vector<TensorIndex>& indices) const;
     /// Writes `value` (broadcast to the indexed part, cast to this tensor's dtype) into the
     /// elements `indices` pick, in place: every alias sees it and version() is bumped. With
+    /// `accumulate`, adds it there instead, repeated picks adding each (torch's accumulate=True).
+    /// Without it, where advanced indices pick an element more than once the last pick wins
+    /// (torch leaves that undefined), and only the winning value gets its gradient. With
     /// gradients recorded and this tensor or `value` requiring grad, it is recorded in the graph
-    /// as torch's: the tensor's gradient flows to its old value except at the picked elements,
-    /// whose gradient goes to `value` (summed over its broadcast). Refused, as in torch, on a
-    /// leaf that requires grad while gradients are recorded. A number must fit (check_fill_value).
-    const Tensor& index_put_(const std::vector<TensorIndex>& indices, const Tensor& value) const;
-    const Tensor& index_put_(const std::vector<TensorIndex>& indices, Scalar value) const;
+    /// as torch's: the tensor's gradient flows to its old value except at the written elements
+    /// (all of it with `accumulate`), whose gradient goes to `value` (summed over its broadcast).
+    /// Refused, as in torch, on a leaf that requires grad while gradients are recorded. A number
+    /// must fit (check_fill_value).
+    const Tensor& index_put_(const std::vector<TensorIndex>& indices, const Tensor& value,
+                             bool accumulate = false) const;
+    const Tensor& index_put_(const std::vector<TensorIndex>& indices, Scalar value, bool accumulate = false) const;
+    /// torch's scatter_ along `axis`: self[..., index[i][j], ...] = src[i][j] (axis 1 shown),
+    /// for every position of `index` (int64, self's rank, no larger than src on any axis nor than
+    /// self off `axis`, values in [0, self.size(axis))); src has self's dtype. Where the index
+    /// repeats, the last write wins. In place as the ops below; the gradient goes to self except
+    /// at the written elements and to src at the picked ones. See scatter in ops.hpp.
+    const Tensor& scatter_(long axis, const Tensor& index, const Tensor& src) const;
+    const Tensor& scatter_(long axis, const Tensor& index, Scalar value) const;
+    /// scatter_ that adds instead (repeated indices add each): self's gradient is the whole g.
+    const Tensor& scatter_add_(long axis, const Tensor& index, const Tensor& src) const;
 
     // --- in-place ops (ops_inplace.cpp), as torch's: every handle on this tensor sees the new
     // values and version() is bumped. With gradients recorded and this tensor or an operand
@@ -315,23 +337,36 @@ struct Slice {
 };
 }  // namespace indexing
 
-/// One entry of Tensor::index: an integer, a Slice, None or Ellipsis.
+/// One entry of Tensor::index: an integer, a Slice, None, Ellipsis, or an advanced index: an
+/// int64 tensor, a bool mask, or a braced list of integers (`{-1}`, `{0, 2}`: torch's [0, 2]).
 class TensorIndex {
 public:
-    enum class Kind { integer, slice, none, ellipsis };
+    enum class Kind { integer, slice, none, ellipsis, tensor };
     template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
     TensorIndex(T i) : m_kind(Kind::integer), m_integer(checked_index("index", i)) {}  // NOLINT
     TensorIndex(indexing::Slice s) : m_kind(Kind::slice), m_slice(s) {}          // NOLINT
     TensorIndex(indexing::NoneIndex) : m_kind(Kind::none) {}                     // NOLINT
     TensorIndex(indexing::EllipsisIndex) : m_kind(Kind::ellipsis) {}             // NOLINT
+    /// An int64 index tensor or a bool mask (any other dtype is refused when it is used).
+    TensorIndex(const Tensor& t) : m_kind(Kind::tensor), m_tensor(t) {}         // NOLINT
+    /// A list of integers, as a 1-D int64 index: `t.index({Slice(), {-1}})` is torch's t[:, [-1]].
+    template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
+    TensorIndex(std::initializer_list<T> list) : m_kind(Kind::tensor) {  // NOLINT
+        std::vector<long> v;
+        for (T i : list) v.push_back(checked_index("index", i));
+        m_tensor = list_tensor(v);
+    }
     Kind kind() const { return m_kind; }
     long integer() const { return m_integer; }
     const indexing::Slice& slice() const { return m_slice; }
+    const Tensor& tensor() const { return m_tensor; }
 
 private:
+    static Tensor list_tensor(const std::vector<long>& list);
     Kind m_kind;
     long m_integer = 0;
     indexing::Slice m_slice;
+    Tensor m_tensor;
 };
 
 // --- writing through t[i] and index() (indexed_tensor.cpp) -----------------------------------
@@ -396,8 +431,13 @@ public:
     const IndexedTensor& normal_(double mean = 0.0, double std = 1.0, Generator& gen = default_generator()) const;
     const IndexedTensor& bernoulli_(double p = 0.5, Generator& gen = default_generator()) const;
     const IndexedTensor& bernoulli_(const Tensor& p, Generator& gen = default_generator()) const;
-    const IndexedTensor& index_put_(const std::vector<TensorIndex>& indices, const Tensor& value) const;
-    const IndexedTensor& index_put_(const std::vector<TensorIndex>& indices, Scalar value) const;
+    const IndexedTensor& index_put_(const std::vector<TensorIndex>& indices, const Tensor& value,
+                                    bool accumulate = false) const;
+    const IndexedTensor& index_put_(const std::vector<TensorIndex>& indices, Scalar value,
+                                    bool accumulate = false) const;
+    const IndexedTensor& scatter_(long axis, const Tensor& index, const Tensor& src) const;
+    const IndexedTensor& scatter_(long axis, const Tensor& index, Scalar value) const;
+    const IndexedTensor& scatter_add_(long axis, const Tensor& index, const Tensor& src) const;
 
     /// Indexing again keeps the chain: t[0][1] = 5 writes into t.
     template <class I, std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool>, int> = 0>
