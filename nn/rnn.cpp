@@ -6,6 +6,7 @@
 
 #include "core/creation.hpp"
 #include "core/ops.hpp"
+#include "core/sequence_ops.hpp"
 #include "nn/functional.hpp"
 
 namespace xgrad::nn {
@@ -46,10 +47,10 @@ void make_weights(Register&& reg, const std::string& suffix, std::size_t gates, 
     }
 }
 
-// Column block k of a (batch, G·hidden) gate tensor.
-Tensor gate(const Tensor& t, std::size_t k, std::size_t hidden) {
-    const long h = static_cast<long>(hidden);
-    return slice(t, 1, static_cast<long>(k) * h, static_cast<long>(k + 1) * h);
+// The G column blocks of a (batch, G·hidden) gate tensor, each (batch, hidden), as one op (a
+// slice each would send back a zero tensor of the whole width per gate).
+std::vector<Tensor> gates(const Tensor& t, std::size_t G, std::size_t hidden) {
+    return unbind(reshape(t, {static_cast<long>(t.size(0)), static_cast<long>(G), static_cast<long>(hidden)}), 1);
 }
 
 // One step of the recurrence from the gates' input part gi = W_ih·x + b_ih and hidden part
@@ -60,15 +61,15 @@ std::pair<Tensor, Tensor> cell_step(RecurrentKind kind, const Tensor& gi, const 
         case RecurrentKind::rnn_tanh: return {tanh(gi + gh), Tensor()};
         case RecurrentKind::rnn_relu: return {relu(gi + gh), Tensor()};
         case RecurrentKind::gru: {
-            const Tensor r = sigmoid(gate(gi, 0, hidden) + gate(gh, 0, hidden));
-            const Tensor z = sigmoid(gate(gi, 1, hidden) + gate(gh, 1, hidden));
-            const Tensor n = tanh(gate(gi, 2, hidden) + r * gate(gh, 2, hidden));
+            const std::vector<Tensor> i = gates(gi, 3, hidden), j = gates(gh, 3, hidden);
+            const Tensor r = sigmoid(i[0] + j[0]);
+            const Tensor z = sigmoid(i[1] + j[1]);
+            const Tensor n = tanh(i[2] + r * j[2]);
             return {n + z * (h - n), Tensor()};  // (1 − z)·n + z·h, rounded as torch's
         }
         case RecurrentKind::lstm: {
-            const Tensor g = gi + gh;
-            const Tensor i = sigmoid(gate(g, 0, hidden)), f = sigmoid(gate(g, 1, hidden));
-            const Tensor cand = tanh(gate(g, 2, hidden)), o = sigmoid(gate(g, 3, hidden));
+            const std::vector<Tensor> g = gates(gi + gh, 4, hidden);
+            const Tensor i = sigmoid(g[0]), f = sigmoid(g[1]), cand = tanh(g[2]), o = sigmoid(g[3]);
             const Tensor c_next = f * c + i * cand;
             return {o * tanh(c_next), c_next};
         }
@@ -85,11 +86,6 @@ Tensor state_or_zeros(const char* who, const char* arg, const Tensor& given, con
                                 shape_str(given.shape())));
     check_input_dtype(who, arg, given, dtype);
     return given;
-}
-
-// Row i of a (rows, batch, hidden) state as (batch, hidden).
-Tensor row(const Tensor& t, std::size_t i) {
-    return squeeze(slice(t, 0, static_cast<long>(i), static_cast<long>(i) + 1), 0);
 }
 
 // Inverted dropout between layers (torch's dropout, p in [0, 1]), masks from the calling
@@ -175,6 +171,9 @@ std::tuple<Tensor, Tensor, Tensor> RecurrentBase::run(const Tensor& input, const
     }
     const Tensor no_output = running.empty() ? Tensor() : zeros({B, H}, dtype);
 
+    // The initial state of layer k, direction d, is row k·D + d.
+    const std::vector<Tensor> h_rows = unbind(h_init, 0);
+    const std::vector<Tensor> c_rows = is_lstm ? unbind(c_init, 0) : std::vector<Tensor>();
     std::vector<Tensor> h_n, c_n;
     Tensor layer_input = x;
     for (std::size_t k = 0; k < L; ++k) {
@@ -186,12 +185,14 @@ std::tuple<Tensor, Tensor, Tensor> RecurrentBase::run(const Tensor& input, const
             // All steps' input products, every gate: (T, batch, in)·(in, G·hidden) → (T, batch, G·hidden).
             Tensor xi = matmul_t(layer_input, w_ih, false, true);
             if (has_bias) xi = xi + parameter("bias_ih" + suffix);
-            Tensor h = row(h_init, k * D + d);
-            Tensor c = is_lstm ? row(c_init, k * D + d) : Tensor();
+            // Step t reads its own slice; one op makes them all.
+            const std::vector<Tensor> xi_steps = unbind(xi, 0);
+            Tensor h = h_rows[k * D + d];
+            Tensor c = is_lstm ? c_rows[k * D + d] : Tensor();
             std::vector<Tensor> steps(T);
             for (std::size_t s = 0; s < T; ++s) {
                 const std::size_t t = d == 0 ? s : T - 1 - s;
-                const Tensor gi = row(xi, t);
+                const Tensor& gi = xi_steps[t];
                 // (batch, hidden)·(hidden, G·hidden): every gate's hidden product at once.
                 Tensor gh = matmul_t(h, w_hh, false, true);
                 if (has_bias) gh = gh + parameter("bias_hh" + suffix);
