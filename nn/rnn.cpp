@@ -47,31 +47,19 @@ void make_weights(Register&& reg, const std::string& suffix, std::size_t gates, 
     }
 }
 
-// The G column blocks of a (batch, G·hidden) gate tensor, each (batch, hidden), as one op (a
-// slice each would send back a zero tensor of the whole width per gate).
-std::vector<Tensor> gates(const Tensor& t, std::size_t G, std::size_t hidden) {
-    return unbind(reshape(t, {static_cast<long>(t.size(0)), static_cast<long>(G), static_cast<long>(hidden)}), 1);
-}
-
 // One step of the recurrence from the gates' input part gi = W_ih·x + b_ih and hidden part
-// gh = W_hh·h + b_hh, both (batch, G·hidden): (h', c'), c' for LSTM only.
+// gh = W_hh·h + b_hh, both (batch, G·hidden): (h', c'), c' for LSTM only. The GRU and LSTM gate
+// arithmetic is one fused core op each (core/sequence_ops.hpp).
 std::pair<Tensor, Tensor> cell_step(RecurrentKind kind, const Tensor& gi, const Tensor& gh, const Tensor& h,
                                     const Tensor& c, std::size_t hidden) {
     switch (kind) {
         case RecurrentKind::rnn_tanh: return {tanh(gi + gh), Tensor()};
         case RecurrentKind::rnn_relu: return {relu(gi + gh), Tensor()};
-        case RecurrentKind::gru: {
-            const std::vector<Tensor> i = gates(gi, 3, hidden), j = gates(gh, 3, hidden);
-            const Tensor r = sigmoid(i[0] + j[0]);
-            const Tensor z = sigmoid(i[1] + j[1]);
-            const Tensor n = tanh(i[2] + r * j[2]);
-            return {n + z * (h - n), Tensor()};  // (1 − z)·n + z·h, rounded as torch's
-        }
+        case RecurrentKind::gru: return {gru_cell(gi, gh, h), Tensor()};
         case RecurrentKind::lstm: {
-            const std::vector<Tensor> g = gates(gi + gh, 4, hidden);
-            const Tensor i = sigmoid(g[0]), f = sigmoid(g[1]), cand = tanh(g[2]), o = sigmoid(g[3]);
-            const Tensor c_next = f * c + i * cand;
-            return {o * tanh(c_next), c_next};
+            const Tensor hc = lstm_cell(gi + gh, c);  // [h' | c']
+            const long H = static_cast<long>(hidden);
+            return {slice(hc, 1, 0, H), slice(hc, 1, H, 2 * H)};
         }
     }
     return {};

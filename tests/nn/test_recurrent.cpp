@@ -11,6 +11,7 @@
 #include "core/creation.hpp"
 #include "core/io/npz.hpp"
 #include "core/ops.hpp"
+#include "core/sequence_ops.hpp"
 #include "nn/rnn.hpp"
 #include "nn_helpers.hpp"
 
@@ -375,4 +376,44 @@ TEST_CASE("Recurrent layers refuse bad arguments naming the call", "[recurrent]"
     throws_with([&] { cell(randn({2, 2, 3})); }, "LSTMCell: input must be 2-D");
     nn::GRUCell gcell(3, 4);
     throws_with([&] { gcell(randn({2, 3}), zeros({3, 4})); }, "GRUCell: h must have shape (2, 4), got (3, 4)");
+}
+
+TEST_CASE("The fused GRU and LSTM steps pass gradcheck and gradgradcheck", "[recurrent][gradcheck]") {
+    const std::size_t B = 2, H = 3;
+    REQUIRE_GRADCHECK([](const std::vector<Tensor>& x) { return gru_cell(x[0], x[1], x[2]); },
+                      {param({B, 3 * H}, -2, 2, 21), param({B, 3 * H}, -2, 2, 22), param({B, H}, -1, 1, 23)},
+                      "gru_cell");
+    REQUIRE_GRADGRADCHECK([](const std::vector<Tensor>& x) { return gru_cell(x[0], x[1], x[2]); },
+                          {param({B, 3 * H}, -2, 2, 21), param({B, 3 * H}, -2, 2, 22), param({B, H}, -1, 1, 23)},
+                          "gru_cell");
+    REQUIRE_GRADCHECK([](const std::vector<Tensor>& x) { return lstm_cell(x[0], x[1]); },
+                      {param({B, 4 * H}, -2, 2, 24), param({B, H}, -1, 1, 25)}, "lstm_cell");
+    REQUIRE_GRADGRADCHECK([](const std::vector<Tensor>& x) { return lstm_cell(x[0], x[1]); },
+                          {param({B, 4 * H}, -2, 2, 24), param({B, H}, -1, 1, 25)}, "lstm_cell");
+    // The same values as the steps written out in ops.
+    const Tensor gi = param({B, 3 * H}, -2, 2, 26), gh = param({B, 3 * H}, -2, 2, 27), h = param({B, H}, -1, 1, 28);
+    const auto i = split(gi, static_cast<long>(H), 1), j = split(gh, static_cast<long>(H), 1);
+    const Tensor r = sigmoid(i[0] + j[0]), z = sigmoid(i[1] + j[1]), n = tanh(i[2] + r * j[2]);
+    CHECK(max_abs_diff(gru_cell(gi, gh, h), (1.0 - z) * n + z * h) < 1e-15);
+    const Tensor a = param({B, 4 * H}, -2, 2, 29), c = param({B, H}, -1, 1, 30);
+    const auto g = split(a, static_cast<long>(H), 1);
+    const Tensor c1 = sigmoid(g[1]) * c + sigmoid(g[0]) * tanh(g[2]);
+    CHECK(max_abs_diff(lstm_cell(a, c), concat({sigmoid(g[3]) * tanh(c1), c1}, 1)) < 1e-15);
+}
+
+TEST_CASE("unbind gives the slices as one op, with stack for gradient", "[recurrent][gradcheck]") {
+    const Tensor x = param({3, 2, 4}, -1, 1, 31);
+    REQUIRE_GRADCHECK([](const std::vector<Tensor>& in) { return unbind(in[0], 1)[1] * 2.0 + unbind(in[0], 1)[0]; },
+                      {x}, "unbind");
+    REQUIRE_GRADCHECK([](const std::vector<Tensor>& in) { return unbind(in[0], -1)[3]; }, {x}, "unbind");
+    REQUIRE_GRADGRADCHECK([](const std::vector<Tensor>& in) { return unbind(in[0], 0)[2] * unbind(in[0], 0)[0]; },
+                          {x}, "unbind");
+    const auto parts = unbind(x, 0);
+    REQUIRE(parts.size() == 3);
+    CHECK(parts[1].shape() == Shape{2, 4});
+    CHECK(vals(parts[2]) == vals(slice(x, 0, 2, 3)));
+    CHECK_THROWS_WITH(unbind(x, 3), Catch::Contains("unbind: axis 3 is out of range for a tensor of shape (3, 2, 4)"));
+    CHECK_THROWS_WITH(gru_cell(param({2, 9}), param({2, 6}), param({2, 3})),
+                      Catch::Contains("gru_cell: gh must have shape (2, 9), got (2, 6)"));
+    CHECK_THROWS_WITH(lstm_cell(param({2, 7}), param({2, 3})), Catch::Contains("lstm_cell: gates must be (batch, 4·hidden)"));
 }
