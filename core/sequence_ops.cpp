@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include <fmt/format.h>
@@ -57,7 +59,25 @@ namespace xgrad {
 
 namespace {
 
-template <class T> T sigm(T x) { return T(1) / (T(1) + std::exp(-x)); }
+// σ and tanh of the steps. For float both go through double's exp, which is correctly rounded
+// to float here and several times faster than glibc's tanhf (it calls expm1f); near 0, where
+// (e − 1)/(e + 1) would cancel, tanh is its series x − x³/3 (exact to float below 1e-4).
+template <class T> T sigm(T x) {
+    if constexpr (std::is_same_v<T, float>)
+        return static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(x))));
+    else
+        return T(1) / (T(1) + std::exp(-x));
+}
+template <class T> T tanh_of(T x) {
+    if constexpr (std::is_same_v<T, float>) {
+        const double d = static_cast<double>(x);
+        if (std::abs(d) < 1e-4) return static_cast<float>(d - d * d * d / 3.0);
+        const double e = std::exp(2.0 * std::min(std::max(d, -20.0), 20.0));
+        return static_cast<float>((e - 1.0) / (e + 1.0));
+    } else {
+        return std::tanh(x);
+    }
+}
 
 // An operand of a fused step other than its gates: its name, the tensor, its width in hiddens.
 struct Operand {
@@ -97,8 +117,21 @@ Tensor block(const Tensor& t, std::size_t k, std::size_t H) {
     return slice(t, 1, static_cast<long>(k * H), static_cast<long>((k + 1) * H));
 }
 
-Tensor gru_cell_backward(const Tensor& g, const Tensor& gi, const Tensor& gh, const Tensor& h);
-Tensor lstm_cell_backward(const Tensor& G, const Tensor& a, const Tensor& c);
+// The gate values a forward step computed, kept for its backward (made whenever the step records
+// a graph), so that the backward evaluates no σ or tanh. Not a tensor of the graph: the
+// backward's own gradient recomputes them from the inputs, whose version checks cover them.
+using Gates = std::shared_ptr<const Storage>;
+
+// Whether an op on `inputs` records a graph (and so will want its gates).
+bool recording(const std::vector<const Tensor*>& inputs) {
+    if (!grad_enabled()) return false;
+    for (const Tensor* t : inputs)
+        if (t->requires_grad()) return true;
+    return false;
+}
+
+Tensor gru_cell_backward(const Tensor& g, const Tensor& gi, const Tensor& gh, const Tensor& h, const Gates& gates);
+Tensor lstm_cell_backward(const Tensor& G, const Tensor& a, const Tensor& c, const Gates& gates);
 
 }  // namespace
 
@@ -111,18 +144,28 @@ Tensor gru_cell(const Tensor& gi, const Tensor& gh, const Tensor& h) {
         const T *pi = values<T>(gi).data(), *ph = values<T>(gh).data(), *px = values<T>(h).data();
         xt::xarray<T> out = xt::xarray<T>::from_shape({B, H});
         T* po = out.data();
+        // r, z, n for the backward: (batch, 3·hidden).
+        auto saved = recording({&gi, &gh, &h}) ? std::make_shared<Storage>(xt::xarray<T>::from_shape({B, 3 * H}))
+                                               : std::shared_ptr<Storage>();
+        T* ps = saved ? std::get<xt::xarray<T>>(*saved).data() : nullptr;
         for_rows(B, H, [&](std::size_t b) {
             const T *i = pi + b * 3 * H, *j = ph + b * 3 * H, *x = px + b * H;
             T* y = po + b * H;
             for (std::size_t k = 0; k < H; ++k) {
                 const T r = sigm(i[k] + j[k]), z = sigm(i[H + k] + j[H + k]);
-                const T n = std::tanh(i[2 * H + k] + r * j[2 * H + k]);
+                const T n = tanh_of(i[2 * H + k] + r * j[2 * H + k]);
                 y[k] = n + z * (x[k] - n);
+                if (ps) {
+                    T* s = ps + b * 3 * H;
+                    s[k] = r;
+                    s[H + k] = z;
+                    s[2 * H + k] = n;
+                }
             }
         });
-        return make_result<T>(std::move(out), {gi, gh, h}, op, Formula([H = H](const GradArgs& in) -> std::vector<Tensor> {
+        return make_result<T>(std::move(out), {gi, gh, h}, op, Formula([H = H, gates = Gates(saved)](const GradArgs& in) -> std::vector<Tensor> {
             // [dgi | dgh | dh] from one pass.
-            const Tensor P = gru_cell_backward(in.grad(), in.inputs[0], in.inputs[1], in.inputs[2]);
+            const Tensor P = gru_cell_backward(in.grad(), in.inputs[0], in.inputs[1], in.inputs[2], gates);
             auto part = [&](std::size_t from, std::size_t to) {
                 return slice(P, 1, static_cast<long>(from * H), static_cast<long>(to * H));
             };
@@ -141,18 +184,31 @@ Tensor lstm_cell(const Tensor& a, const Tensor& c) {
         const T *pa = values<T>(a).data(), *pc = values<T>(c).data();
         xt::xarray<T> out = xt::xarray<T>::from_shape({B, 2 * H});
         T* po = out.data();
+        // i, f, g, o and tanh(c') for the backward: (batch, 5·hidden).
+        auto saved = recording({&a, &c}) ? std::make_shared<Storage>(xt::xarray<T>::from_shape({B, 5 * H}))
+                                         : std::shared_ptr<Storage>();
+        T* ps = saved ? std::get<xt::xarray<T>>(*saved).data() : nullptr;
         for_rows(B, H, [&](std::size_t b) {
             const T *g = pa + b * 4 * H, *c0 = pc + b * H;
             T *y = po + b * 2 * H, *c1 = y + H;
             for (std::size_t k = 0; k < H; ++k) {
-                const T i = sigm(g[k]), f = sigm(g[H + k]), cand = std::tanh(g[2 * H + k]), o = sigm(g[3 * H + k]);
+                const T i = sigm(g[k]), f = sigm(g[H + k]), cand = tanh_of(g[2 * H + k]), o = sigm(g[3 * H + k]);
                 c1[k] = f * c0[k] + i * cand;
-                y[k] = o * std::tanh(c1[k]);
+                const T tc = tanh_of(c1[k]);
+                y[k] = o * tc;
+                if (ps) {
+                    T* s = ps + b * 5 * H;
+                    s[k] = i;
+                    s[H + k] = f;
+                    s[2 * H + k] = cand;
+                    s[3 * H + k] = o;
+                    s[4 * H + k] = tc;
+                }
             }
         });
-        return make_result<T>(std::move(out), {a, c}, op, Formula([H = H](const GradArgs& in) -> std::vector<Tensor> {
+        return make_result<T>(std::move(out), {a, c}, op, Formula([H = H, gates = Gates(saved)](const GradArgs& in) -> std::vector<Tensor> {
             // [da | dc] from one pass.
-            const Tensor P = lstm_cell_backward(in.grad(), in.inputs[0], in.inputs[1]);
+            const Tensor P = lstm_cell_backward(in.grad(), in.inputs[0], in.inputs[1], gates);
             return {in.needs(0) ? slice(P, 1, 0, static_cast<long>(4 * H)) : Tensor(),
                     in.needs(1) ? slice(P, 1, static_cast<long>(4 * H), static_cast<long>(5 * H)) : Tensor()};
         }), Saves::only_inputs(3u));
@@ -168,22 +224,22 @@ namespace {
 // Qi, Qh, Qd, the scalar Σ Q⊙P is D·K + Bz·g(h − n)s_z + Qd·g·z with A = Qi_r + Qh_r,
 // Bz = Qi_z + Qh_z, K = A·gh_n·s_r + Qi_n + Qh_n·r, s_r = r(1 − r), s_z = z(1 − z); its partial
 // derivatives follow, chained through n = tanh(gi_n + r·gh_n), r and z.
-Tensor gru_cell_backward(const Tensor& g, const Tensor& gi, const Tensor& gh, const Tensor& h) {
+Tensor gru_cell_backward(const Tensor& g, const Tensor& gi, const Tensor& gh, const Tensor& h, const Gates& gates) {
     constexpr const char* op = "gru_cell_backward";
     const auto [B, H] = cell_dims(op, gi, 3, {{"gh", &gh, 3}, {"h", &h, 1}, {"gradient", &g, 1}});
     const AllocContext context(op, Shape{B, 7 * H});
     return dispatch_floating(op, gi.dtype(), [&, B = B, H = H](auto tag) {
         using T = typename decltype(tag)::type;
-        const T *pg = values<T>(g).data(), *pi = values<T>(gi).data(), *ph = values<T>(gh).data(),
-                *px = values<T>(h).data();
+        const T *pg = values<T>(g).data(), *ph = values<T>(gh).data(), *px = values<T>(h).data();
         xt::xarray<T> out = xt::xarray<T>::from_shape({B, 7 * H});
         T* po = out.data();
+        const T* ps = std::get<xt::xarray<T>>(*gates).data();
         for_rows(B, H, [&](std::size_t b) {
-            const T *i = pi + b * 3 * H, *j = ph + b * 3 * H, *x = px + b * H, *gb = pg + b * H;
+            const T *j = ph + b * 3 * H, *x = px + b * H, *gb = pg + b * H;
             T* d = po + b * 7 * H;
             for (std::size_t k = 0; k < H; ++k) {
-                const T r = sigm(i[k] + j[k]), z = sigm(i[H + k] + j[H + k]);
-                const T n = std::tanh(i[2 * H + k] + r * j[2 * H + k]);
+                const T* s = ps + b * 3 * H;
+                const T r = s[k], z = s[H + k], n = s[2 * H + k];
                 const T D = gb[k] * (T(1) - z) * (T(1) - n * n);
                 const T dr = D * j[2 * H + k] * r * (T(1) - r), dz = gb[k] * (x[k] - n) * z * (T(1) - z);
                 d[k] = dr;
@@ -225,21 +281,22 @@ Tensor gru_cell_backward(const Tensor& g, const Tensor& gi, const Tensor& gh, co
 //   da = [dc'·g·s_i, dc'·c·s_f, dc'·i(1 − g²), Gh·tc·s_o],  dc = dc'·f.
 // Its own gradient is composed: Σ Q⊙P = dc'·M + Qo·Gh·tc·s_o with
 // M = Qi·g·s_i + Qf·c·s_f + Qg·i·(1 − g²) + Qc·f, differentiated through c' = f·c + i·g.
-Tensor lstm_cell_backward(const Tensor& G, const Tensor& a, const Tensor& c) {
+Tensor lstm_cell_backward(const Tensor& G, const Tensor& a, const Tensor& c, const Gates& gates) {
     constexpr const char* op = "lstm_cell_backward";
     const auto [B, H] = cell_dims(op, a, 4, {{"c", &c, 1}, {"gradient", &G, 2}});
     const AllocContext context(op, Shape{B, 5 * H});
     return dispatch_floating(op, a.dtype(), [&, B = B, H = H](auto tag) {
         using T = typename decltype(tag)::type;
-        const T *pG = values<T>(G).data(), *pa = values<T>(a).data(), *pc = values<T>(c).data();
+        const T *pG = values<T>(G).data(), *pc = values<T>(c).data();
         xt::xarray<T> out = xt::xarray<T>::from_shape({B, 5 * H});
         T* po = out.data();
+        const T* ps = std::get<xt::xarray<T>>(*gates).data();
         for_rows(B, H, [&](std::size_t b) {
-            const T *g = pa + b * 4 * H, *c0 = pc + b * H, *Gh = pG + b * 2 * H, *Gc = Gh + H;
+            const T *c0 = pc + b * H, *Gh = pG + b * 2 * H, *Gc = Gh + H;
             T* d = po + b * 5 * H;
             for (std::size_t k = 0; k < H; ++k) {
-                const T i = sigm(g[k]), f = sigm(g[H + k]), cand = std::tanh(g[2 * H + k]), o = sigm(g[3 * H + k]);
-                const T tc = std::tanh(f * c0[k] + i * cand);
+                const T* s = ps + b * 5 * H;
+                const T i = s[k], f = s[H + k], cand = s[2 * H + k], o = s[3 * H + k], tc = s[4 * H + k];
                 const T dc1 = Gc[k] + Gh[k] * o * (T(1) - tc * tc);
                 d[k] = dc1 * cand * i * (T(1) - i);
                 d[H + k] = dc1 * c0[k] * f * (T(1) - f);

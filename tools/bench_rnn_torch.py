@@ -14,15 +14,18 @@ torch.set_num_threads(a.threads)
 
 
 def median_ms(step):
+    """Median wall and thread-CPU milliseconds of one step."""
     step()
-    times = []
+    wall, cpu = [], []
     start = time.perf_counter()
-    while len(times) < 5 or time.perf_counter() - start < a.seconds:
-        t0 = time.perf_counter()
+    while len(wall) < 5 or time.perf_counter() - start < a.seconds:
+        t0, c0 = time.perf_counter(), time.thread_time()
         step()
-        times.append((time.perf_counter() - t0) * 1e3)
-    times.sort()
-    return times[len(times) // 2]
+        cpu.append((time.thread_time() - c0) * 1e3)
+        wall.append((time.perf_counter() - t0) * 1e3)
+    wall.sort()
+    cpu.sort()
+    return "%.3f ms (cpu %.3f)" % (wall[len(wall) // 2], cpu[len(cpu) // 2])
 
 
 for name, T, B, I, H, L in [("d2l", 10, 64, 32, 32, 2), ("medium", 50, 32, 128, 256, 1)]:
@@ -40,4 +43,4 @@ for name, T, B, I, H, L in [("d2l", 10, 64, 32, 32, 2), ("medium", 50, 32, 128, 
         (out.sum() + h.sum()).backward()
         lstm.zero_grad()
 
-    print(f"{name:7s} T={T} batch={B} input={I} hidden={H} layers={L}  GRU {median_ms(g):.3f} ms  LSTM {median_ms(l):.3f} ms")
+    print(f"{name:7s} T={T} batch={B} input={I} hidden={H} layers={L}  GRU {median_ms(g)}  LSTM {median_ms(l)}")
