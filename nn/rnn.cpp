@@ -237,7 +237,10 @@ LSTM::LSTM(SizeArg input_size, SizeArg hidden_size, SizeArg num_layers, Generato
 LSTM::LSTM(const LSTMOptions& options, Generator& gen) : RecurrentBase("LSTM", RecurrentKind::lstm, options, gen) {}
 std::tuple<Tensor, std::tuple<Tensor, Tensor>> LSTM::forward(const Tensor& input, const std::tuple<Tensor, Tensor>& hx,
                                                              const Tensor& lengths) {
-    const auto& [h0, c0] = hx;
+    return forward(input, std::get<0>(hx), std::get<1>(hx), lengths);
+}
+std::tuple<Tensor, std::tuple<Tensor, Tensor>> LSTM::forward(const Tensor& input, const Tensor& h0, const Tensor& c0,
+                                                             const Tensor& lengths) {
     if (h0.defined() != c0.defined())
         throw Error("LSTM: hx = (h0, c0) must give both or neither (zeros), got only one");
     auto [output, h_n, c_n] = run(input, h0, c0, lengths);
@@ -311,7 +314,9 @@ LSTMCell::LSTMCell(SizeArg input_size, SizeArg hidden_size, BoolArg bias, Genera
 LSTMCell::LSTMCell(const LSTMCellOptions& options, Generator& gen)
     : RecurrentCellBase("LSTMCell", RecurrentKind::lstm, options, gen) {}
 std::tuple<Tensor, Tensor> LSTMCell::forward(const Tensor& input, const std::tuple<Tensor, Tensor>& hx) {
-    const auto& [h, c] = hx;
+    return forward(input, std::get<0>(hx), std::get<1>(hx));
+}
+std::tuple<Tensor, Tensor> LSTMCell::forward(const Tensor& input, const Tensor& h, const Tensor& c) {
     if (h.defined() != c.defined())
         throw Error("LSTMCell: hx = (h, c) must give both or neither (zeros), got only one");
     return step(input, h, c);

@@ -119,6 +119,10 @@ public:
     std::tuple<Tensor, std::tuple<Tensor, Tensor>> forward(const Tensor& input,
                                                            const std::tuple<Tensor, Tensor>& hx = {},
                                                            const Tensor& lengths = Tensor());
+    /// The same with the state given apart: `(*lstm)(x, h0, c0)` (braces do not pass through
+    /// the call operator).
+    std::tuple<Tensor, std::tuple<Tensor, Tensor>> forward(const Tensor& input, const Tensor& h0, const Tensor& c0,
+                                                           const Tensor& lengths = Tensor());
 };
 
 /// The options of the cells, as LibTorch's RNNCellOptions / GRUCellOptions / LSTMCellOptions;
@@ -178,6 +182,8 @@ public:
     LSTMCell(SizeArg input_size, SizeArg hidden_size, BoolArg bias = true, Generator& gen = default_generator());
     explicit LSTMCell(const LSTMCellOptions& options, Generator& gen = default_generator());
     std::tuple<Tensor, Tensor> forward(const Tensor& input, const std::tuple<Tensor, Tensor>& hx = {});
+    /// The same with the state given apart: `cell(x, h, c)`.
+    std::tuple<Tensor, Tensor> forward(const Tensor& input, const Tensor& h, const Tensor& c);
 };
 
 }  // namespace xgrad::nn

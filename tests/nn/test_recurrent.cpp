@@ -321,6 +321,27 @@ TEST_CASE("Unbatched and batch_first inputs give the batched results", "[recurre
     CHECK(max_abs_diff(cell(slice(x, 0, 0, 1).reshape({2, 3})[1]), h[1]) < 1e-6);
 }
 
+TEST_CASE("README's recurrent lines compile and run", "[recurrent]") {
+    auto gru = std::make_shared<nn::GRU>(10, 20, 2);
+    const Tensor x = randn({5, 3, 10}), h0 = zeros({2, 3, 20});
+    auto [out, h_n] = (*gru)(x);
+    CHECK(out.shape() == Shape{5, 3, 20});
+    CHECK(h_n.shape() == Shape{2, 3, 20});
+    auto lstm = std::make_shared<nn::LSTM>(nn::LSTMOptions(10, 20).num_layers(2).bidirectional(true));
+    auto [out2, state] = (*lstm)(x, randn({4, 3, 20}), randn({4, 3, 20}));
+    auto [h2, c2] = state;
+    CHECK(out2.shape() == Shape{5, 3, 40});
+    CHECK(c2.shape() == Shape{4, 3, 20});
+    const Tensor lengths = from_vector(std::vector<std::int64_t>{5, 2, 4}, {3});
+    CHECK(std::get<0>((*gru)(x, Tensor(), lengths)).shape() == Shape{5, 3, 20});
+    CHECK(std::get<0>((*gru)(x, h0, lengths)).shape() == Shape{5, 3, 20});
+    nn::LSTMCell cell(10, 20);
+    Tensor h = zeros({3, 20}), c = zeros({3, 20});
+    std::tie(h, c) = cell(slice(x, 0, 0, 1).reshape({3, 10}), h, c);
+    CHECK(c.shape() == Shape{3, 20});
+    CHECK(fmt::format("{}", gru) == "GRU(10, 20, num_layers=2)");
+}
+
 TEST_CASE("Dropout between layers acts in training mode only", "[recurrent]") {
     Generator gen(13);
     nn::GRU gru(nn::GRUOptions(3, 4).num_layers(2).dropout(0.5), gen);
