@@ -130,6 +130,8 @@ std::tuple<Tensor, Tensor, Tensor> RecurrentBase::run(const Tensor& input, const
     // x: (T, batch, input_size) from here on.
     const Tensor x = !batched ? unsqueeze(input, 1) : o.batch_first() ? transpose(input, 0, 1) : input;
     const std::size_t T = x.size(0), B = x.size(1);
+    if (T == 0) throw Error(fmt::format("{}: the input has no steps (T = 0, shape {}), as torch refuses", who,
+                                        shape_str(input.shape())));
     const Shape state_shape = batched ? Shape{L * D, B, H} : Shape{L * D, H};
     Tensor h_init = state_or_zeros(who, "h0", h0, state_shape, dtype);
     Tensor c_init = is_lstm ? state_or_zeros(who, "c0", c0, state_shape, dtype) : Tensor();

@@ -342,6 +342,19 @@ TEST_CASE("README's recurrent lines compile and run", "[recurrent]") {
     CHECK(fmt::format("{}", gru) == "GRU(10, 20, num_layers=2)");
 }
 
+TEST_CASE("An empty batch gives empty outputs and gradients, as torch's", "[recurrent]") {
+    nn::LSTM lstm(nn::LSTMOptions(3, 4).num_layers(2).bidirectional(true));
+    Tensor x = randn({2, 0, 3}).requires_grad_(true);
+    auto [out, state] = lstm(x);
+    CHECK(out.shape() == Shape{2, 0, 8});
+    CHECK(std::get<1>(state).shape() == Shape{4, 0, 4});
+    (sum(out) + sum(std::get<0>(state))).backward();
+    CHECK(x.grad().shape() == Shape{2, 0, 3});
+    CHECK(max_abs_diff(lstm.parameter("weight_hh_l1").grad(), zeros({16, 4})) == 0);
+    nn::GRUCell cell(3, 4);
+    CHECK(cell(zeros({0, 3})).shape() == Shape{0, 4});
+}
+
 TEST_CASE("Dropout between layers acts in training mode only", "[recurrent]") {
     Generator gen(13);
     nn::GRU gru(nn::GRUOptions(3, 4).num_layers(2).dropout(0.5), gen);
@@ -378,6 +391,7 @@ TEST_CASE("Recurrent layers refuse bad arguments naming the call", "[recurrent]"
     nn::GRU gru(3, 4);
     throws_with([&] { gru(randn({2, 3, 5})); }, "GRU: input must have last axis input_size = 3");
     throws_with([&] { gru(randn({3})); }, "GRU: input must be 3-D");
+    throws_with([&] { gru(randn({0, 2, 3})); }, "GRU: the input has no steps (T = 0, shape (0, 2, 3))");
     throws_with([&] { gru(randn({2, 3, 3}), randn({2, 3, 4})); }, "GRU: h0 must have shape (1, 3, 4), got (2, 3, 4)");
     throws_with([&] { gru(randn({2, 3, 3}, kFloat64)); }, "GRU: input is float64");
     throws_with([&] { gru(randn({2, 3, 3}), Tensor(), from_vector(std::vector<std::int64_t>{1, 2}, {2})); },
@@ -437,4 +451,18 @@ TEST_CASE("unbind gives the slices as one op, with stack for gradient", "[recurr
     CHECK_THROWS_WITH(gru_cell(param({2, 9}), param({2, 6}), param({2, 3})),
                       Catch::Contains("gru_cell: gh must have shape (2, 9), got (2, 6)"));
     CHECK_THROWS_WITH(lstm_cell(param({2, 7}), param({2, 3})), Catch::Contains("lstm_cell: gates must be (batch, 4·hidden)"));
+}
+
+TEST_CASE("In float32 the fused steps stay within float's rounding of torch's float64 results", "[recurrent]") {
+    nn::GRU gru(nn::GRUOptions(3, 4).num_layers(2).bidirectional(true));
+    gru.load_state_dict(torch_state("gru"));  // float64 entries into float32 parameters
+    auto [out, h_n] = gru(fx("gru:x").to(kFloat32), fx("gru:h0").to(kFloat32), fx("gru:lengths"));
+    CHECK(max_abs_diff(out, fx("gru:out")) < 2e-6);
+    CHECK(max_abs_diff(h_n, fx("gru:h_n")) < 2e-6);
+    nn::LSTM lstm(nn::LSTMOptions(3, 4).num_layers(2).bidirectional(true).batch_first(true));
+    lstm.load_state_dict(torch_state("lstm"));
+    auto [out2, state] = lstm(fx("lstm:x").to(kFloat32), fx("lstm:h0").to(kFloat32), fx("lstm:c0").to(kFloat32),
+                              fx("lstm:lengths"));
+    CHECK(max_abs_diff(out2, fx("lstm:out")) < 2e-6);
+    CHECK(max_abs_diff(std::get<1>(state), fx("lstm:c_n")) < 2e-6);
 }
