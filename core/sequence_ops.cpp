@@ -28,11 +28,25 @@ struct Unbind : autograd::Function<Unbind> {
     static constexpr const char* name = "unbind";
     static autograd::variable_list forward(autograd::AutogradContext* ctx, const Tensor& a, long axis) {
         ctx->saved_data["axis"] = axis;
-        const long n = static_cast<long>(a.size(axis));
-        autograd::variable_list out;
-        out.reserve(static_cast<std::size_t>(n));
-        for (long i = 0; i < n; ++i) out.push_back(squeeze(slice(a, axis, i, i + 1), axis));
-        return out;
+        // a as (outer, n, inner) around the axis: slice i is the rows (o, i, ·), copied once.
+        const std::size_t ax = static_cast<std::size_t>(axis), n = a.size(axis);
+        Shape piece = a.shape();
+        piece.erase(piece.begin() + static_cast<long>(ax));
+        std::size_t outer = 1, inner = 1;
+        for (std::size_t k = 0; k < a.dim(); ++k) (k < ax ? outer : inner) *= k == ax ? 1 : a.shape()[k];
+        return dispatch_all(a.dtype(), [&](auto tag) {
+            using T = typename decltype(tag)::type;
+            const T* src = std::get<xt::xarray<T>>(a.node().data).data();
+            autograd::variable_list out;
+            out.reserve(n);
+            for (std::size_t i = 0; i < n; ++i) {
+                xt::xarray<T> v = xt::xarray<T>::from_shape(piece);
+                for (std::size_t o = 0; o < outer; ++o)
+                    std::copy(src + (o * n + i) * inner, src + (o * n + i + 1) * inner, v.data() + o * inner);
+                out.push_back(make_leaf(Storage(std::move(v))));
+            }
+            return out;
+        });
     }
     static autograd::variable_list backward(autograd::AutogradContext* ctx, autograd::variable_list grads) {
         return {stack(grads, ctx->saved_data["axis"].get<long>()), Tensor()};

@@ -174,7 +174,12 @@ std::tuple<Tensor, Tensor, Tensor> RecurrentBase::run(const Tensor& input, const
             const Tensor& w_hh = parameter("weight_hh" + suffix);
             // All steps' input products, every gate: (T, batch, in)·(in, G·hidden) → (T, batch, G·hidden).
             Tensor xi = matmul_t(layer_input, w_ih, false, true);
-            if (has_bias) xi = xi + parameter("bias_ih" + suffix);
+            // RNN and LSTM add both biases to the same sum: once here for every step. GRU's
+            // hidden bias sits inside r ⊙ (W_hn·h + b_hn), so it is added per step.
+            const bool hidden_bias_per_step = has_bias && m_kind == RecurrentKind::gru;
+            if (has_bias)
+                xi = xi + (hidden_bias_per_step ? parameter("bias_ih" + suffix)
+                                                : parameter("bias_ih" + suffix) + parameter("bias_hh" + suffix));
             // Step t reads its own slice; one op makes them all.
             const std::vector<Tensor> xi_steps = unbind(xi, 0);
             Tensor h = h_rows[k * D + d];
@@ -185,7 +190,7 @@ std::tuple<Tensor, Tensor, Tensor> RecurrentBase::run(const Tensor& input, const
                 const Tensor& gi = xi_steps[t];
                 // (batch, hidden)·(hidden, G·hidden): every gate's hidden product at once.
                 Tensor gh = matmul_t(h, w_hh, false, true);
-                if (has_bias) gh = gh + parameter("bias_hh" + suffix);
+                if (hidden_bias_per_step) gh = gh + parameter("bias_hh" + suffix);
                 auto [h_next, c_next] = cell_step(m_kind, gi, gh, h, c, H);
                 if (running.empty()) {
                     h = h_next;

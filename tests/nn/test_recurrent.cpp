@@ -447,6 +447,11 @@ TEST_CASE("unbind gives the slices as one op, with stack for gradient", "[recurr
     REQUIRE(parts.size() == 3);
     CHECK(parts[1].shape() == Shape{2, 4});
     CHECK(vals(parts[2]) == vals(slice(x, 0, 2, 3)));
+    CHECK(vals(unbind(x, 1)[1]) == vals(slice(x, 1, 1, 2)));
+    const auto ints = unbind(from_vector(std::vector<std::int64_t>{0, 1, 2, 3, 4, 5}, {2, 3}), 1);
+    REQUIRE(ints.size() == 3);
+    CHECK(ints[2].dtype() == kInt64);
+    CHECK(ints[2].to_vector<std::int64_t>() == std::vector<std::int64_t>{2, 5});
     CHECK_THROWS_WITH(unbind(x, 3), Catch::Contains("unbind: axis 3 is out of range for a tensor of shape (3, 2, 4)"));
     CHECK_THROWS_WITH(gru_cell(param({2, 9}), param({2, 6}), param({2, 3})),
                       Catch::Contains("gru_cell: gh must have shape (2, 9), got (2, 6)"));
