@@ -62,8 +62,10 @@ using LSTMOptions = RecurrentOptions;
 /// hidden), row k·D + d for layer k direction d, whatever batch_first.
 ///
 /// The steps: each layer's input products for all steps and all gates are one product
-/// (T·batch, in)·(in, G·hidden) up front, and each step one product (batch, hidden)·(hidden,
-/// G·hidden) for all gates, followed by one fused op for the gate arithmetic (core/rnn_cell.hpp).
+/// (T·batch, in)·(in, G·hidden) up front (with both biases for RNN and LSTM), and each step one
+/// product (batch, hidden)·(hidden, G·hidden) for all gates, followed by one fused op for GRU's
+/// and LSTM's gate arithmetic (gru_cell, lstm_cell in core/sequence_ops.hpp). An input with no
+/// steps (T = 0) is refused, as torch refuses it.
 class RecurrentBase : public Module {
 public:
     const RecurrentOptions& options() const { return m_options; }
