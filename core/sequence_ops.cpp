@@ -17,6 +17,7 @@
 #include "core/ops.hpp"
 #include "core/runtime/alloc.hpp"
 #include "core/runtime/parallel.hpp"
+#include "core/runtime/vec_math.hpp"
 
 namespace xgrad {
 
@@ -73,25 +74,10 @@ namespace xgrad {
 
 namespace {
 
-// σ and tanh of the steps. For float both go through double's exp, which is correctly rounded
-// to float here and several times faster than glibc's tanhf (it calls expm1f); near 0, where
-// (e − 1)/(e + 1) would cancel, tanh is its series x − x³/3 (exact to float below 1e-4).
-template <class T> T sigm(T x) {
-    if constexpr (std::is_same_v<T, float>)
-        return static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(x))));
-    else
-        return T(1) / (T(1) + std::exp(-x));
-}
-template <class T> T tanh_of(T x) {
-    if constexpr (std::is_same_v<T, float>) {
-        const double d = static_cast<double>(x);
-        if (std::abs(d) < 1e-4) return static_cast<float>(d - d * d * d / 3.0);
-        const double e = std::exp(2.0 * std::min(std::max(d, -20.0), 20.0));
-        return static_cast<float>((e - 1.0) / (e + 1.0));
-    } else {
-        return std::tanh(x);
-    }
-}
+// σ and tanh of one element, for float64 rows (float32 rows take sigmoid_n and tanh_n below, a
+// SIMD pass per gate).
+template <class T> T sigm(T x) { return T(1) / (T(1) + std::exp(-x)); }
+template <class T> T tanh_of(T x) { return std::tanh(x); }
 
 // An operand of a fused step other than its gates: its name, the tensor, its width in hiddens.
 struct Operand {
@@ -127,6 +113,80 @@ template <class F> void for_rows(std::size_t B, std::size_t H, F&& f) {
                  });
 }
 
+// Scratch floats for one row of a step, per thread (the pool's threads each have their own).
+float* scratch(std::size_t n) {
+    thread_local std::vector<float> buf;
+    if (buf.size() < n) buf.resize(n);
+    return buf.data();
+}
+
+// y[k] = σ(a[k]) for n floats, the exps as one SIMD pass (vec::exp_shifted_sum, within 2 ulp).
+// u: n floats of scratch.
+void sigmoid_n(const float* a, float* y, std::size_t n, float* u) {
+    for (std::size_t k = 0; k < n; ++k) u[k] = -a[k];
+    vec::exp_shifted_sum(u, 0.0f, y, n);
+    for (std::size_t k = 0; k < n; ++k) y[k] = 1.0f / (1.0f + y[k]);
+}
+
+// y[k] = tanh(a[k]) for n floats, as Cephes' tanhf: its odd polynomial below |a| = 0.625 (no
+// cancellation near 0), 1 − 2/(e^{2|a|} + 1) with a's sign above, the exps as one SIMD pass.
+// u: n floats of scratch.
+void tanh_n(const float* a, float* y, std::size_t n, float* u) {
+    for (std::size_t k = 0; k < n; ++k) u[k] = 2.0f * std::abs(a[k]);
+    vec::exp_shifted_sum(u, 0.0f, y, n);
+    for (std::size_t k = 0; k < n; ++k) {
+        const float x = a[k], s = x * x;
+        const float poly = ((((-5.70498872745e-3f * s + 2.06390887954e-2f) * s - 5.37397155531e-2f) * s +
+                             1.33314422036e-1f) * s - 3.33332819422e-1f) * s * x + x;
+        const float big = std::copysign(1.0f - 2.0f / (y[k] + 1.0f), x);
+        y[k] = std::abs(x) < 0.625f ? poly : big;
+    }
+}
+
+// One GRU row: y = h' (H), s = [r | z | n] (3H) from gi's row i and gh's row j (3H each).
+template <class T> void gru_row(const T* i, const T* j, const T* x, T* y, T* s, std::size_t H) {
+    if constexpr (std::is_same_v<T, float>) {
+        // pre: r's and z's pre-activations (2H); u: the σ and tanh scratch (2H); a: n's (H).
+        float* pre = scratch(5 * H);
+        float *u = pre + 2 * H, *a = pre + 4 * H;
+        for (std::size_t k = 0; k < 2 * H; ++k) pre[k] = i[k] + j[k];
+        sigmoid_n(pre, s, 2 * H, u);
+        for (std::size_t k = 0; k < H; ++k) a[k] = i[2 * H + k] + s[k] * j[2 * H + k];
+        tanh_n(a, s + 2 * H, H, u);
+        for (std::size_t k = 0; k < H; ++k) y[k] = s[2 * H + k] + s[H + k] * (x[k] - s[2 * H + k]);
+    } else {
+        for (std::size_t k = 0; k < H; ++k) {
+            const T r = sigm(i[k] + j[k]), z = sigm(i[H + k] + j[H + k]);
+            const T n = tanh_of(i[2 * H + k] + r * j[2 * H + k]);
+            y[k] = n + z * (x[k] - n);
+            s[k] = r, s[H + k] = z, s[2 * H + k] = n;
+        }
+    }
+}
+
+// One LSTM row: y = [h' | c'] (2H), s = [i | f | g | o | tanh(c')] (5H) from a's row g (4H).
+template <class T> void lstm_row(const T* g, const T* c0, T* y, T* s, std::size_t H) {
+    T* c1 = y + H;
+    if constexpr (std::is_same_v<T, float>) {
+        // i, f as one σ pass, o another (they are not adjacent in a), g and tanh(c') a tanh each.
+        float* u = scratch(2 * H);
+        sigmoid_n(g, s, 2 * H, u);
+        sigmoid_n(g + 3 * H, s + 3 * H, H, u);
+        tanh_n(g + 2 * H, s + 2 * H, H, u);
+        for (std::size_t k = 0; k < H; ++k) c1[k] = s[H + k] * c0[k] + s[k] * s[2 * H + k];
+        tanh_n(c1, s + 4 * H, H, u);
+        for (std::size_t k = 0; k < H; ++k) y[k] = s[3 * H + k] * s[4 * H + k];
+    } else {
+        for (std::size_t k = 0; k < H; ++k) {
+            const T i = sigm(g[k]), f = sigm(g[H + k]), cand = tanh_of(g[2 * H + k]), o = sigm(g[3 * H + k]);
+            c1[k] = f * c0[k] + i * cand;
+            const T tc = tanh_of(c1[k]);
+            y[k] = o * tc;
+            s[k] = i, s[H + k] = f, s[2 * H + k] = cand, s[3 * H + k] = o, s[4 * H + k] = tc;
+        }
+    }
+}
+
 Tensor block(const Tensor& t, std::size_t k, std::size_t H) {
     return slice(t, 1, static_cast<long>(k * H), static_cast<long>((k + 1) * H));
 }
@@ -158,26 +218,14 @@ Tensor gru_cell(const Tensor& gi, const Tensor& gh, const Tensor& h) {
         const T *pi = values<T>(gi).data(), *ph = values<T>(gh).data(), *px = values<T>(h).data();
         xt::xarray<T> out = xt::xarray<T>::from_shape({B, H});
         T* po = out.data();
-        // r, z, n for the backward: (batch, 3·hidden).
-        auto saved = recording({&gi, &gh, &h}) ? std::make_shared<Storage>(xt::xarray<T>::from_shape({B, 3 * H}))
-                                               : std::shared_ptr<Storage>();
-        T* ps = saved ? std::get<xt::xarray<T>>(*saved).data() : nullptr;
+        // r, z, n: (batch, 3·hidden), kept for the backward when the step records a graph.
+        auto gates = std::make_shared<Storage>(xt::xarray<T>::from_shape({B, 3 * H}));
+        T* ps = std::get<xt::xarray<T>>(*gates).data();
         for_rows(B, H, [&](std::size_t b) {
-            const T *i = pi + b * 3 * H, *j = ph + b * 3 * H, *x = px + b * H;
-            T* y = po + b * H;
-            for (std::size_t k = 0; k < H; ++k) {
-                const T r = sigm(i[k] + j[k]), z = sigm(i[H + k] + j[H + k]);
-                const T n = tanh_of(i[2 * H + k] + r * j[2 * H + k]);
-                y[k] = n + z * (x[k] - n);
-                if (ps) {
-                    T* s = ps + b * 3 * H;
-                    s[k] = r;
-                    s[H + k] = z;
-                    s[2 * H + k] = n;
-                }
-            }
+            gru_row(pi + b * 3 * H, ph + b * 3 * H, px + b * H, po + b * H, ps + b * 3 * H, H);
         });
-        return make_result<T>(std::move(out), {gi, gh, h}, op, Formula([H = H, gates = Gates(saved)](const GradArgs& in) -> std::vector<Tensor> {
+        const Gates saved = recording({&gi, &gh, &h}) ? Gates(std::move(gates)) : Gates();
+        return make_result<T>(std::move(out), {gi, gh, h}, op, Formula([H = H, gates = saved](const GradArgs& in) -> std::vector<Tensor> {
             // [dgi | dgh | dh] from one pass.
             const Tensor P = gru_cell_backward(in.grad(), in.inputs[0], in.inputs[1], in.inputs[2], gates);
             auto part = [&](std::size_t from, std::size_t to) {
@@ -198,29 +246,12 @@ Tensor lstm_cell(const Tensor& a, const Tensor& c) {
         const T *pa = values<T>(a).data(), *pc = values<T>(c).data();
         xt::xarray<T> out = xt::xarray<T>::from_shape({B, 2 * H});
         T* po = out.data();
-        // i, f, g, o and tanh(c') for the backward: (batch, 5·hidden).
-        auto saved = recording({&a, &c}) ? std::make_shared<Storage>(xt::xarray<T>::from_shape({B, 5 * H}))
-                                         : std::shared_ptr<Storage>();
-        T* ps = saved ? std::get<xt::xarray<T>>(*saved).data() : nullptr;
-        for_rows(B, H, [&](std::size_t b) {
-            const T *g = pa + b * 4 * H, *c0 = pc + b * H;
-            T *y = po + b * 2 * H, *c1 = y + H;
-            for (std::size_t k = 0; k < H; ++k) {
-                const T i = sigm(g[k]), f = sigm(g[H + k]), cand = tanh_of(g[2 * H + k]), o = sigm(g[3 * H + k]);
-                c1[k] = f * c0[k] + i * cand;
-                const T tc = tanh_of(c1[k]);
-                y[k] = o * tc;
-                if (ps) {
-                    T* s = ps + b * 5 * H;
-                    s[k] = i;
-                    s[H + k] = f;
-                    s[2 * H + k] = cand;
-                    s[3 * H + k] = o;
-                    s[4 * H + k] = tc;
-                }
-            }
-        });
-        return make_result<T>(std::move(out), {a, c}, op, Formula([H = H, gates = Gates(saved)](const GradArgs& in) -> std::vector<Tensor> {
+        // i, f, g, o and tanh(c'): (batch, 5·hidden), kept for the backward when the step records.
+        auto gates = std::make_shared<Storage>(xt::xarray<T>::from_shape({B, 5 * H}));
+        T* ps = std::get<xt::xarray<T>>(*gates).data();
+        for_rows(B, H, [&](std::size_t b) { lstm_row(pa + b * 4 * H, pc + b * H, po + b * 2 * H, ps + b * 5 * H, H); });
+        const Gates saved = recording({&a, &c}) ? Gates(std::move(gates)) : Gates();
+        return make_result<T>(std::move(out), {a, c}, op, Formula([H = H, gates = saved](const GradArgs& in) -> std::vector<Tensor> {
             // [da | dc] from one pass.
             const Tensor P = lstm_cell_backward(in.grad(), in.inputs[0], in.inputs[1], gates);
             return {in.needs(0) ? slice(P, 1, 0, static_cast<long>(4 * H)) : Tensor(),
