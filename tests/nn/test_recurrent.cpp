@@ -487,6 +487,11 @@ TEST_CASE("The float32 steps are float32's rounding of the float64 ones", "[recu
     };
     const Tensor gi32 = gi.to(kFloat32).to(kFloat64), gh32 = gh.to(kFloat32).to(kFloat64), h32 = h.to(kFloat32).to(kFloat64);
     CHECK(max_abs_diff(gru_cell(gi.to(kFloat32), gh.to(kFloat32), h.to(kFloat32)), gru_cell(gi32, gh32, h32)) < 1e-6);
+    // Rows enough to be split over the pool's threads, each with its own scratch.
+    const Tensor big_gi = uniform({600, 120}, -9, 9, kFloat32, gen), big_gh = uniform({600, 120}, -1, 1, kFloat32, gen);
+    const Tensor big_h = uniform({600, 40}, -1, 1, kFloat32, gen);
+    CHECK(max_abs_diff(gru_cell(big_gi, big_gh, big_h),
+                       gru_cell(big_gi.to(kFloat64), big_gh.to(kFloat64), big_h.to(kFloat64))) < 1e-6);
     const Tensor a32 = uniform({B, 4 * H}, -9, 9, kFloat32, gen), c = h.to(kFloat32);
     CHECK(max_abs_diff(lstm_cell(a32, c), lstm_cell(a32.to(kFloat64), c.to(kFloat64))) < 1e-6);
     // Near 0 (tanh's polynomial) relative to the values: with c = 0, c' = σ(a_i)·tanh(a_g) has no
