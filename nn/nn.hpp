@@ -14,5 +14,6 @@
 #include "nn/module.hpp"
 #include "nn/multi_head_attention.hpp"
 #include "nn/positional_encoding.hpp"
+#include "nn/rnn.hpp"
 #include "nn/transformer.hpp"
 #include "nn/transformer_model.hpp"
