@@ -95,6 +95,12 @@ template <> constexpr Dtype dtype_of<std::int64_t>() { return Dtype::Int64; }
 template <> constexpr Dtype dtype_of<bool>() { return Dtype::Bool; }
 template <> constexpr Dtype dtype_of<bfloat16>() { return Dtype::BFloat16; }
 
+/// Whether T is one of the C++ element types: float, double, std::int64_t, bool, bfloat16.
+template <class T>
+inline constexpr bool is_element_type_v = std::is_same_v<T, float> || std::is_same_v<T, double> ||
+                                          std::is_same_v<T, std::int64_t> || std::is_same_v<T, bool> ||
+                                          std::is_same_v<T, bfloat16>;
+
 /// Whether the C++ element type T is a floating-point one: float, double or bfloat16.
 template <class T> inline constexpr bool is_floating_v = std::is_floating_point_v<T> || std::is_same_v<T, bfloat16>;
 

@@ -3,6 +3,7 @@
 // float inputs get gradients, which scatter-add back (repeated picks sum).
 #include <algorithm>
 
+#include "core/call_context.hpp"
 #include "core/creation.hpp"
 #include "core/grad_ops.hpp"
 #include "core/ops.hpp"
@@ -422,15 +423,18 @@ const Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, const 
         // Recorded: the value reaches the picks through expand and cast, which carry its
         // gradient back to its own shape and dtype.
         check_in_place_leaf(op, *this);
-        return record_in_place(op, *this, {value}, [&](const Tensor& old, const std::vector<Tensor>& others) {
-            const Tensor v = drop_leading_ones(others[0], plan.shape.size());
-            return index_put(old, plan, indices, cast(expand(v, plan.shape), old.dtype()));
+        return as_call(op, [&]() -> const Tensor& {
+            return record_in_place(op, *this, {value}, [&](const Tensor& old, const std::vector<Tensor>& others) {
+                const Tensor v = drop_leading_ones(others[0], plan.shape.size());
+                return index_put(old, plan, indices, cast(expand(v, plan.shape), old.dtype()));
+            });
         });
     }
     Tensor v;
     {
         NoGradGuard no_grad;
-        v = cast(expand(drop_leading_ones(value, plan.shape.size()), plan.shape), dtype());
+        // the value's conversion errors name index_put_, the call made, not its cast
+        v = as_call(op, [&] { return cast(expand(drop_leading_ones(value, plan.shape.size()), plan.shape), dtype()); });
         if (v.is_same(*this)) v = v.clone();  // never read the storage being written
     }
     dispatch_all(dtype(), [&](auto tag) {

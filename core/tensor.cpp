@@ -317,7 +317,7 @@ Tensor Tensor::detach() const {
 
 Tensor Tensor::to(Dtype d) const { return cast(*this, d); }
 
-template <class T> T Tensor::item() const {
+template <class T> T Tensor::item_as() const {
     if (numel() != 1)
         throw Error(fmt::format("item: only a one-element tensor has an item, got shape {}",
                                 shape_str(shape())));
@@ -329,7 +329,7 @@ template <class T> T Tensor::item() const {
         node().data);
 }
 
-template <class T> std::vector<T> Tensor::to_vector() const {
+template <class T> std::vector<T> Tensor::to_vector_as() const {
     return std::visit(
         [](const auto& a) {
             check_convertible<T>("to_vector", a.data(), a.size());
@@ -413,8 +413,8 @@ template <class T> T* Tensor::mutable_data_ptr() const {
     template const T* Tensor::grad_ptr<T>() const;         \
     template T* Tensor::mutable_grad_ptr<T>();             \
     template T* Tensor::mutable_data_ptr<T>() const;       \
-    template T Tensor::item<T>() const;                    \
-    template std::vector<T> Tensor::to_vector<T>() const;  \
+    template T Tensor::item_as<T>() const;                 \
+    template std::vector<T> Tensor::to_vector_as<T>() const; \
     template T* Tensor::data_ptr<T>();                     \
     template const T* Tensor::data_ptr<T>() const;         \
     template const T* Tensor::const_data_ptr<T>() const;

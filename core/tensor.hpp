@@ -143,10 +143,20 @@ public:
     std::string op_name() const;
 
     // --- values ---------------------------------------------------------------------
-    /// The single value of a one-element tensor, converted to T.
-    template <class T> T item() const;
-    /// All values in row-major order, converted to T.
-    template <class T> std::vector<T> to_vector() const;
+    /// The single value of a one-element tensor, converted to T: float, double, std::int64_t,
+    /// bool or bfloat16 (the element types; another T does not compile: read one of these and
+    /// convert it, static_cast<int>(t.item<std::int64_t>())).
+    template <class T> T item() const {
+        static_assert(is_element_type_v<T>, "Tensor::item<T>: T must be float, double, std::int64_t, bool or "
+                                            "bfloat16; read one of those and convert it");
+        return item_as<T>();
+    }
+    /// All values in row-major order, converted to T (the same T as item).
+    template <class T> std::vector<T> to_vector() const {
+        static_assert(is_element_type_v<T>, "Tensor::to_vector<T>: T must be float, double, std::int64_t, bool "
+                                            "or bfloat16; read one of those and convert it");
+        return to_vector_as<T>();
+    }
     /// Row-major contiguous storage, T the tensor's own type (checked). As LibTorch's accessors:
     ///  - data_ptr() on a non-const tensor hands out write access, so it counts as an in-place
     ///    write (bumps version(), see there) even if the caller only reads;
@@ -249,6 +259,8 @@ public:
 
 private:
     friend class IndexedTensor;
+    template <class T> T item_as() const;                  // item and to_vector, for the element types
+    template <class T> std::vector<T> to_vector_as() const;
     Tensor select_index(long i) const;                                   // t[i]'s values
     Tensor index_values(const std::vector<TensorIndex>& indices) const;  // index()'s values
     std::uint64_t add_hook(std::function<Tensor(const Tensor&)> hook);

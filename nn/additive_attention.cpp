@@ -1,5 +1,6 @@
 #include "additive_attention.hpp"
 
+#include "core/call_context.hpp"
 #include "core/ops.hpp"
 
 namespace xgrad::nn {
@@ -16,25 +17,29 @@ AdditiveAttention::AdditiveAttention(SizeArg key_size, SizeArg query_size, SizeA
 
 Tensor AdditiveAttention::forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
                                   const Tensor& valid_lens) {
-    return forward(queries, keys, values, AttentionMask::valid_lens(valid_lens));
+    return as_call("AdditiveAttention", [&]() -> Tensor {
+        return forward(queries, keys, values, AttentionMask::valid_lens(valid_lens));
+    });
 }
 
 Tensor AdditiveAttention::forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
                                   const AttentionMask& mask) {
-    // queries: (batch, Tq, query_size), keys: (batch, Tk, key_size), values: (batch, Tk, v)
-    check_attention_inputs("AdditiveAttention", queries, keys, values);
-    for (const auto& [arg, t] : {std::pair{"queries", &queries}, std::pair{"keys", &keys}, std::pair{"values", &values}})
-        check_input_dtype("AdditiveAttention", arg, *t, m_W_q->weight().dtype());
-    check_last_axis("AdditiveAttention", "queries", queries, "query_size", m_query_size);
-    check_last_axis("AdditiveAttention", "keys", keys, "key_size", m_key_size);
-    const ResolvedMask kept = mask.resolve("AdditiveAttention", queries.size(0), queries.size(1), keys.size(1));
-    const Tensor q = m_W_q->forward(queries);  // (batch, Tq, h)
-    const Tensor k = m_W_k->forward(keys);     // (batch, Tk, h)
-    // Every query against every key by broadcasting: (batch, Tq, 1, h) + (batch, 1, Tk, h).
-    const Tensor features = tanh(unsqueeze(q, 2) + unsqueeze(k, 1));  // (batch, Tq, Tk, h)
-    const Tensor scores = squeeze(m_w_v->forward(features), -1);      // (batch, Tq, Tk)
-    m_attention_weights = masked_softmax(scores, kept);
-    return bmm(m_dropout->forward(m_attention_weights), values);  // (batch, Tq, v)
+    return as_call("AdditiveAttention", [&]() -> Tensor {
+        // queries: (batch, Tq, query_size), keys: (batch, Tk, key_size), values: (batch, Tk, v)
+        check_attention_inputs("AdditiveAttention", queries, keys, values);
+        for (const auto& [arg, t] : {std::pair{"queries", &queries}, std::pair{"keys", &keys}, std::pair{"values", &values}})
+            check_input_dtype("AdditiveAttention", arg, *t, m_W_q->weight().dtype());
+        check_last_axis("AdditiveAttention", "queries", queries, "query_size", m_query_size);
+        check_last_axis("AdditiveAttention", "keys", keys, "key_size", m_key_size);
+        const ResolvedMask kept = mask.resolve("AdditiveAttention", queries.size(0), queries.size(1), keys.size(1));
+        const Tensor q = m_W_q->forward(queries);  // (batch, Tq, h)
+        const Tensor k = m_W_k->forward(keys);     // (batch, Tk, h)
+        // Every query against every key by broadcasting: (batch, Tq, 1, h) + (batch, 1, Tk, h).
+        const Tensor features = tanh(unsqueeze(q, 2) + unsqueeze(k, 1));  // (batch, Tq, Tk, h)
+        const Tensor scores = squeeze(m_w_v->forward(features), -1);      // (batch, Tq, Tk)
+        m_attention_weights = masked_softmax(scores, kept);
+        return bmm(m_dropout->forward(m_attention_weights), values);  // (batch, Tq, v)
+    });
 }
 
 }  // namespace xgrad::nn

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/call_context.hpp"
 #include "core/ops.hpp"
 
 namespace xgrad::nn {
@@ -35,14 +36,16 @@ void Sequential::add(const std::string& name, std::shared_ptr<Module> module, Ch
 }
 
 Tensor Sequential::forward(const Tensor& x) {
-    for (std::size_t i = 0; i < m_items.size(); ++i)
-        if (!m_chains[i])
-            throw Error(fmt::format("Sequential: cannot chain child '{}' ({}): its forward does not take and return "
-                                    "one tensor; call it yourself (iterate the Sequential)",
-                                    m_names[i], m_items[i]->name()));
-    Tensor y = x;
-    for (const auto& chain : m_chains) y = chain(y);
-    return y;
+    return as_call("Sequential", [&]() -> Tensor {
+        for (std::size_t i = 0; i < m_items.size(); ++i)
+            if (!m_chains[i])
+                throw Error(fmt::format("Sequential: cannot chain child '{}' ({}): its forward does not take and return "
+                                        "one tensor; call it yourself (iterate the Sequential)",
+                                        m_names[i], m_items[i]->name()));
+        Tensor y = x;
+        for (const auto& chain : m_chains) y = chain(y);
+        return y;
+    });
 }
 
 const std::shared_ptr<Module>& Sequential::item(long i) const { return pick("Sequential", m_items, i); }

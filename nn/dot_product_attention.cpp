@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/call_context.hpp"
 #include "core/ops.hpp"
 
 namespace xgrad::nn {
@@ -12,12 +13,16 @@ DotProductAttention::DotProductAttention(double dropout)
 
 Tensor DotProductAttention::forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
                                     const Tensor& valid_lens) {
-    return forward(queries, keys, values, AttentionMask::valid_lens(valid_lens));
+    return as_call("DotProductAttention", [&]() -> Tensor {
+        return forward(queries, keys, values, AttentionMask::valid_lens(valid_lens));
+    });
 }
 
 Tensor DotProductAttention::forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
                                     const AttentionMask& mask) {
-    return forward_heads(queries, keys, values, 1, mask);
+    return as_call("DotProductAttention", [&]() -> Tensor {
+        return forward_heads(queries, keys, values, 1, mask);
+    });
 }
 
 Tensor DotProductAttention::forward_heads(const Tensor& queries, const Tensor& keys, const Tensor& values,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/call_context.hpp"
 #include "core/creation.hpp"
 #include "core/ops.hpp"
 #include "nn/functional.hpp"
@@ -34,8 +35,10 @@ void LayerNorm::check_input(const char* arg, const Tensor& x) const {
 }
 
 Tensor LayerNorm::forward(const Tensor& x) {
-    check_input("input", x);
-    return layer_norm(x, m_shape, weight(), bias(), m_eps);
+    return as_call("LayerNorm", [&]() -> Tensor {
+        check_input("input", x);
+        return layer_norm(x, m_shape, weight(), bias(), m_eps);
+    });
 }
 
 Tensor LayerNorm::forward_residual(const Tensor& x, const Tensor& residual) {

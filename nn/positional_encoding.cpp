@@ -3,6 +3,7 @@
 #include <cmath>
 #include <new>
 
+#include "core/call_context.hpp"
 #include "core/creation.hpp"
 #include "core/ops.hpp"
 
@@ -53,10 +54,12 @@ PositionalEncoding::PositionalEncoding(SizeArg num_hiddens_arg, double dropout, 
 }
 
 Tensor PositionalEncoding::forward(const Tensor& X, std::size_t offset) {
-    check_positions("PositionalEncoding", X, m_num_hiddens, offset, m_max_len);
-    const long start = static_cast<long>(offset);
-    const Tensor P = slice(m_P, 1, start, start + static_cast<long>(X.size(1)));  // (1, T, d)
-    return m_dropout->forward(X + cast(P, X.dtype()));
+    return as_call("PositionalEncoding", [&]() -> Tensor {
+        check_positions("PositionalEncoding", X, m_num_hiddens, offset, m_max_len);
+        const long start = static_cast<long>(offset);
+        const Tensor P = slice(m_P, 1, start, start + static_cast<long>(X.size(1)));  // (1, T, d)
+        return m_dropout->forward(X + cast(P, X.dtype()));
+    });
 }
 
 LearnedPositionalEmbedding::LearnedPositionalEmbedding(SizeArg max_len, SizeArg num_hiddens,
@@ -68,11 +71,13 @@ LearnedPositionalEmbedding::LearnedPositionalEmbedding(SizeArg max_len, SizeArg 
       m_dropout(register_module("dropout", std::make_shared<Dropout>(dropout))) {}
 
 Tensor LearnedPositionalEmbedding::forward(const Tensor& X, std::size_t offset) {
-    check_positions("LearnedPositionalEmbedding", X, m_num_hiddens, offset, m_max_len);
-    const double start = static_cast<double>(offset);
-    const Tensor positions = arange(start, start + static_cast<double>(X.size(1)), 1.0, kInt64);
-    const Tensor E = unsqueeze(m_embedding->forward(positions), 0);  // (1, T, d)
-    return m_dropout->forward(X + E);
+    return as_call("LearnedPositionalEmbedding", [&]() -> Tensor {
+        check_positions("LearnedPositionalEmbedding", X, m_num_hiddens, offset, m_max_len);
+        const double start = static_cast<double>(offset);
+        const Tensor positions = arange(start, start + static_cast<double>(X.size(1)), 1.0, kInt64);
+        const Tensor E = unsqueeze(m_embedding->forward(positions), 0);  // (1, T, d)
+        return m_dropout->forward(X + E);
+    });
 }
 
 }  // namespace xgrad::nn
