@@ -130,7 +130,8 @@ TEST_CASE("masked softmax of ordinary scores: the same bits as before the rule w
 namespace {
 
 // The promise, checked row by row against float64 arithmetic on the kept scores alone:
-// masked keys exactly 0, a row that keeps nothing exactly 1/n, the kept keys softmax(kept).
+// masked keys exactly 0, a row that keeps nothing exactly 1/n, the kept keys softmax(kept)
+// (a row whose kept scores are all −inf is NaN, as their softmax).
 void check_promise(const Tensor& y, const Tensor& X, const std::vector<char>& keep, double rel) {
     const std::size_t n = X.size(-1), rows = X.numel() / n;
     const auto x = X.to_vector<double>(), w = y.to_vector<double>();
@@ -146,7 +147,9 @@ void check_promise(const Tensor& y, const Tensor& X, const std::vector<char>& ke
         for (std::size_t j = 0; j < n; ++j) {
             CAPTURE(j);
             const double got = w[r * n + j];
-            if (!any) {
+            if (any && m == -INFINITY) {
+                CHECK(std::isnan(got));  // every kept score −inf: NaN, as softmax of them
+            } else if (!any) {
                 CHECK(got == static_cast<double>(y.dtype() == kFloat32 ? 1.0f / static_cast<float>(n) : 1.0 / n));
             } else if (!keep[r * n + j]) {
                 CHECK(got == 0.0);
