@@ -341,15 +341,14 @@ template <class T> std::vector<T> Tensor::to_vector_as() const {
         node().data);
 }
 
-template <class T> T* Tensor::data_ptr() {
+template <class T> T* Tensor::data_ptr_as() {
     T* p = array<T>(*this).data();
     Node& n = node();
     ++n.version;
     n.last_write = "data_ptr()";
     return p;
 }
-template <class T> const T* Tensor::const_data_ptr() const { return array<T>(*this).data(); }
-template <class T> const T* Tensor::data_ptr() const { return array<T>(*this).data(); }
+template <class T> const T* Tensor::const_data_ptr_as() const { return array<T>(*this).data(); }
 
 namespace {
 
@@ -370,17 +369,17 @@ template <class T> xt::xarray<T>* grad_array(Node& n, const char* op, bool write
 
 }  // namespace
 
-template <class T> T* Tensor::grad_ptr() {
+template <class T> T* Tensor::grad_ptr_as() {
     auto* g = grad_array<T>(node(), "grad_ptr", true);
     return g ? g->data() : nullptr;
 }
 
-template <class T> const T* Tensor::grad_ptr() const {
+template <class T> const T* Tensor::grad_ptr_as() const {
     const auto* g = grad_array<T>(node(), "grad_ptr", false);
     return g ? g->data() : nullptr;
 }
 
-template <class T> T* Tensor::mutable_grad_ptr() {
+template <class T> T* Tensor::mutable_grad_ptr_as() {
     Node& n = node();
     if (!grad_array<T>(n, "mutable_grad_ptr", false)) n.grad = make_leaf(Storage(xt::xarray<T>(xt::zeros<T>(n.shape))));
     return grad_array<T>(n, "mutable_grad_ptr", true)->data();
@@ -400,7 +399,7 @@ void Tensor::set_data(const Tensor& values) const {
 
 std::uint64_t Tensor::version() const { return node().version; }
 
-template <class T> T* Tensor::mutable_data_ptr() const {
+template <class T> T* Tensor::mutable_data_ptr_as() const {
     T* p = array<T>(*this).data();
     Node& n = node();
     ++n.version;
@@ -408,16 +407,15 @@ template <class T> T* Tensor::mutable_data_ptr() const {
     return p;
 }
 
-#define XGRAD_INSTANTIATE(T)                               \
-    template T* Tensor::grad_ptr<T>();                     \
-    template const T* Tensor::grad_ptr<T>() const;         \
-    template T* Tensor::mutable_grad_ptr<T>();             \
-    template T* Tensor::mutable_data_ptr<T>() const;       \
-    template T Tensor::item_as<T>() const;                 \
+#define XGRAD_INSTANTIATE(T)                                 \
+    template T* Tensor::grad_ptr_as<T>();                    \
+    template const T* Tensor::grad_ptr_as<T>() const;        \
+    template T* Tensor::mutable_grad_ptr_as<T>();            \
+    template T* Tensor::mutable_data_ptr_as<T>() const;      \
+    template T Tensor::item_as<T>() const;                   \
     template std::vector<T> Tensor::to_vector_as<T>() const; \
-    template T* Tensor::data_ptr<T>();                     \
-    template const T* Tensor::data_ptr<T>() const;         \
-    template const T* Tensor::const_data_ptr<T>() const;
+    template T* Tensor::data_ptr_as<T>();                    \
+    template const T* Tensor::const_data_ptr_as<T>() const;
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)
 XGRAD_INSTANTIATE(std::int64_t)
