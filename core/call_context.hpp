@@ -22,6 +22,19 @@ void leave_call() noexcept;
 /// Inside a catch of `e`: rethrows it prefixed with "who: ", or unchanged when it already
 /// starts so.
 [[noreturn]] void rethrow_as(const char* who, const Error& e);
+
+/// A module constructor as the user's call `who`: its member initialisers (the submodules it
+/// makes) run before any body could call as_call, so the level is entered by the base's
+/// argument and left at the end of the body or in a function-try-block's handler:
+///
+///   X::X(...) try : Module(detail::enter_constructor("X")), m_w(...) { ...; detail::leave_call(); }
+///   catch (...) { detail::leave_constructor("X"); }
+///
+/// Returns `who` (the Module's name).
+const char* enter_constructor(const char* who) noexcept;
+/// In the handler: leaves the level and rethrows the exception in flight, an Error prefixed
+/// with "who: " (see as_call) when this constructor was the outermost call.
+[[noreturn]] void leave_constructor(const char* who);
 }  // namespace detail
 
 /// Runs body() as the user's call `who` (see above) and returns what it returns.

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "core/broadcast.hpp"
+#include "core/call_context.hpp"
 #include "core/creation.hpp"
 #include "core/grad_ops.hpp"
 #include "core/ops.hpp"
@@ -157,21 +158,30 @@ void check_nonempty_axis(const char* op, const Shape& in, std::size_t axis) {
 
 }  // namespace
 
-Tensor sum(const Tensor& a) { return reduce_sum("sum", a, reduce_axes("sum", {}, a.shape()), false, false); }
+Tensor sum(const Tensor& a) {
+    check_defined("sum", a);
+    return reduce_sum("sum", a, reduce_axes("sum", {}, a.shape()), false, false);
+}
 
 Tensor sum(const Tensor& a, const std::vector<long>& axes, bool keepdims) {
+    check_defined("sum", a);
     return reduce_sum("sum", a, reduce_axes("sum", axes, a.shape()), keepdims, false);
 }
 
-Tensor mean(const Tensor& a) { return reduce_sum("mean", a, reduce_axes("mean", {}, a.shape()), false, true); }
+Tensor mean(const Tensor& a) {
+    check_defined("mean", a);
+    return reduce_sum("mean", a, reduce_axes("mean", {}, a.shape()), false, true);
+}
 
 Tensor mean(const Tensor& a, const std::vector<long>& axes, bool keepdims) {
+    check_defined("mean", a);
     return reduce_sum("mean", a, reduce_axes("mean", axes, a.shape()), keepdims, true);
 }
 
 namespace {
 
 template <bool Largest> ValuesIndices extreme(const char* op, const Tensor& a, long axis, bool keepdims) {
+    check_defined(op, a);
     const Shape& in = a.shape();
     const std::size_t ax = normalize_axis(op, axis, in);
     check_nonempty_axis(op, in, ax);
@@ -222,6 +232,7 @@ std::pair<Tensor, std::size_t> misses(const Tensor& x, const Tensor& m) {
 
 // max or min of every element; ties share the gradient evenly (torch's amax/amin backward).
 template <bool Largest> Tensor extreme_all(const char* op, const Tensor& a) {
+    check_defined(op, a);
     if (a.numel() == 0) throw Error(fmt::format("{}: the input is empty (shape {})", op, shape_str(a.shape())));
     return dispatch_all(a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
@@ -292,10 +303,11 @@ Tensor min(const Tensor& a) { return extreme_all<false>("min", a); }
 
 Tensor argmin(const Tensor& a, long axis, bool keepdims) {
     NoGradGuard no_grad;  // only the indices are kept: no graph for the values
-    return min(a, axis, keepdims).indices;
+    return as_call("argmin", [&] { return min(a, axis, keepdims).indices; });
 }
 
 Tensor argmax(const Tensor& a, long axis, bool keepdims) {
+    check_defined("argmax", a);
     const Shape& in = a.shape();
     const std::size_t ax = normalize_axis("argmax", axis, in);
     check_nonempty_axis("argmax", in, ax);
@@ -324,6 +336,7 @@ template <class T> xt::xarray<T> centred(const xt::xarray<T>& x, const std::vect
 
 Tensor moments(const char* op, const Tensor& a, const std::vector<long>& axes_in, double correction, bool keepdims,
                bool take_sqrt) {
+    check_defined(op, a);
     const std::vector<std::size_t> axes = reduce_axes(op, axes_in, a.shape());
     const Shape out_shape = reduced_shapes(a.shape(), axes, keepdims).second;
     std::size_t count = 1;
@@ -462,6 +475,7 @@ template <class V> void running_sum(V* p, const axis_split& s, bool reverse) {
 
 // cumsum (forward) and cumsum_backward (reverse): each is the other's gradient.
 Tensor running(const char* op, const Tensor& a, long axis, bool reverse) {
+    check_defined(op, a);
     // A 0-d tensor runs as one element along axis 0 (or -1), as torch.
     const Shape in = a.dim() == 0 ? Shape{1} : a.shape();
     const std::size_t ax = normalize_axis(op, axis, in);
@@ -586,6 +600,7 @@ std::vector<Tensor> norm_double_backward(const GradArgs& in, double p, const std
 
 Tensor norm(const Tensor& a, double p, const std::vector<long>& axes_in, bool keepdims) {
     constexpr const char* op = "norm";
+    check_defined(op, a);
     if (!(p > 0))
         throw Error(fmt::format("{}: p must be positive (1, 2, ..., or inf), got {}", op, p));
     const std::vector<std::size_t> axes = reduce_axes(op, axes_in, a.shape());

@@ -16,6 +16,9 @@ void check_bool(const char* op, const char* what, const Tensor& t) {
 }  // namespace
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+    check_defined("where", cond, "cond");
+    check_defined("where", a, "a");
+    check_defined("where", b, "b");
     check_bool("where", "cond", cond);
     check_same_dtype("where", a, b);
     // bfloat16 selects through float32: both conversions are exact, and cast carries the gradient.
@@ -39,6 +42,8 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 }
 
 Tensor masked_fill(const Tensor& a, const Tensor& mask, double value) {
+    check_defined("masked_fill", a);
+    check_defined("masked_fill", mask, "mask");
     check_bool("masked_fill", "mask", mask);
     if (!broadcastable_to(mask.shape(), a.shape()))
         throw Error(fmt::format("masked_fill: mask of shape {} cannot be broadcast to the input's shape {}",

@@ -396,10 +396,12 @@ std::vector<Tensor> split_even(const Tensor& a, long split_size, long axis);
 }  // namespace
 
 std::vector<Tensor> split(const Tensor& a, const std::vector<long>& sizes, long axis) {
+    check_defined("split", a);
     return as_call("split", [&] { return split_sizes(a, sizes, axis); });
 }
 
 std::vector<Tensor> split(const Tensor& a, long split_size, long axis) {
+    check_defined("split", a);
     return as_call("split", [&] { return split_even(a, split_size, axis); });
 }
 
@@ -440,6 +442,7 @@ std::vector<Tensor> split_even(const Tensor& a, long split_size, long axis) {
 }  // namespace
 
 std::vector<Tensor> chunk(const Tensor& a, long chunks, long axis) {
+    check_defined("chunk", a);
     if (chunks <= 0) throw Error(fmt::format("chunk: chunks must be positive, got {}", chunks));
     if (a.dtype() == kBFloat16) check_no_bfloat16_graph("chunk", {a});
     const std::size_t ax = normalize_axis("chunk", axis, a.shape());

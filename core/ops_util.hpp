@@ -16,6 +16,12 @@ void check_no_bfloat16_graph(const char* op, const std::vector<Tensor>& inputs);
 /// what every in-place op (`op`) checks before writing t.
 void check_in_place_leaf(const char* op, const Tensor& t);
 
+/// Throws "op: arg is an undefined tensor" for a default-constructed argument: the entry check
+/// of an op, so that the error names the op, not the tensor it read first.
+inline void check_defined(const char* op, const Tensor& a, const char* arg = "input") {
+    if (!a.defined()) throw Error(fmt::format("{}: {} is an undefined tensor", op, arg));
+}
+
 /// cast (Tensor::to) to or from bfloat16, differentiable between the floating types: the
 /// gradient goes back converted to the source dtype (bfloat16 gradients round to nearest even).
 Tensor cast_bfloat16(const Tensor& a, Dtype d);

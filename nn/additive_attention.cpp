@@ -6,14 +6,20 @@
 namespace xgrad::nn {
 
 AdditiveAttention::AdditiveAttention(SizeArg key_size, SizeArg query_size, SizeArg num_hiddens_arg,
-                                     double dropout, Generator& gen)
-    : Module("AdditiveAttention"),
+                                     double dropout, Generator& gen) try
+    // Constructed as the user's call (detail::enter_constructor): what a projection refuses, or
+    // running out of memory for its weights, names AdditiveAttention.
+    : Module(detail::enter_constructor("AdditiveAttention")),
       m_key_size(key_size.get("AdditiveAttention", "key_size")),
       m_query_size(query_size.get("AdditiveAttention", "query_size")),
       m_W_k(register_module("W_k", std::make_shared<Linear>(m_key_size, num_hiddens_arg, false, gen))),
       m_W_q(register_module("W_q", std::make_shared<Linear>(m_query_size, num_hiddens_arg, false, gen))),
       m_w_v(register_module("w_v", std::make_shared<Linear>(num_hiddens_arg, 1, false, gen))),
-      m_dropout(register_module("dropout", std::make_shared<Dropout>(dropout))) {}
+      m_dropout(register_module("dropout", std::make_shared<Dropout>(dropout))) {
+    detail::leave_call();
+} catch (...) {
+    detail::leave_constructor("AdditiveAttention");
+}
 
 Tensor AdditiveAttention::forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
                                   const Tensor& valid_lens) {

@@ -7,9 +7,13 @@
 
 namespace xgrad::nn {
 
-DotProductAttention::DotProductAttention(double dropout)
-    : Module("DotProductAttention"),
-      m_dropout(register_module("dropout", std::make_shared<Dropout>(dropout))) {}
+DotProductAttention::DotProductAttention(double dropout) try
+    : Module(detail::enter_constructor("DotProductAttention")),  // a refused p names this module
+      m_dropout(register_module("dropout", std::make_shared<Dropout>(dropout))) {
+    detail::leave_call();
+} catch (...) {
+    detail::leave_constructor("DotProductAttention");
+}
 
 Tensor DotProductAttention::forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
                                     const Tensor& valid_lens) {

@@ -18,10 +18,11 @@ LayerNorm::LayerNorm(Shape normalized_shape, double eps, BoolArg elementwise_aff
     // An infinite eps would scale every output to 0 without a word.
     if (!(eps > 0) || !std::isfinite(eps))
         throw Error(fmt::format("LayerNorm: eps must be positive and finite, got {}", eps));
-    if (m_affine) {
+    // Running out of memory for the parameters names LayerNorm, not the ones and zeros that make them.
+    if (m_affine) as_call("LayerNorm", [&] {
         register_parameter("weight", ones(m_shape));
         register_parameter("bias", zeros(m_shape));
-    }
+    });
 }
 
 void LayerNorm::check_input(const char* arg, const Tensor& x) const {

@@ -65,8 +65,10 @@ MultiHeadAttention::MultiHeadAttention(SizeArg key_size, SizeArg query_size, Siz
                                        Generator& gen)
     : MultiHeadAttention(positional(key_size, query_size, value_size, num_hiddens, num_heads, dropout, bias), gen) {}
 
-MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& o, Generator& gen)
-    : Module("MultiHeadAttention"),
+// Constructed as the user's call (detail::enter_constructor): what a projection refuses, or
+// running out of memory for its weights, names MultiHeadAttention.
+MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& o, Generator& gen) try
+    : Module(detail::enter_constructor("MultiHeadAttention")),
       m_key_size(or_hiddens(o.key_size(), o.num_hiddens())),
       m_query_size(or_hiddens(o.query_size(), o.num_hiddens())),
       m_value_size(or_hiddens(o.value_size(), o.num_hiddens())),
@@ -75,7 +77,11 @@ MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& o, Gener
       m_W_q(register_module("W_q", std::make_shared<Linear>(m_query_size, o.num_hiddens(), o.bias(), gen))),
       m_W_k(register_module("W_k", std::make_shared<Linear>(m_key_size, o.num_hiddens(), o.bias(), gen))),
       m_W_v(register_module("W_v", std::make_shared<Linear>(m_value_size, o.num_hiddens(), o.bias(), gen))),
-      m_W_o(register_module("W_o", std::make_shared<Linear>(o.num_hiddens(), o.num_hiddens(), o.bias(), gen))) {}
+      m_W_o(register_module("W_o", std::make_shared<Linear>(o.num_hiddens(), o.num_hiddens(), o.bias(), gen))) {
+    detail::leave_call();
+} catch (...) {
+    detail::leave_constructor("MultiHeadAttention");
+}
 
 Tensor MultiHeadAttention::forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
                                    const Tensor& valid_lens) {

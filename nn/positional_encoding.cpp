@@ -23,8 +23,10 @@ void check_positions(const char* who, const Tensor& X, std::size_t num_hiddens, 
 
 }  // namespace
 
-PositionalEncoding::PositionalEncoding(SizeArg num_hiddens_arg, double dropout, SizeArg max_len_arg)
-    : Module("PositionalEncoding"),
+// Both constructed as the user's call (detail::enter_constructor): a refused dropout p, or
+// running out of memory for the table, names the module being made.
+PositionalEncoding::PositionalEncoding(SizeArg num_hiddens_arg, double dropout, SizeArg max_len_arg) try
+    : Module(detail::enter_constructor("PositionalEncoding")),
       m_num_hiddens(num_hiddens_arg.get("PositionalEncoding", "num_hiddens")),
       m_max_len(max_len_arg.get("PositionalEncoding", "max_len")),
       m_dropout(register_module("dropout", std::make_shared<Dropout>(dropout))) {
@@ -51,6 +53,9 @@ PositionalEncoding::PositionalEncoding(SizeArg num_hiddens_arg, double dropout, 
             if (2 * j + 1 < num_hiddens) P[i * num_hiddens + 2 * j + 1] = std::cos(angle);
         }
     m_P = from_vector(P, shape);
+    detail::leave_call();
+} catch (...) {
+    detail::leave_constructor("PositionalEncoding");
 }
 
 Tensor PositionalEncoding::forward(const Tensor& X, std::size_t offset) {
@@ -63,12 +68,16 @@ Tensor PositionalEncoding::forward(const Tensor& X, std::size_t offset) {
 }
 
 LearnedPositionalEmbedding::LearnedPositionalEmbedding(SizeArg max_len, SizeArg num_hiddens,
-                                                       double dropout, Generator& gen)
-    : Module("LearnedPositionalEmbedding"),
+                                                       double dropout, Generator& gen) try
+    : Module(detail::enter_constructor("LearnedPositionalEmbedding")),
       m_max_len(max_len.get("LearnedPositionalEmbedding", "max_len")),
       m_num_hiddens(num_hiddens.get("LearnedPositionalEmbedding", "num_hiddens")),
       m_embedding(register_module("embedding", std::make_shared<Embedding>(m_max_len, m_num_hiddens, gen))),
-      m_dropout(register_module("dropout", std::make_shared<Dropout>(dropout))) {}
+      m_dropout(register_module("dropout", std::make_shared<Dropout>(dropout))) {
+    detail::leave_call();
+} catch (...) {
+    detail::leave_constructor("LearnedPositionalEmbedding");
+}
 
 Tensor LearnedPositionalEmbedding::forward(const Tensor& X, std::size_t offset) {
     return as_call("LearnedPositionalEmbedding", [&]() -> Tensor {

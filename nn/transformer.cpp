@@ -42,14 +42,20 @@ std::shared_ptr<MultiHeadAttention> make_attention(const BlockSizes& s, double d
 
 }  // namespace
 
+// The modules below are constructed as the user's call (detail::enter_constructor): what a
+// submodule refuses, or running out of memory for its weights, names the module being made.
 PositionWiseFFN::PositionWiseFFN(SizeArg ffn_num_input, SizeArg ffn_num_hiddens, SizeArg ffn_num_outputs,
-                                 Generator& gen)
-    : Module("PositionWiseFFN"),
+                                 Generator& gen) try
+    : Module(detail::enter_constructor("PositionWiseFFN")),
       m_dense1(
           register_module("dense1", std::make_shared<Linear>(ffn_num_input, ffn_num_hiddens, true, gen))),
       m_relu(register_module("relu", std::make_shared<ReLU>())),
       m_dense2(
-          register_module("dense2", std::make_shared<Linear>(ffn_num_hiddens, ffn_num_outputs, true, gen))) {}
+          register_module("dense2", std::make_shared<Linear>(ffn_num_hiddens, ffn_num_outputs, true, gen))) {
+    detail::leave_call();
+} catch (...) {
+    detail::leave_constructor("PositionWiseFFN");
+}
 
 Tensor PositionWiseFFN::forward(const Tensor& X) {
     return as_call("PositionWiseFFN", [&]() -> Tensor {
@@ -57,10 +63,14 @@ Tensor PositionWiseFFN::forward(const Tensor& X) {
     });
 }
 
-AddNorm::AddNorm(Shape normalized_shape, double dropout)
-    : Module("AddNorm"),
+AddNorm::AddNorm(Shape normalized_shape, double dropout) try
+    : Module(detail::enter_constructor("AddNorm")),
       m_dropout(register_module("dropout", std::make_shared<Dropout>(dropout))),
-      m_ln(register_module("ln", std::make_shared<LayerNorm>(std::move(normalized_shape)))) {}
+      m_ln(register_module("ln", std::make_shared<LayerNorm>(std::move(normalized_shape)))) {
+    detail::leave_call();
+} catch (...) {
+    detail::leave_constructor("AddNorm");
+}
 
 Tensor AddNorm::forward(const Tensor& X, const Tensor& Y) {
     return as_call("AddNorm", [&]() -> Tensor {
@@ -89,12 +99,14 @@ TransformerEncoderBlock::TransformerEncoderBlock(SizeArg key_size, SizeArg query
 
 TransformerEncoderBlock::TransformerEncoderBlock(const TransformerEncoderBlockOptions& o, Generator& gen)
     : Module("TransformerEncoderBlock") {
-    const BlockSizes s = block_sizes("TransformerEncoderBlock", o);
-    m_attention = register_module("attention", make_attention(s, o.dropout(), o.use_bias(), gen));
-    m_addnorm1 = register_module("addnorm1", std::make_shared<AddNorm>(s.norm_shape, o.dropout()));
-    m_ffn = register_module("ffn", std::make_shared<PositionWiseFFN>(s.ffn_num_input, s.ffn_num_hiddens,
-                                                                     s.num_hiddens, gen));
-    m_addnorm2 = register_module("addnorm2", std::make_shared<AddNorm>(s.norm_shape, o.dropout()));
+    as_call("TransformerEncoderBlock", [&] {
+        const BlockSizes s = block_sizes("TransformerEncoderBlock", o);
+        m_attention = register_module("attention", make_attention(s, o.dropout(), o.use_bias(), gen));
+        m_addnorm1 = register_module("addnorm1", std::make_shared<AddNorm>(s.norm_shape, o.dropout()));
+        m_ffn = register_module("ffn", std::make_shared<PositionWiseFFN>(s.ffn_num_input, s.ffn_num_hiddens,
+                                                                         s.num_hiddens, gen));
+        m_addnorm2 = register_module("addnorm2", std::make_shared<AddNorm>(s.norm_shape, o.dropout()));
+    });
 }
 
 Tensor TransformerEncoderBlock::forward(const Tensor& X, const Tensor& valid_lens) {
@@ -121,14 +133,16 @@ TransformerDecoderBlock::TransformerDecoderBlock(SizeArg key_size, SizeArg query
 
 TransformerDecoderBlock::TransformerDecoderBlock(const TransformerDecoderBlockOptions& o, Generator& gen)
     : Module("TransformerDecoderBlock"), m_i(o.i()) {
-    const BlockSizes s = block_sizes("TransformerDecoderBlock", o);
-    m_attention1 = register_module("attention1", make_attention(s, o.dropout(), o.use_bias(), gen));
-    m_addnorm1 = register_module("addnorm1", std::make_shared<AddNorm>(s.norm_shape, o.dropout()));
-    m_attention2 = register_module("attention2", make_attention(s, o.dropout(), o.use_bias(), gen));
-    m_addnorm2 = register_module("addnorm2", std::make_shared<AddNorm>(s.norm_shape, o.dropout()));
-    m_ffn = register_module("ffn", std::make_shared<PositionWiseFFN>(s.ffn_num_input, s.ffn_num_hiddens,
-                                                                     s.num_hiddens, gen));
-    m_addnorm3 = register_module("addnorm3", std::make_shared<AddNorm>(s.norm_shape, o.dropout()));
+    as_call("TransformerDecoderBlock", [&] {
+        const BlockSizes s = block_sizes("TransformerDecoderBlock", o);
+        m_attention1 = register_module("attention1", make_attention(s, o.dropout(), o.use_bias(), gen));
+        m_addnorm1 = register_module("addnorm1", std::make_shared<AddNorm>(s.norm_shape, o.dropout()));
+        m_attention2 = register_module("attention2", make_attention(s, o.dropout(), o.use_bias(), gen));
+        m_addnorm2 = register_module("addnorm2", std::make_shared<AddNorm>(s.norm_shape, o.dropout()));
+        m_ffn = register_module("ffn", std::make_shared<PositionWiseFFN>(s.ffn_num_input, s.ffn_num_hiddens,
+                                                                         s.num_hiddens, gen));
+        m_addnorm3 = register_module("addnorm3", std::make_shared<AddNorm>(s.norm_shape, o.dropout()));
+    });
 }
 
 namespace {

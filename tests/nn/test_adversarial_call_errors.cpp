@@ -176,3 +176,141 @@ TEST_CASE("every module's forward names the module, whatever op inside refuses",
     }
     CHECK_THAT(message_of([&] { (*linear)(wide); }), StartsWith("Linear: "));
 }
+
+namespace {
+
+// A call the user makes, the name its error must start with, and words of the argument, of
+// what was expected and of what came.
+struct CallCase {
+    const char* call;
+    std::function<void()> run;
+    std::vector<std::string> says;
+};
+
+void check_names(const std::vector<CallCase>& cases) {
+    for (const CallCase& c : cases) {
+        CAPTURE(c.call);
+        const std::string m = message_of(c.run);
+        CAPTURE(m);
+        CHECK_THAT(m, StartsWith(std::string(c.call) + ": "));
+        for (const std::string& word : c.says) CHECK_THAT(m, Contains(word));
+    }
+}
+
+constexpr std::size_t kHuge = std::size_t(1) << 20;  // 2^20 × 2^20 floats: 4 TiB, never there
+
+}  // namespace
+
+TEST_CASE("composite ops name themselves, whatever the ops inside them refuse", "[adversarial][call_errors]") {
+    const Tensor u, x = ones({2, 3}), scores = ones({2, 3, 4}), lens = full({2}, 2.0, kInt64);
+    const Tensor labels = zeros({2, 3}, kInt64);
+    std::vector<CallCase> cases = {
+        // masked_softmax without a mask is softmax inside
+        {"masked_softmax", [&] { masked_softmax(zeros({2, 3}, kInt64), AttentionMask()); }, {"int64", "floating"}},
+        {"masked_softmax", [&] { masked_softmax(full({}, 1.0), AttentionMask()); }, {"axis -1", "rank 0"}},
+        {"masked_softmax", [&] { masked_softmax(u, AttentionMask()); }, {"X is an undefined tensor"}},
+        {"masked_softmax", [&] { masked_softmax(u, lens); }, {"X is an undefined tensor"}},
+        {"masked_softmax", [&] { masked_softmax(scores, ones({5}, kInt64)); }, {"valid_lens", "(2,)", "(5,)"}},
+        {"masked_softmax", [&] { masked_softmax(ones({2, 3, 4}, kInt64), lens); }, {"int64", "floating"}},
+        // argmin is min's indices
+        {"argmin", [&] { argmin(x, 5); }, {"axis 5", "(2, 3)"}},
+        {"argmin", [&] { argmin(zeros({0}), 0); }, {"length 0"}},
+        // d2l's functions
+        {"sequence_mask", [&] { nn::sequence_mask(zeros({2, 3}, kInt64), lens, 1e300); }, {"1e+300", "int64"}},
+        {"sequence_mask", [&] { nn::sequence_mask(u, lens); }, {"X is an undefined tensor"}},
+        {"masked_softmax_ce_loss", [&] { masked_softmax_ce_loss(ones({2, 3, 4}, kInt64), labels, lens); },
+         {"int64", "floating"}},
+        {"masked_softmax_ce_loss", [&] { masked_softmax_ce_loss(scores, full({2, 3}, 9.0, kInt64), lens); },
+         {"target 9", "4 classes"}},
+        {"masked_softmax_ce_loss", [&] { masked_softmax_ce_loss(scores, zeros({2, 3}), lens); }, {"int64", "float32"}},
+        {"masked_softmax_ce_loss", [&] { masked_softmax_ce_loss(scores, labels, full({2}, NAN)); }, {"valid_len", "nan"}},
+        {"masked_softmax_ce_loss", [&] { MaskedSoftmaxCELoss()(scores, labels, ones({2}, kBool)); }, {"valid_len", "bool"}},
+        // creation and conversion made of other ops
+        {"tensor", [] { tensor({NAN, 1.0}, kInt64); }, {"nan", "int64"}},
+        {"tensor", [] { tensor(1e30, kInt64); }, {"1e+30", "int64"}},
+        {"to", [] { full({2}, NAN).to(kInt64); }, {"nan", "int64"}},
+        {"zeros_like", [&] { zeros_like(u); }, {"undefined"}},
+        {"ones_like", [&] { ones_like(u); }, {"undefined"}},
+        // nn::init writes through a drawing op
+        {"init.constant_", [] { init::constant_(zeros({2}, kInt64), NAN); }, {"nan", "int64"}},
+        {"init.uniform_", [] { init::uniform_(zeros({2}, kBool)); }, {"floating", "bool"}},
+    };
+    // An undefined tensor is named as the argument of the call it was given to, never as the
+    // "Tensor" an inner read found empty.
+    const std::vector<std::pair<const char*, std::function<void()>>> undefined = {
+        {"mean", [&] { mean(u); }},
+        {"mean", [&] { mean(u, {0}); }},
+        {"sum", [&] { sum(u, {0}); }},
+        {"var", [&] { var(u); }},
+        {"std", [&] { xgrad::std(u, {0}, Correction{0}); }},
+        {"norm", [&] { norm(u); }},
+        {"max", [&] { max(u); }},
+        {"min", [&] { min(u, 0); }},
+        {"argmax", [&] { argmax(u, 0); }},
+        {"argmin", [&] { argmin(u, 0); }},
+        {"cumsum", [&] { cumsum(u, 0); }},
+        {"mse_loss", [&] { mse_loss(u, x); }},
+        {"mse_loss", [&] { mse_loss(x, u); }},
+        {"where", [&] { where(u, x, x); }},
+        {"where", [&] { where(ones({2, 3}, kBool), x, u); }},
+        {"masked_fill", [&] { masked_fill(u, ones({2, 3}, kBool), 1.0); }},
+        {"masked_fill", [&] { masked_fill(x, u, 1.0); }},
+        {"matmul", [&] { matmul(u, x); }},
+        {"bmm", [&] { bmm(scores, u); }},
+        {"matmul_t", [&] { matmul_t(u, x, false, true); }},
+        {"cast", [&] { cast(u, kFloat64); }},
+        {"to", [&] { u.to(kFloat64); }},
+        {"clone", [&] { u.clone(); }},
+        {"item", [&] { u.item<float>(); }},
+        {"to_vector", [&] { u.to_vector<double>(); }},
+        {"split", [&] { split(u, 1); }},
+        {"chunk", [&] { chunk(u, 2); }},
+        {"data_ptr", [&] { Tensor v; v.data_ptr<float>(); }},
+        {"const_data_ptr", [&] { u.const_data_ptr<float>(); }},
+    };
+    for (const auto& [call, run] : undefined) cases.push_back({call, run, {"undefined"}});
+    // A typed accessor asked for another element type than the tensor's names itself and both.
+    cases.push_back({"const_data_ptr", [&] { x.const_data_ptr<double>(); }, {"float32", "float64"}});
+    cases.push_back({"mutable_data_ptr", [&] { x.mutable_data_ptr<std::int64_t>(); }, {"float32", "int64"}});
+    cases.push_back({"data_ptr", [&] { Tensor y = x; y.data_ptr<bool>(); }, {"float32", "bool"}});
+    check_names(cases);
+}
+
+TEST_CASE("module constructors name the module being made, not the submodule that refused",
+          "[adversarial][call_errors]") {
+    const std::vector<CallCase> cases = {
+        // out of memory for the weights of a submodule
+        {"MultiHeadAttention", [] { MultiHeadAttention(MultiHeadAttentionOptions(kHuge, 1)); },
+         {"out of memory", "(1048576, 1048576)"}},
+        {"AdditiveAttention", [] { AdditiveAttention(kHuge, 4, kHuge, 0.0); }, {"out of memory", "(1048576, 1048576)"}},
+        {"PositionWiseFFN", [] { PositionWiseFFN(kHuge, kHuge, 4); }, {"out of memory", "(1048576, 1048576)"}},
+        {"TransformerEncoderBlock", [] { TransformerEncoderBlock(TransformerEncoderBlockOptions(kHuge, 8, 1)); },
+         {"out of memory", "(1048576, 1048576)"}},
+        {"TransformerDecoderBlock", [] { TransformerDecoderBlock(TransformerDecoderBlockOptions(kHuge, 8, 1)); },
+         {"out of memory", "(1048576, 1048576)"}},
+        {"LayerNorm", [] { LayerNorm(Shape{kHuge, kHuge}); }, {"out of memory", "(1048576, 1048576)"}},
+        {"AddNorm", [] { AddNorm(Shape{kHuge, kHuge}, 0.0); }, {"out of memory", "(1048576, 1048576)"}},
+        {"PositionalEncoding", [] { PositionalEncoding(kHuge, 0.0, kHuge); }, {"out of memory", "(1, 1048576, 1048576)"}},
+        {"LearnedPositionalEmbedding", [] { LearnedPositionalEmbedding(kHuge, kHuge, 0.0); },
+         {"out of memory", "(1048576, 1048576)"}},
+        // an argument a submodule checks
+        {"AdditiveAttention", [] { AdditiveAttention(4, 4, 0, 0.0); }, {"must be positive", "got 4 and 0"}},
+        {"PositionWiseFFN", [] { PositionWiseFFN(4, 0, 4); }, {"must be positive", "got 4 and 0"}},
+        {"DotProductAttention", [] { DotProductAttention(1.5); }, {"p must be in [0, 1)", "1.5"}},
+        {"MultiHeadAttention", [] { MultiHeadAttention(MultiHeadAttentionOptions(8, 2).dropout(-0.5)); },
+         {"p must be in [0, 1)", "-0.5"}},
+        {"AddNorm", [] { AddNorm(Shape{4}, 2.0); }, {"p must be in [0, 1)", "2"}},
+        {"AddNorm", [] { AddNorm(Shape{}, 0.0); }, {"normalized_shape", "()"}},
+        {"PositionalEncoding", [] { PositionalEncoding(4, NAN, 10); }, {"p must be in [0, 1)", "nan"}},
+        {"LearnedPositionalEmbedding", [] { LearnedPositionalEmbedding(10, 4, 1.0); }, {"p must be in [0, 1)", "1"}},
+        {"TransformerEncoderBlock", [] { TransformerEncoderBlock(TransformerEncoderBlockOptions(8, 16, 2).dropout(1.0)); },
+         {"p must be in [0, 1)"}},
+    };
+    check_names(cases);
+    // Every refused constructor left its level: the next call is the outermost again, and
+    // modules made after them work.
+    CHECK(message_of([] { as_call("again", [] { throw Error("inner: bad"); }); }) == "again: inner: bad");
+    MultiHeadAttention mha(MultiHeadAttentionOptions(4, 2));
+    CHECK(mha.forward(ones({1, 2, 4}), ones({1, 2, 4}), ones({1, 2, 4})).shape() == Shape{1, 2, 4});
+    CHECK(message_of([] { as_call("again", [] { throw Error("inner: bad"); }); }) == "again: inner: bad");
+}
