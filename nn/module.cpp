@@ -4,6 +4,7 @@
 #include <map>
 #include <ostream>
 
+#include "core/call_context.hpp"
 #include "core/ops.hpp"
 
 namespace xgrad::nn {
@@ -378,10 +379,13 @@ std::string to_string(const Module& m) {
 
 std::ostream& operator<<(std::ostream& os, const Module& module) { return os << to_string(module); }
 
-void save(const Module& module, const std::string& path) { save_npz(path, module.state_dict()); }
+// The file's errors (its own words name the path) start with the call made, save or load.
+void save(const Module& module, const std::string& path) {
+    as_call("save", [&] { save_npz(path, module.state_dict()); });
+}
 
 LoadResult load(Module& module, const std::string& path, bool strict) {
-    const NamedTensors state = load_npz(path);
+    const NamedTensors state = as_call("load", [&] { return load_npz(path); });
     try {
         return module.load_state_dict(state, strict);
     } catch (const Error& e) {

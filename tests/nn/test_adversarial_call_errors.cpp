@@ -231,6 +231,10 @@ TEST_CASE("composite ops name themselves, whatever the ops inside them refuse", 
         {"to", [] { full({2}, NAN).to(kInt64); }, {"nan", "int64"}},
         {"zeros_like", [&] { zeros_like(u); }, {"undefined"}},
         {"ones_like", [&] { ones_like(u); }, {"undefined"}},
+        // nn::save and nn::load go through the .npz writer and reader, whose words name the file
+        {"load", [] { Linear layer(2, 1); nn::load(layer, "/nonexistent_xgrad_dir/model.npz"); },
+         {"/nonexistent_xgrad_dir/model.npz"}},
+        {"save", [] { nn::save(Linear(2, 1), "/nonexistent_xgrad_dir/model.npz"); }, {"/nonexistent_xgrad_dir"}},
         // nn::init writes through a drawing op
         {"init.constant_", [] { init::constant_(zeros({2}, kInt64), NAN); }, {"nan", "int64"}},
         {"init.uniform_", [] { init::uniform_(zeros({2}, kBool)); }, {"floating", "bool"}},
