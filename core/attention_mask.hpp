@@ -12,8 +12,9 @@ namespace xgrad {
 
 class ResolvedMask;
 
-/// Scores at positions not attended are set to -1e6 before the softmax (d2l's value: a row
-/// with nothing to attend becomes uniform, never NaN), and receive no gradient.
+/// Positions not attended get weight exactly 0 and no gradient, whatever the kept scores; a
+/// row with nothing to attend is uniform, never NaN (d2l's -1e6 fill gives the same bits
+/// wherever it gave those positions 0: see masked_softmax in ops.hpp).
 ///
 ///   AttentionMask()                    every key (d2l's valid_lens = None).
 ///   AttentionMask::valid_lens(lens)    d2l: the first lens[b] keys (lens of shape (batch,)),

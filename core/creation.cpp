@@ -6,7 +6,9 @@
 #include <numeric>
 
 #include "core/fill_value.hpp"
+#include "core/call_context.hpp"
 #include "core/node.hpp"
+#include "core/ops_util.hpp"
 
 namespace xgrad {
 
@@ -93,8 +95,14 @@ Tensor ones(const IntList& shape, TensorOptions opts) { return filled("ones", sh
 
 Tensor full(const IntList& shape, double value, TensorOptions opts) { return filled("full", shape.shape("full"), value, opts); }
 
-Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype()); }
-Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.dtype()); }
+Tensor zeros_like(const Tensor& t) {
+    check_defined("zeros_like", t);
+    return as_call("zeros_like", [&] { return zeros(t.shape(), t.dtype()); });
+}
+Tensor ones_like(const Tensor& t) {
+    check_defined("ones_like", t);
+    return as_call("ones_like", [&] { return ones(t.shape(), t.dtype()); });
+}
 
 Tensor arange(double end, TensorOptions opts) { return arange(0.0, end, 1.0, opts); }
 
@@ -171,15 +179,18 @@ template <class L> void flatten(std::initializer_list<L> list, std::vector<doubl
                                 depth, list.size(), shape[depth]));
     for (const auto& item : list) flatten(item, out, shape, depth + 1);
 }
+// Built by from_vector, whose errors (a value int64 cannot hold) name tensor, the call made.
 template <class L> Tensor from_nested(std::initializer_list<L> list, TensorOptions opts) {
     std::vector<double> values;
     Shape shape;
     flatten(list, values, shape, 0);
-    return from_vector(values, shape, opts);
+    return as_call("tensor", [&] { return from_vector(values, shape, opts); });
 }
 }  // namespace
 
-Tensor tensor(double scalar, TensorOptions opts) { return from_vector({scalar}, {}, opts); }
+Tensor tensor(double scalar, TensorOptions opts) {
+    return as_call("tensor", [&] { return from_vector({scalar}, {}, opts); });
+}
 Tensor tensor(std::initializer_list<double> v, TensorOptions opts) { return from_nested(v, opts); }
 Tensor tensor(std::initializer_list<std::initializer_list<double>> v, TensorOptions opts) {
     return from_nested(v, opts);

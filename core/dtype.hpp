@@ -87,8 +87,18 @@ constexpr bool can_cast(Dtype from, Dtype to) {
     return !(from != Dtype::Bool && to == Dtype::Bool);
 }
 
-/// The Dtype of a C++ scalar type: dtype_of<float> == kFloat32.
-template <class T> constexpr Dtype dtype_of();
+/// Whether T is one of the C++ element types: float, double, std::int64_t, bool, bfloat16.
+template <class T>
+inline constexpr bool is_element_type_v = std::is_same_v<T, float> || std::is_same_v<T, double> ||
+                                          std::is_same_v<T, std::int64_t> || std::is_same_v<T, bool> ||
+                                          std::is_same_v<T, bfloat16>;
+
+/// The Dtype of a C++ element type: dtype_of<float> == kFloat32. Another T does not compile.
+template <class T> constexpr Dtype dtype_of() {
+    static_assert(is_element_type_v<T>, "dtype_of<T>: T must be float, double, std::int64_t, bool or bfloat16 "
+                                        "(the element types)");
+    return Dtype::Float32;
+}
 template <> constexpr Dtype dtype_of<float>() { return Dtype::Float32; }
 template <> constexpr Dtype dtype_of<double>() { return Dtype::Float64; }
 template <> constexpr Dtype dtype_of<std::int64_t>() { return Dtype::Int64; }

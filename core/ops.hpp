@@ -220,9 +220,13 @@ Tensor add_layer_norm(const Tensor& x, const Tensor& y, const IntList& normalize
 Tensor softmax(const Tensor& a, long axis);
 /// x - max - log Σ exp(x - max). Backward: gx = g − softmax ⊙ Σ g.
 Tensor log_softmax(const Tensor& a, long axis);
-/// d2l's masked_softmax: softmax over the last axis of X (batch, queries, keys) after setting
-/// the scores of keys the mask leaves out to -1e6 (see AttentionMask). A row with nothing to
-/// attend is uniform; masked positions get probability 0 (to within e^-1e6) and gradient 0.
+/// d2l's masked_softmax: softmax over the last axis of X (batch, queries, keys) of the keys
+/// the mask keeps (see AttentionMask). Masked keys get exactly 0 and gradient 0, and a row
+/// that keeps no key is uniform (1/keys each), whatever the scores: d2l's -1e6 fill, whose
+/// results these are bit for bit wherever it gave masked keys 0 (every kept maximum above
+/// -1e6 + 87 in float32, -1e6 + 745 in float64), without its weight on masked keys once every
+/// kept score is below it. A row whose kept scores are all -inf, or hold a NaN, is NaN, as
+/// softmax of those scores.
 /// One fused op (softmax(masked_fill(X, ...)) without the filled copy); saves its output.
 /// With AttentionMask() (every key) it is softmax(X, -1), of any rank.
 Tensor masked_softmax(const Tensor& X, const AttentionMask& mask);

@@ -101,10 +101,6 @@ struct PromotionState {
     Dtype result() const { return *combine_categories(dims, combine_categories(zero_dim, wrapped)); }
 };
 
-void check_defined(const char* op, const Tensor& a, const char* arg = "input") {
-    if (!a.defined()) throw Error(fmt::format("{}: {} is an undefined tensor", op, arg));
-}
-
 // A 0-d tensor holding s as dtype d (an int64 keeps all 64 bits).
 Tensor scalar_tensor(const Scalar& s, Dtype d) {
     return dispatch_all(d, [&](auto tag) {
@@ -531,6 +527,7 @@ Tensor rdiv(Scalar s, const Tensor& a) {
 }
 
 Tensor cast(const Tensor& a, Dtype d) {
+    check_defined("cast", a);
     if (a.dtype() == d) return a;
     if (a.dtype() == kBFloat16 || d == kBFloat16) return cast_bfloat16(a, d);
     const AllocContext context("cast", a.shape());

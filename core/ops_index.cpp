@@ -3,6 +3,7 @@
 // float inputs get gradients, which scatter-add back (repeated picks sum).
 #include <algorithm>
 
+#include "core/call_context.hpp"
 #include "core/creation.hpp"
 #include "core/fill_value.hpp"
 #include "core/grad_ops.hpp"
@@ -717,7 +718,7 @@ const Tensor& put_in_place(const char* op, const Tensor& self, const FlatOffsets
     Tensor v;
     {
         NoGradGuard no_grad;
-        v = fit_value(value, picked, self.dtype());
+        v = as_call(op, [&] { return fit_value(value, picked, self.dtype()); });  // errors name op, not its cast
         if (v.is_same(self)) v = v.clone();  // never read the storage being written
     }
     dispatch_all(self.dtype(), [&](auto tag) {
@@ -757,7 +758,7 @@ const Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, const 
     Tensor v;
     {
         NoGradGuard no_grad;
-        v = fit_value(value, plan.shape, dtype());
+        v = as_call(op, [&] { return fit_value(value, plan.shape, dtype()); });  // errors name op, not its cast
         if (v.is_same(*this)) v = v.clone();  // never read the storage being written
     }
     dispatch_all(dtype(), [&](auto tag) {

@@ -24,7 +24,7 @@ namespace {
 
 using Compute = std::function<Tensor(const Tensor& self, const std::vector<Tensor>& others)>;
 
-void check_defined(const char* op, const Tensor& t, const char* arg) {
+void check_in_place_defined(const char* op, const Tensor& t, const char* arg) {
     if (!t.defined())
         throw Error(fmt::format("{}: {} is an undefined tensor{}", op, arg,
                                 std::string_view(arg) == "the tensor written to"
@@ -53,9 +53,9 @@ void write_values(const char* op, const Tensor& t, const Tensor& r) {
 // shape that must be self's, of a dtype cast back to self's, checked by can_cast when `checked`).
 const Tensor& in_place(const char* op, const Tensor& self, std::vector<Tensor> others, bool checked,
                        const Compute& compute) {
-    check_defined(op, self, "the tensor written to");
+    check_in_place_defined(op, self, "the tensor written to");
     for (const Tensor& o : others) {
-        check_defined(op, o, "the operand");
+        check_in_place_defined(op, o, "the operand");
         if (!broadcastable_to(o.shape(), self.shape()))
             throw Error(fmt::format("{}: an operand of shape {} cannot be broadcast to the shape {} of the tensor written "
                                     "to (an in-place op keeps its shape)",

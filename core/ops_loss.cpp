@@ -329,6 +329,8 @@ Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tenso
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
     constexpr const char* op = "mse_loss";
+    check_defined(op, input, "input");
+    check_defined(op, target, "target");
     if (input.shape() != target.shape())
         throw Error(fmt::format("{}: input of shape {} and target of shape {} differ (expected equal shapes)", op,
                                 shape_str(input.shape()), shape_str(target.shape())));

@@ -8,6 +8,7 @@
 #include "core/runtime/blas.hpp"
 #include "core/autocast_product.hpp"
 #include "core/broadcast.hpp"
+#include "core/ops_util.hpp"
 #include "core/ops.hpp"
 #include "core/runtime/parallel.hpp"
 
@@ -365,9 +366,15 @@ Tensor product(const char* op, const char* grad_op, const Tensor& a, const Tenso
 
 }  // namespace
 
-Tensor matmul(const Tensor& a, const Tensor& b) { return product("matmul", "matmul_backward", a, b, plan_matmul("matmul", a.shape(), b.shape())); }
+Tensor matmul(const Tensor& a, const Tensor& b) {
+    check_defined("matmul", a, "a");
+    check_defined("matmul", b, "b");
+    return product("matmul", "matmul_backward", a, b, plan_matmul("matmul", a.shape(), b.shape()));
+}
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
+    check_defined("bmm", a, "a");
+    check_defined("bmm", b, "b");
     const Shape& sa = a.shape();
     const Shape& sb = b.shape();
     if (sa.size() != 3 || sb.size() != 3)
@@ -380,6 +387,8 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor matmul_t(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b, double alpha) {
+    check_defined("matmul_t", a, "a");
+    check_defined("matmul_t", b, "b");
     if (a.dim() < 2 || b.dim() < 2)
         throw Error(fmt::format("matmul_t: both operands need at least two axes, got shapes {} and {}",
                                 shape_str(a.shape()), shape_str(b.shape())));

@@ -7,6 +7,7 @@
 
 #include "core/arguments.hpp"
 #include "core/broadcast.hpp"
+#include "core/call_context.hpp"
 #include "core/creation.hpp"
 #include "core/grad_ops.hpp"
 #include "core/int_arith.hpp"
@@ -158,21 +159,30 @@ const char* extreme_name(bool largest, bool index) {
 
 }  // namespace
 
-Tensor sum(const Tensor& a) { return reduce_sum("sum", a, reduce_axes("sum", {}, a.shape()), false, false); }
+Tensor sum(const Tensor& a) {
+    check_defined("sum", a);
+    return reduce_sum("sum", a, reduce_axes("sum", {}, a.shape()), false, false);
+}
 
 Tensor sum(const Tensor& a, const IntList& axes, bool keepdims) {
+    check_defined("sum", a);
     return reduce_sum("sum", a, reduce_axes("sum", axes, a.shape()), keepdims, false);
 }
 
-Tensor mean(const Tensor& a) { return reduce_sum("mean", a, reduce_axes("mean", {}, a.shape()), false, true); }
+Tensor mean(const Tensor& a) {
+    check_defined("mean", a);
+    return reduce_sum("mean", a, reduce_axes("mean", {}, a.shape()), false, true);
+}
 
 Tensor mean(const Tensor& a, const IntList& axes, bool keepdims) {
+    check_defined("mean", a);
     return reduce_sum("mean", a, reduce_axes("mean", axes, a.shape()), keepdims, true);
 }
 
 namespace {
 
 template <bool Largest> ValuesIndices extreme(const char* op, const Tensor& a, long axis, bool keepdims) {
+    check_defined(op, a);
     const Shape& in = a.shape();
     const std::size_t ax = normalize_axis(op, axis, in);
     check_empty_reduction(op, EmptyReduction::refuse, in, {ax}, extreme_name(Largest, false));
@@ -223,6 +233,7 @@ std::pair<Tensor, std::size_t> misses(const Tensor& x, const Tensor& m) {
 
 // max or min of every element; ties share the gradient evenly (torch's amax/amin backward).
 template <bool Largest> Tensor extreme_all(const char* op, const Tensor& a) {
+    check_defined(op, a);
     std::vector<std::size_t> every(a.dim());
     std::iota(every.begin(), every.end(), std::size_t{0});
     if (a.numel() == 0) check_empty_reduction(op, EmptyReduction::refuse, a.shape(), every, extreme_name(Largest, false));
@@ -290,6 +301,7 @@ Tensor min(const Tensor& a) { return extreme_all<false>("min", a); }
 namespace {
 
 template <bool Largest> Tensor arg_extreme(const char* op, const Tensor& a, long axis, bool keepdims) {
+    check_defined(op, a);
     const Shape& in = a.shape();
     const std::size_t ax = normalize_axis(op, axis, in);
     check_empty_reduction(op, EmptyReduction::refuse, in, {ax}, extreme_name(Largest, true));
@@ -323,6 +335,7 @@ template <class T> xt::xarray<T> centred(const xt::xarray<T>& x, const std::vect
 
 Tensor moments(const char* op, const Tensor& a, const std::vector<long>& axes_in, double correction, bool keepdims,
                bool take_sqrt) {
+    check_defined(op, a);
     // A NaN or infinite correction would divide by NaN or 0 and give NaN or inf without a word.
     check_finite_argument(op, "correction", correction);
     const std::vector<std::size_t> axes = reduce_axes(op, axes_in, a.shape());
@@ -466,6 +479,7 @@ template <class V> void running_sum(V* p, const axis_split& s, bool reverse) {
 
 // cumsum (forward) and cumsum_backward (reverse): each is the other's gradient.
 Tensor running(const char* op, const Tensor& a, long axis, bool reverse) {
+    check_defined(op, a);
     // A 0-d tensor runs as one element along axis 0 (or -1), as torch.
     const Shape in = a.dim() == 0 ? Shape{1} : a.shape();
     const std::size_t ax = normalize_axis(op, axis, in);
@@ -634,6 +648,7 @@ xt::xarray<T> fold_abs(const xt::xarray<T>& x, const Shape& kept, T init, F f) {
 
 Tensor norm(const Tensor& a, double p_arg, const IntList& axes_in, bool keepdims) {
     constexpr const char* op = "norm";
+    check_defined(op, a);
     const double p = norm_order(op, p_arg);
     const std::vector<std::size_t> axes = reduce_axes(op, axes_in, a.shape());
     const auto shapes = reduced_shapes(a.shape(), axes, keepdims);

@@ -17,6 +17,9 @@ void check_bool(const char* op, const char* what, const Tensor& t) {
 }  // namespace
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+    check_defined("where", cond, "cond");
+    check_defined("where", a, "a");
+    check_defined("where", b, "b");
     check_bool("where", "cond", cond);
     check_same_dtype("where", a, b);
     // bfloat16 selects through float32: both conversions are exact, and cast carries the gradient.
@@ -42,6 +45,8 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 Tensor masked_fill(const Tensor& a, const Tensor& mask, double value) { return masked_fill("masked_fill", a, mask, value); }
 
 Tensor masked_fill(const char* op, const Tensor& a, const Tensor& mask, const Scalar& value) {
+    check_defined(op, a);
+    check_defined(op, mask, "mask");
     check_bool(op, "mask", mask);
     if (!broadcastable_to(mask.shape(), a.shape()))
         throw Error(fmt::format("{}: mask of shape {} cannot be broadcast to the input's shape {}", op,

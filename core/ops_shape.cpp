@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/broadcast.hpp"
+#include "core/call_context.hpp"
 #include "core/grad_ops.hpp"
 #include "core/int_arith.hpp"
 #include "core/ops.hpp"
@@ -401,14 +402,40 @@ Tensor stack(const std::vector<Tensor>& tensors, long axis) {
     }
     if (tensors[0].dtype() == kBFloat16) check_no_bfloat16_graph("stack", tensors);  // named as stack, not its parts
     // A new axis in [-rank-1, rank], as unsqueeze takes it; then one concat along it.
-    std::vector<Tensor> parts;
-    parts.reserve(tensors.size());
-    for (const Tensor& t : tensors) parts.push_back(unsqueeze(t, axis));
     const long rank = static_cast<long>(tensors[0].dim()) + 1;
-    return concat(parts, axis < 0 ? axis + rank : axis);
+    if (axis < -rank || axis >= rank)
+        throw Error(fmt::format("stack: axis {} is out of range for stacking tensors of shape {} (the result has rank "
+                                "{}: axis must be in [{}, {}])",
+                                axis, shape_str(tensors[0].shape()), rank, -rank, rank - 1));
+    return as_call("stack", [&] {
+        std::vector<Tensor> parts;
+        parts.reserve(tensors.size());
+        for (const Tensor& t : tensors) parts.push_back(unsqueeze(t, axis));
+        return concat(parts, axis < 0 ? axis + rank : axis);
+    });
 }
 
+namespace {
+
+// split's bodies, without its as_call: chunk runs them as its own.
+std::vector<Tensor> split_sizes(const Tensor& a, const std::vector<long>& sizes, long axis);
+std::vector<Tensor> split_even(const Tensor& a, long split_size, long axis);
+
+}  // namespace
+
 std::vector<Tensor> split(const Tensor& a, const IntList& sizes, long axis) {
+    check_defined("split", a);
+    return as_call("split", [&] { return split_sizes(a, sizes, axis); });
+}
+
+std::vector<Tensor> split(const Tensor& a, long split_size, long axis) {
+    check_defined("split", a);
+    return as_call("split", [&] { return split_even(a, split_size, axis); });
+}
+
+namespace {
+
+std::vector<Tensor> split_sizes(const Tensor& a, const std::vector<long>& sizes, long axis) {
     if (a.dtype() == kBFloat16) check_no_bfloat16_graph("split", {a});
     const std::size_t ax = normalize_axis("split", axis, a.shape());
     const long n = static_cast<long>(a.shape()[ax]);
@@ -429,7 +456,7 @@ std::vector<Tensor> split(const Tensor& a, const IntList& sizes, long axis) {
     return out;
 }
 
-std::vector<Tensor> split(const Tensor& a, long split_size, long axis) {
+std::vector<Tensor> split_even(const Tensor& a, long split_size, long axis) {
     const std::size_t ax = normalize_axis("split", axis, a.shape());
     const long n = static_cast<long>(a.shape()[ax]);
     if (split_size <= 0 && n > 0)
@@ -441,17 +468,20 @@ std::vector<Tensor> split(const Tensor& a, long split_size, long axis) {
         start += sizes.back();
     }
     if (sizes.empty()) sizes.push_back(0);  // an empty axis splits into one empty piece, as torch
-    return split(a, sizes, axis);
+    return split_sizes(a, sizes, axis);
 }
 
+}  // namespace
+
 std::vector<Tensor> chunk(const Tensor& a, long chunks, long axis) {
+    check_defined("chunk", a);
     if (chunks <= 0) throw Error(fmt::format("chunk: chunks must be positive, got {}", chunks));
     if (a.dtype() == kBFloat16) check_no_bfloat16_graph("chunk", {a});
     const std::size_t ax = normalize_axis("chunk", axis, a.shape());
     const long n = static_cast<long>(a.shape()[ax]);
     // ceil(n / chunks), without n + chunks - 1 (which overflows for a huge count): torch.chunk may give fewer pieces
     const long size = n / chunks + (n % chunks != 0 ? 1 : 0);
-    return split(a, std::max(size, 1L), axis);
+    return as_call("chunk", [&] { return split_even(a, std::max(size, 1L), axis); });
 }
 
 namespace {

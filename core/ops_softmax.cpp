@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/call_context.hpp"
 #include "core/creation.hpp"
 #include "core/grad_ops.hpp"
 #include "core/ops.hpp"
@@ -161,7 +162,9 @@ Tensor log_softmax_backward(const Tensor& g, const Tensor& y, long axis) {
 }
 
 Tensor masked_softmax(const Tensor& X, const AttentionMask& mask) {
-    if (mask.kind() == AttentionMask::Kind::all) return softmax(X, -1);
+    check_defined("masked_softmax", X, "X");
+    // Without a mask it is the softmax, whose errors name masked_softmax, the call made.
+    if (mask.kind() == AttentionMask::Kind::all) return as_call("masked_softmax", [&] { return softmax(X, -1); });
     if (X.dim() != 3)
         throw Error(fmt::format("masked_softmax: X must be 3-D (batch, queries, keys) when masked, got shape {}",
                                 shape_str(X.shape())));
@@ -169,12 +172,13 @@ Tensor masked_softmax(const Tensor& X, const AttentionMask& mask) {
 }
 
 Tensor masked_softmax(const Tensor& X, const Tensor& valid_lens) {
-    return masked_softmax(X, AttentionMask::valid_lens(valid_lens));
+    return as_call("masked_softmax", [&] { return masked_softmax(X, AttentionMask::valid_lens(valid_lens)); });
 }
 
 Tensor masked_softmax(const Tensor& X, const ResolvedMask& mask) {
     // softmax(masked_fill(X, not kept, -1e6), -1) as one op: no mask tensor for lengths and
     // causal, no filled copy for any mask. Values and gradients are those of the composition.
+    check_defined("masked_softmax", X, "X");
     if (X.dim() != 3)
         throw Error(fmt::format("masked_softmax: X must be 3-D (batch, queries, keys), got shape {}",
                                 shape_str(X.shape())));

@@ -24,6 +24,12 @@ const Tensor& write_in_place(const char* op, const Tensor& self, const Tensor& v
 /// the user made (masked_fill, masked_fill_) for its errors; the value is checked by check_fill_value.
 Tensor masked_fill(const char* op, const Tensor& a, const Tensor& mask, const Scalar& value);
 
+/// Throws "op: arg is an undefined tensor" for a default-constructed argument: the entry check
+/// of an op, so that the error names the op, not the tensor it read first.
+inline void check_defined(const char* op, const Tensor& a, const char* arg = "input") {
+    if (!a.defined()) throw Error(fmt::format("{}: {} is an undefined tensor", op, arg));
+}
+
 /// cast (Tensor::to) to or from bfloat16, differentiable between the floating types: the
 /// gradient goes back converted to the source dtype (bfloat16 gradients round to nearest even).
 Tensor cast_bfloat16(const Tensor& a, Dtype d);

@@ -2,9 +2,12 @@
 /// The row-softmax kernel every softmax in xgrad runs on: softmax and log_softmax along any
 /// axis, the masked softmax, the head-attention weights and cross-entropy. Internal to core.
 ///
-/// A row of n scores x gives y = softmax(x) with the keys a mask leaves out scored as
-/// kMaskedScore (-1e6, d2l's fill) rather than removed, so an all-masked row is uniform, as in
-/// d2l. float rows use the vectorised exp of runtime/vec_math.hpp, double rows std::exp.
+/// A row of n scores x gives y = softmax(x) over the keys the mask keeps, with masked keys
+/// exactly 0 whatever the kept scores are (d2l fills them with -1e6, which gives them weight
+/// once every kept score is below about -1e6 - 87); a row that keeps no key is uniform, 1/n
+/// each, as d2l's all -1e6 row. Where d2l's fill already gave the masked keys 0 (the kept
+/// maximum above -1e6 + 87 in float, + 745 in double: every ordinary row) the bits are d2l's.
+/// float rows use the vectorised exp of runtime/vec_math.hpp, double rows std::exp.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -14,8 +17,6 @@
 #include "core/runtime/vec_math.hpp"
 
 namespace xgrad::kernel {
-
-constexpr double kMaskedScore = -1e6;
 
 /// max of x[0..n), n ≥ 1. With a NaN in x the result may or may not be NaN; either way the
 /// exps below give NaN for that key and so a NaN sum, so every softmax row with a NaN among its
@@ -41,37 +42,29 @@ template <class T> T exp_shifted_sum(const T* x, T m, T* y, std::size_t n) {
     }
 }
 
-/// std::exp(t), but t far below the smallest subnormal gives 0 without calling it: libm takes a
-/// slow path (errno, the underflow flag) for each underflow, and a masked key's fill minus the
-/// row's max underflows in every padded row. The same value as std::exp for every t, NaN too.
-template <class T> T exp_or_zero(T t) {
-    constexpr T floor = std::is_same_v<T, float> ? T(-110) : T(-750);  // e^floor rounds to 0
-    return t < floor ? T(0) : std::exp(t);
+// A prefix row's shift: the largest of its L kept scores (unused when it keeps none).
+template <class T> T prefix_shift(const T* x, std::size_t L) { return L > 0 ? row_max(x, L) : T(0); }
+
+// A row that keeps no key: uniform, as d2l's row of fills.
+template <class T> void uniform_row(T* y, std::size_t n) {
+    const T u = T(1) / static_cast<T>(n);
+    for (std::size_t j = 0; j < n; ++j) y[j] = u;
 }
 
-// A prefix row's shift: its largest kept score, or the fill when keys are masked and larger.
-template <class T> T prefix_shift(const T* x, std::size_t n, std::size_t L) {
-    T m = L < n ? static_cast<T>(kMaskedScore) : -std::numeric_limits<T>::infinity();
-    if (L > 0) m = std::max(m, row_max(x, L));
-    return m;
-}
-
-// A prefix row once y[0..L) holds its kept exps, summing to z: the masked keys' share of the
-// sum, then the division.
-template <class T> void finish_prefix_row(T* y, std::size_t n, std::size_t L, T m, T z) {
-    const T e_masked = L < n ? exp_or_zero(static_cast<T>(kMaskedScore) - m) : T(0);
-    z += e_masked * static_cast<T>(n - L);
+// A prefix row once y[0..L) holds its kept exps, summing to z: the division, and 0 for the
+// masked keys (0·(1/z): NaN when a NaN among the kept scores made z NaN, as the whole row is).
+template <class T> void finish_prefix_row(T* y, std::size_t n, std::size_t L, T z) {
+    if (L == 0) return uniform_row(y, n);
     const T inv = T(1) / z;
     for (std::size_t j = 0; j < L; ++j) y[j] *= inv;
-    for (std::size_t j = L; j < n; ++j) y[j] = e_masked * inv;
+    for (std::size_t j = L; j < n; ++j) y[j] = T(0) * inv;
 }
 
-/// y = softmax of the n scores x with keys j ≥ L scored kMaskedScore (L = n: unmasked). The
-/// masked keys take part in the max and the sum as the fill would, one exp for all of them.
-/// y may be x.
+/// y = softmax of the n scores x over keys j < L, masked keys 0 (L = 0: uniform; L = n:
+/// unmasked). y may be x.
 template <class T> void softmax_prefix(const T* x, T* y, std::size_t n, std::size_t L) {
-    const T m = prefix_shift(x, n, L);
-    finish_prefix_row(y, n, L, m, exp_shifted_sum(x, m, y, L));
+    const T m = prefix_shift(x, L);
+    finish_prefix_row(y, n, L, exp_shifted_sum(x, m, y, L));
 }
 
 /// softmax_prefix of `rows` consecutive rows of n, row i keeping L[i] keys; the same bits as
@@ -84,9 +77,9 @@ template <class T> void softmax_prefix_rows(const T* x, T* y, std::size_t n, con
         float m[kGroup], z[kGroup];
         for (std::size_t r0 = 0; r0 < rows; r0 += kGroup) {
             const std::size_t g = std::min(kGroup, rows - r0);
-            for (std::size_t i = 0; i < g; ++i) m[i] = prefix_shift(x + (r0 + i) * n, n, L[r0 + i]);
+            for (std::size_t i = 0; i < g; ++i) m[i] = prefix_shift(x + (r0 + i) * n, L[r0 + i]);
             vec::exp_shifted_rows(x + r0 * n, n, m, L + r0, y + r0 * n, z, g);
-            for (std::size_t i = 0; i < g; ++i) finish_prefix_row(y + (r0 + i) * n, n, L[r0 + i], m[i], z[i]);
+            for (std::size_t i = 0; i < g; ++i) finish_prefix_row(y + (r0 + i) * n, n, L[r0 + i], z[i]);
         }
     } else {
         for (std::size_t i = 0; i < rows; ++i) softmax_prefix(x + i * n, y + i * n, n, L[i]);
@@ -124,9 +117,16 @@ public:
         const std::size_t n = m_mask.keys();
         if (n == 0) return;  // no keys: nothing to write, and no prefix table to read
         if (!m_by_mask) return softmax_prefix(x, y, n, m_mask.prefix()[r]);
+        // Masked keys scored -inf: their exps are exactly 0 and they never raise the max, so
+        // the row runs the unmasked kernel, lanes and sums as with d2l's fill.
         const bool* keep = keep_row(r);
-        const T fill = static_cast<T>(kMaskedScore);
-        for (std::size_t j = 0; j < n; ++j) y[j] = keep[j] ? x[j] : fill;
+        const T fill = -std::numeric_limits<T>::infinity();
+        bool any = false;
+        for (std::size_t j = 0; j < n; ++j) {
+            y[j] = keep[j] ? x[j] : fill;
+            any |= keep[j];
+        }
+        if (!any) return uniform_row(y, n);
         softmax_prefix(y, y, n, n);
     }
     /// forward() of rows r, r + 1, ... r + count − 1, stored one after another (n apart).

@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include "core/autograd.hpp"
+#include "core/call_context.hpp"
 #include "core/creation.hpp"
 #include "core/node.hpp"
 #include "core/ops.hpp"
@@ -334,9 +335,13 @@ Tensor Tensor::detach() const {
     return make_leaf(node().data);
 }
 
-Tensor Tensor::to(Dtype d) const { return cast(*this, d); }
+Tensor Tensor::to(Dtype d) const {
+    check_defined("to", *this, "the tensor");
+    return as_call("to", [&] { return cast(*this, d); });  // a refused conversion names to, the call made
+}
 
-template <class T> T Tensor::item() const {
+template <class T> T Tensor::item_as() const {
+    check_defined("item", *this, "the tensor");
     if (numel() != 1)
         throw Error(fmt::format("item: only a one-element tensor has an item, got shape {}",
                                 shape_str(shape())));
@@ -348,7 +353,8 @@ template <class T> T Tensor::item() const {
         node().data);
 }
 
-template <class T> std::vector<T> Tensor::to_vector() const {
+template <class T> std::vector<T> Tensor::to_vector_as() const {
+    check_defined("to_vector", *this, "the tensor");
     return std::visit(
         [](const auto& a) {
             check_convertible<T>("to_vector", a.data(), a.size());
@@ -360,15 +366,28 @@ template <class T> std::vector<T> Tensor::to_vector() const {
         node().data);
 }
 
-template <class T> T* Tensor::data_ptr() {
-    T* p = array<T>(*this).data();
+namespace {
+
+// The values behind a typed storage accessor, T the tensor's own element type: an error names
+// the accessor the user called, not the helper.
+template <class T> xt::xarray<T>& own_array(const Tensor& t, const char* accessor) {
+    if (!t.defined()) throw Error(fmt::format("{}: the tensor is undefined (default-constructed)", accessor));
+    if (t.dtype() != dtype_of<T>())
+        throw Error(fmt::format("{}: the tensor holds {}, asked for {} (T must be the tensor's own element type)",
+                                accessor, dtype_name(t.dtype()), dtype_name(dtype_of<T>())));
+    return array<T>(t);
+}
+
+}  // namespace
+
+template <class T> T* Tensor::data_ptr_as() {
+    T* p = own_array<T>(*this, "data_ptr").data();
     Node& n = node();
     ++n.version;
     n.last_write = "data_ptr()";
     return p;
 }
-template <class T> const T* Tensor::const_data_ptr() const { return array<T>(*this).data(); }
-template <class T> const T* Tensor::data_ptr() const { return array<T>(*this).data(); }
+template <class T> const T* Tensor::const_data_ptr_as() const { return own_array<T>(*this, "const_data_ptr").data(); }
 
 namespace {
 
@@ -392,17 +411,17 @@ template <class T> xt::xarray<T>* grad_array(Node& n, const char* op, bool write
 
 }  // namespace
 
-template <class T> T* Tensor::grad_ptr() {
+template <class T> T* Tensor::grad_ptr_as() {
     auto* g = grad_array<T>(node(), "grad_ptr", true);
     return g ? g->data() : nullptr;
 }
 
-template <class T> const T* Tensor::grad_ptr() const {
+template <class T> const T* Tensor::grad_ptr_as() const {
     const auto* g = grad_array<T>(node(), "grad_ptr", false);
     return g ? g->data() : nullptr;
 }
 
-template <class T> T* Tensor::mutable_grad_ptr() {
+template <class T> T* Tensor::mutable_grad_ptr_as() {
     Node& n = node();
     if (!grad_array<T>(n, "mutable_grad_ptr", false)) {
         Tensor zeros = make_leaf(Storage(xt::xarray<T>(xt::zeros<T>(n.shape))));
@@ -429,24 +448,23 @@ void Tensor::set_data(const Tensor& values) const {
 
 std::uint64_t Tensor::version() const { return node().version; }
 
-template <class T> T* Tensor::mutable_data_ptr() const {
-    T* p = array<T>(*this).data();
+template <class T> T* Tensor::mutable_data_ptr_as() const {
+    T* p = own_array<T>(*this, "mutable_data_ptr").data();
     Node& n = node();
     ++n.version;
     n.last_write = "mutable_data_ptr()";
     return p;
 }
 
-#define XGRAD_INSTANTIATE(T)                               \
-    template T* Tensor::grad_ptr<T>();                     \
-    template const T* Tensor::grad_ptr<T>() const;         \
-    template T* Tensor::mutable_grad_ptr<T>();             \
-    template T* Tensor::mutable_data_ptr<T>() const;       \
-    template T Tensor::item<T>() const;                    \
-    template std::vector<T> Tensor::to_vector<T>() const;  \
-    template T* Tensor::data_ptr<T>();                     \
-    template const T* Tensor::data_ptr<T>() const;         \
-    template const T* Tensor::const_data_ptr<T>() const;
+#define XGRAD_INSTANTIATE(T)                                 \
+    template T* Tensor::grad_ptr_as<T>();                    \
+    template const T* Tensor::grad_ptr_as<T>() const;        \
+    template T* Tensor::mutable_grad_ptr_as<T>();            \
+    template T* Tensor::mutable_data_ptr_as<T>() const;      \
+    template T Tensor::item_as<T>() const;                   \
+    template std::vector<T> Tensor::to_vector_as<T>() const; \
+    template T* Tensor::data_ptr_as<T>();                    \
+    template const T* Tensor::const_data_ptr_as<T>() const;
 XGRAD_INSTANTIATE(float)
 XGRAD_INSTANTIATE(double)
 XGRAD_INSTANTIATE(std::int64_t)
@@ -1060,6 +1078,7 @@ const Tensor& record_in_place(const char* op, const Tensor& self, std::vector<Te
 // --- method forms -------------------------------------------------------------------------
 
 Tensor Tensor::clone() const {
+    check_defined("clone", *this, "the tensor");
     const AllocContext context("clone", shape());
     // A float copy is differentiable (identity gradient); other dtypes are a plain copy.
     if (!is_floating(dtype())) return make_leaf(node().data);

@@ -26,6 +26,12 @@
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 
+// The compile error of a typed accessor (item<T>, data_ptr<T>...) given a T that is no element
+// type: it names the accessor and the types there are (undefined at the end of this header).
+#define XGRAD_ELEMENT_TYPES_MESSAGE(accessor)                                                                  \
+    "Tensor::" accessor "<T>: T must be float, double, std::int64_t, bool or bfloat16 (the element types: "    \
+    "use one of those, and convert the values read)"
+
 namespace xgrad {
 
 struct Node;
@@ -108,10 +114,21 @@ public:
     /// The gradient's storage, row-major, for code that updates or communicates it in place
     /// (optimisers, gradient all-reduce): null when there is no gradient. T must be the
     /// tensor's own type (checked). The non-const form counts as a write to the gradient.
-    template <class T> T* grad_ptr();
-    template <class T> const T* grad_ptr() const;
+    /// T is an element type (float, double, std::int64_t, bool, bfloat16; another T does not
+    /// compile), as for every typed accessor below.
+    template <class T> T* grad_ptr() {
+        static_assert(is_element_type_v<T>, XGRAD_ELEMENT_TYPES_MESSAGE("grad_ptr"));
+        return grad_ptr_as<T>();
+    }
+    template <class T> const T* grad_ptr() const {
+        static_assert(is_element_type_v<T>, XGRAD_ELEMENT_TYPES_MESSAGE("grad_ptr"));
+        return grad_ptr_as<T>();
+    }
     /// The same, first making a zero gradient when there is none.
-    template <class T> T* mutable_grad_ptr();
+    template <class T> T* mutable_grad_ptr() {
+        static_assert(is_element_type_v<T>, XGRAD_ELEMENT_TYPES_MESSAGE("mutable_grad_ptr"));
+        return mutable_grad_ptr_as<T>();
+    }
     /// Reverse-mode sweep from this tensor, as torch's Tensor.backward. A scalar needs no
     /// `gradient`; a non-scalar needs one of its own shape. Gradients add into the .grad() of
     /// the leaves that require grad (and of non-leaves that retain_grad()).
@@ -150,19 +167,39 @@ public:
     std::string op_name() const;
 
     // --- values ---------------------------------------------------------------------
-    /// The single value of a one-element tensor, converted to T.
-    template <class T> T item() const;
-    /// All values in row-major order, converted to T.
-    template <class T> std::vector<T> to_vector() const;
+    /// The single value of a one-element tensor, converted to T: float, double, std::int64_t,
+    /// bool or bfloat16 (the element types; another T does not compile: read one of these and
+    /// convert it, static_cast<int>(t.item<std::int64_t>())).
+    template <class T> T item() const {
+        static_assert(is_element_type_v<T>, XGRAD_ELEMENT_TYPES_MESSAGE("item"));
+        return item_as<T>();
+    }
+    /// All values in row-major order, converted to T (the same T as item).
+    template <class T> std::vector<T> to_vector() const {
+        static_assert(is_element_type_v<T>, XGRAD_ELEMENT_TYPES_MESSAGE("to_vector"));
+        return to_vector_as<T>();
+    }
     /// Row-major contiguous storage, T the tensor's own type (checked). As LibTorch's accessors:
     ///  - data_ptr() on a non-const tensor hands out write access, so it counts as an in-place
     ///    write (bumps version(), see there) even if the caller only reads;
     ///  - const_data_ptr() (and data_ptr() on a const tensor) is for reading, and counts nothing;
     ///  - mutable_data_ptr() writes, also through a const handle (optimisers, communication).
-    template <class T> T* data_ptr();
-    template <class T> const T* data_ptr() const;
-    template <class T> const T* const_data_ptr() const;
-    template <class T> T* mutable_data_ptr() const;
+    template <class T> T* data_ptr() {
+        static_assert(is_element_type_v<T>, XGRAD_ELEMENT_TYPES_MESSAGE("data_ptr"));
+        return data_ptr_as<T>();
+    }
+    template <class T> const T* data_ptr() const {
+        static_assert(is_element_type_v<T>, XGRAD_ELEMENT_TYPES_MESSAGE("data_ptr"));
+        return const_data_ptr_as<T>();
+    }
+    template <class T> const T* const_data_ptr() const {
+        static_assert(is_element_type_v<T>, XGRAD_ELEMENT_TYPES_MESSAGE("const_data_ptr"));
+        return const_data_ptr_as<T>();
+    }
+    template <class T> T* mutable_data_ptr() const {
+        static_assert(is_element_type_v<T>, XGRAD_ELEMENT_TYPES_MESSAGE("mutable_data_ptr"));
+        return mutable_data_ptr_as<T>();
+    }
     /// How many in-place writes this tensor's storage has had (torch's _version): set_data,
     /// data_ptr and mutable_data_ptr bump it. Before a backward runs, every op on the way checks
     /// the tensors its backward reads (saved inputs, its own output) still have the versions
@@ -305,6 +342,15 @@ public:
 
 private:
     friend class IndexedTensor;
+    // The typed accessors' bodies, instantiated for the element types only (tensor.cpp).
+    template <class T> T item_as() const;
+    template <class T> std::vector<T> to_vector_as() const;
+    template <class T> T* grad_ptr_as();
+    template <class T> const T* grad_ptr_as() const;
+    template <class T> T* mutable_grad_ptr_as();
+    template <class T> T* data_ptr_as();
+    template <class T> const T* const_data_ptr_as() const;
+    template <class T> T* mutable_data_ptr_as() const;
     Tensor select_index(long i) const;                                   // t[i]'s values
     Tensor index_values(const std::vector<TensorIndex>& indices) const;  // index()'s values
     std::uint64_t add_hook(std::function<Tensor(const Tensor&)> hook);
@@ -694,3 +740,5 @@ struct fmt::formatter<xgrad::Tensor> : fmt::formatter<std::string> {
 
 template <>
 struct fmt::formatter<xgrad::IndexedTensor> : fmt::formatter<xgrad::Tensor> {};
+
+#undef XGRAD_ELEMENT_TYPES_MESSAGE

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/call_context.hpp"
 #include "core/ops.hpp"
 
 namespace xgrad::nn {
@@ -45,30 +46,32 @@ void Sequential::check_chainable() const {
 }
 
 Tensor Sequential::forward(const Tensor& x) {
-    // A Sequential inside is entered here rather than called, each checked as it is entered
-    // (as its own forward would be), so nesting depth costs heap, not call stack.
-    struct Frame {
-        const Sequential* s;
-        std::size_t next;
-    };
-    check_chainable();
-    std::vector<Frame> stack{{this, 0}};
-    Tensor y = x;
-    while (!stack.empty()) {
-        Frame& f = stack.back();
-        if (f.next == f.s->m_items.size()) {
-            stack.pop_back();
-            continue;
+    return as_call("Sequential", [&]() -> Tensor {
+        // A Sequential inside is entered here rather than called, each checked as it is entered
+        // (as its own forward would be), so nesting depth costs heap, not call stack.
+        struct Frame {
+            const Sequential* s;
+            std::size_t next;
+        };
+        check_chainable();
+        std::vector<Frame> stack{{this, 0}};
+        Tensor y = x;
+        while (!stack.empty()) {
+            Frame& f = stack.back();
+            if (f.next == f.s->m_items.size()) {
+                stack.pop_back();
+                continue;
+            }
+            const std::size_t i = f.next++;
+            if (Sequential* inner = f.s->m_nested[i]) {
+                inner->check_chainable();
+                stack.push_back({inner, 0});
+            } else {
+                y = f.s->m_chains[i](y);
+            }
         }
-        const std::size_t i = f.next++;
-        if (Sequential* inner = f.s->m_nested[i]) {
-            inner->check_chainable();
-            stack.push_back({inner, 0});
-        } else {
-            y = f.s->m_chains[i](y);
-        }
-    }
-    return y;
+        return y;
+    });
 }
 
 const std::shared_ptr<Module>& Sequential::item(long i) const { return pick("Sequential", m_items, i); }

@@ -3,22 +3,31 @@
 #include <cmath>
 #include <utility>
 
+#include "core/call_context.hpp"
 #include "core/ops.hpp"
 
 namespace xgrad::nn {
 
-DotProductAttention::DotProductAttention(double dropout)
-    : Module("DotProductAttention"),
-      m_dropout(register_module("dropout", std::make_shared<Dropout>(dropout))) {}
+DotProductAttention::DotProductAttention(double dropout) try
+    : Module(detail::enter_constructor("DotProductAttention")),  // a refused p names this module
+      m_dropout(register_module("dropout", std::make_shared<Dropout>(dropout))) {
+    detail::leave_call();
+} catch (...) {
+    detail::leave_constructor("DotProductAttention");
+}
 
 Tensor DotProductAttention::forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
                                     const Tensor& valid_lens) {
-    return forward(queries, keys, values, AttentionMask::valid_lens(valid_lens));
+    return as_call("DotProductAttention", [&]() -> Tensor {
+        return forward(queries, keys, values, AttentionMask::valid_lens(valid_lens));
+    });
 }
 
 Tensor DotProductAttention::forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
                                     const AttentionMask& mask) {
-    return forward_heads(queries, keys, values, 1, mask);
+    return as_call("DotProductAttention", [&]() -> Tensor {
+        return forward_heads(queries, keys, values, 1, mask);
+    });
 }
 
 Tensor DotProductAttention::forward_heads(const Tensor& queries, const Tensor& keys, const Tensor& values,

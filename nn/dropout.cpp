@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/call_context.hpp"
 #include "core/creation.hpp"
 #include "core/ops.hpp"
 
@@ -19,11 +20,13 @@ Dropout::Dropout(double p) : Module("Dropout"), m_p(checked_p(p)), m_gen(nullptr
 Dropout::Dropout(double p, Generator& gen) : Module("Dropout"), m_p(checked_p(p)), m_gen(&gen) {}
 
 Tensor Dropout::forward(const Tensor& x) {
-    if (!is_training() || m_p == 0.0) return x;
-    // keep where u >= p, so that P(keep) = 1 - p; the scaled mask is a constant of the graph.
-    Generator& gen = m_gen ? *m_gen : default_generator();
-    const Tensor keep = ge(rand(x.shape(), x.dtype(), gen), full({}, m_p, x.dtype()));
-    return x * (cast(keep, x.dtype()) * (1.0 / (1.0 - m_p)));
+    return as_call("Dropout", [&]() -> Tensor {
+        if (!is_training() || m_p == 0.0) return x;
+        // keep where u >= p, so that P(keep) = 1 - p; the scaled mask is a constant of the graph.
+        Generator& gen = m_gen ? *m_gen : default_generator();
+        const Tensor keep = ge(rand(x.shape(), x.dtype(), gen), full({}, m_p, x.dtype()));
+        return x * (cast(keep, x.dtype()) * (1.0 / (1.0 - m_p)));
+    });
 }
 
 std::string Dropout::extra_repr() const { return fmt::format("p={}, inplace=False", python_float(m_p)); }

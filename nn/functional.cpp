@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/call_context.hpp"
 #include "core/creation.hpp"
 
 namespace xgrad::nn {
@@ -56,6 +57,7 @@ void check_input_dtype(const char* who, const char* arg, const Tensor& t, Dtype 
 }
 
 Tensor sequence_mask(const Tensor& X, const Tensor& valid_len, double value) {
+    if (!X.defined()) throw Error("sequence_mask: X is an undefined tensor");
     if (X.dim() < 2)
         throw Error(fmt::format("sequence_mask: X must have at least 2 axes (n, maxlen, ...), got shape {}",
                                 shape_str(X.shape())));
@@ -72,7 +74,8 @@ Tensor sequence_mask(const Tensor& X, const Tensor& valid_len, double value) {
     Shape mask_shape(X.dim(), 1);
     mask_shape[0] = n;
     mask_shape[1] = maxlen;
-    return masked_fill(X, from_vector(drop, mask_shape, kBool), value);
+    // the fill value refused for X's dtype names sequence_mask, the call made
+    return as_call("sequence_mask", [&] { return masked_fill(X, from_vector(drop, mask_shape, kBool), value); });
 }
 
 }  // namespace xgrad::nn

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/arguments.hpp"
+#include "core/call_context.hpp"
 #include "core/creation.hpp"
 #include "core/fill_value.hpp"
 #include "core/ops.hpp"
@@ -25,11 +26,17 @@ void check_finite(const char* who, const char* what, double v) {
     check_finite_argument(fmt::format("init.{}", who).c_str(), what, v);
 }
 
-// The one write path: values of the tensor's own shape and dtype, set under no-grad.
-Tensor write(const Tensor& tensor, const Tensor& values) {
-    NoGradGuard no_grad;
-    tensor.set_data(values.dtype() == tensor.dtype() ? values : cast(values, tensor.dtype()));
-    return tensor;
+// The one write path: the values make_values() draws, of the tensor's own shape and dtype, set
+// under no-grad. What the draw refuses (memory, a fill value the dtype cannot hold) names the
+// init function the user called, "init.uniform_: ...", not the uniform inside it.
+template <class Make> Tensor write(const char* who, const Tensor& tensor, Make&& make_values) {
+    const std::string call = fmt::format("init.{}", who);
+    return as_call(call.c_str(), [&] {
+        NoGradGuard no_grad;
+        const Tensor values = make_values();
+        tensor.set_data(values.dtype() == tensor.dtype() ? values : cast(values, tensor.dtype()));
+        return tensor;
+    });
 }
 
 Tensor uniform_impl(const char* who, const Tensor& t, double a, double b, Generator& gen) {
@@ -37,7 +44,7 @@ Tensor uniform_impl(const char* who, const Tensor& t, double a, double b, Genera
     check_finite(who, "a", a);
     check_finite(who, "b", b);
     if (!(a <= b)) throw Error(fmt::format("init.{}: needs a <= b, got a = {} and b = {}", who, a, b));
-    return write(t, uniform(t.shape(), a, b, t.dtype(), gen));
+    return write(who, t, [&] { return uniform(t.shape(), a, b, t.dtype(), gen); });
 }
 
 Tensor normal_impl(const char* who, const Tensor& t, double mean, double std, Generator& gen) {
@@ -45,7 +52,7 @@ Tensor normal_impl(const char* who, const Tensor& t, double mean, double std, Ge
     check_finite(who, "mean", mean);
     check_finite(who, "std", std);
     if (std < 0) throw Error(fmt::format("init.{}: std must be non-negative, got {}", who, std));
-    return write(t, randn(t.shape(), t.dtype(), gen) * std + mean);
+    return write(who, t, [&] { return randn(t.shape(), t.dtype(), gen) * std + mean; });
 }
 
 std::size_t fan(const Tensor& t, Mode mode) {
@@ -103,7 +110,7 @@ Tensor normal_(const Tensor& tensor, double mean, double std, Generator& gen) {
 Tensor constant_(const Tensor& tensor, double value) {
     check_defined("constant_", tensor);
     check_fill_value("init.constant_", "value", value, tensor.dtype());
-    return write(tensor, full(tensor.shape(), value, tensor.dtype()));
+    return write("constant_", tensor, [&] { return full(tensor.shape(), value, tensor.dtype()); });
 }
 
 Tensor zeros_(const Tensor& tensor) { return constant_(tensor, 0.0); }

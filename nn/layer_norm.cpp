@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/call_context.hpp"
 #include "core/creation.hpp"
 #include "core/ops.hpp"
 #include "nn/functional.hpp"
@@ -19,10 +20,11 @@ LayerNorm::LayerNorm(const IntList& normalized_shape, double eps, BoolArg elemen
     // An infinite eps would scale every output to 0 without a word.
     if (!(eps > 0) || !std::isfinite(eps))
         throw Error(fmt::format("LayerNorm: eps must be positive and finite, got {}", eps));
-    if (m_affine) {
+    // Running out of memory for the parameters names LayerNorm, not the ones and zeros that make them.
+    if (m_affine) as_call("LayerNorm", [&] {
         register_parameter("weight", ones(m_shape));
         register_parameter("bias", zeros(m_shape));
-    }
+    });
 }
 
 void LayerNorm::check_input(const char* arg, const Tensor& x) const {
@@ -36,8 +38,10 @@ void LayerNorm::check_input(const char* arg, const Tensor& x) const {
 }
 
 Tensor LayerNorm::forward(const Tensor& x) {
-    check_input("input", x);
-    return layer_norm(x, m_shape, weight(), bias(), m_eps);
+    return as_call("LayerNorm", [&]() -> Tensor {
+        check_input("input", x);
+        return layer_norm(x, m_shape, weight(), bias(), m_eps);
+    });
 }
 
 Tensor LayerNorm::forward_residual(const Tensor& x, const Tensor& residual) {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/call_context.hpp"
 #include "core/creation.hpp"
 #include "core/ops.hpp"
 #include "nn/functional.hpp"
@@ -19,20 +20,25 @@ Linear::Linear(SizeArg in_features_arg, SizeArg out_features_arg, BoolArg bias, 
                                 in_features, out_features));
     // kaiming_uniform_(a=√5) reduces to this bound, the same one PyTorch uses for the bias.
     const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
-    register_parameter("weight", uniform({out_features, in_features}, -bound, bound, kFloat32, gen));
-    if (bias) register_parameter("bias", uniform({out_features}, -bound, bound, kFloat32, gen));
+    // Running out of memory for the parameters names Linear, not the uniform that draws them.
+    as_call("Linear", [&] {
+        register_parameter("weight", uniform({out_features, in_features}, -bound, bound, kFloat32, gen));
+        if (bias) register_parameter("bias", uniform({out_features}, -bound, bound, kFloat32, gen));
+    });
 }
 
 Tensor Linear::forward(const Tensor& x) {
-    if (x.dim() == 0 || x.size(-1) != m_in)
-        throw Error(fmt::format("Linear: input must have last axis in_features = {}, got shape {}", m_in,
-                                shape_str(x.shape())));
-    check_input_dtype("Linear", "input", x, weight().dtype());
-    // x (..., in)·Wᵀ (in, out) → (..., out): one gemm over every leading axis, W read transposed
-    // in place (no flattening or transposed copies).
-    Tensor y = x.dim() == 1 ? matmul(weight(), x) : matmul_t(x, weight(), false, true);
-    if (m_has_bias) y = y + bias();
-    return y;
+    return as_call("Linear", [&]() -> Tensor {
+        if (x.dim() == 0 || x.size(-1) != m_in)
+            throw Error(fmt::format("Linear: input must have last axis in_features = {}, got shape {}", m_in,
+                                    shape_str(x.shape())));
+        check_input_dtype("Linear", "input", x, weight().dtype());
+        // x (..., in)·Wᵀ (in, out) → (..., out): one gemm over every leading axis, W read transposed
+        // in place (no flattening or transposed copies).
+        Tensor y = x.dim() == 1 ? matmul(weight(), x) : matmul_t(x, weight(), false, true);
+        if (m_has_bias) y = y + bias();
+        return y;
+    });
 }
 
 std::string Linear::extra_repr() const {

@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/call_context.hpp"
 #include "core/ops.hpp"
 #include "module_tree.hpp"
 
@@ -433,10 +434,13 @@ std::ostream& operator<<(std::ostream& os, const Module& module) {
     return os;
 }
 
-void save(const Module& module, const std::string& path) { save_npz(path, module.state_dict()); }
+// The file's errors (its own words name the path) start with the call made, save or load.
+void save(const Module& module, const std::string& path) {
+    as_call("save", [&] { save_npz(path, module.state_dict()); });
+}
 
 LoadResult load(Module& module, const std::string& path, bool strict) {
-    const NamedTensors state = load_npz(path);
+    const NamedTensors state = as_call("load", [&] { return load_npz(path); });
     try {
         return module.load_state_dict(state, strict);
     } catch (const Error& e) {

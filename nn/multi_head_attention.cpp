@@ -1,5 +1,6 @@
 #include "multi_head_attention.hpp"
 
+#include "core/call_context.hpp"
 #include "core/ops.hpp"
 
 namespace xgrad::nn {
@@ -64,8 +65,10 @@ MultiHeadAttention::MultiHeadAttention(SizeArg key_size, SizeArg query_size, Siz
                                        Generator& gen)
     : MultiHeadAttention(positional(key_size, query_size, value_size, num_hiddens, num_heads, dropout, bias), gen) {}
 
-MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& o, Generator& gen)
-    : Module("MultiHeadAttention"),
+// Constructed as the user's call (detail::enter_constructor): what a projection refuses, or
+// running out of memory for its weights, names MultiHeadAttention.
+MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& o, Generator& gen) try
+    : Module(detail::enter_constructor("MultiHeadAttention")),
       m_key_size(or_hiddens(o.key_size(), o.num_hiddens())),
       m_query_size(or_hiddens(o.query_size(), o.num_hiddens())),
       m_value_size(or_hiddens(o.value_size(), o.num_hiddens())),
@@ -74,31 +77,39 @@ MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& o, Gener
       m_W_q(register_module("W_q", std::make_shared<Linear>(m_query_size, o.num_hiddens(), o.bias(), gen))),
       m_W_k(register_module("W_k", std::make_shared<Linear>(m_key_size, o.num_hiddens(), o.bias(), gen))),
       m_W_v(register_module("W_v", std::make_shared<Linear>(m_value_size, o.num_hiddens(), o.bias(), gen))),
-      m_W_o(register_module("W_o", std::make_shared<Linear>(o.num_hiddens(), o.num_hiddens(), o.bias(), gen))) {}
+      m_W_o(register_module("W_o", std::make_shared<Linear>(o.num_hiddens(), o.num_hiddens(), o.bias(), gen))) {
+    detail::leave_call();
+} catch (...) {
+    detail::leave_constructor("MultiHeadAttention");
+}
 
 Tensor MultiHeadAttention::forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
                                    const Tensor& valid_lens) {
-    return forward(queries, keys, values, AttentionMask::valid_lens(valid_lens));
+    return as_call("MultiHeadAttention", [&]() -> Tensor {
+        return forward(queries, keys, values, AttentionMask::valid_lens(valid_lens));
+    });
 }
 
 Tensor MultiHeadAttention::forward(const Tensor& queries, const Tensor& keys, const Tensor& values,
                                    const AttentionMask& mask) {
-    // queries: (batch, Tq, query_size), keys: (batch, Tk, key_size), values: (batch, Tk, value_size)
-    constexpr const char* who = "MultiHeadAttention";
-    check_attention_inputs(who, queries, keys, values);
-    for (const auto& [arg, t] : {std::pair{"queries", &queries}, std::pair{"keys", &keys}, std::pair{"values", &values}})
-        check_input_dtype(who, arg, *t, m_W_q->weight().dtype());
-    check_last_axis(who, "queries", queries, "query_size", m_query_size);
-    check_last_axis(who, "keys", keys, "key_size", m_key_size);
-    check_last_axis(who, "values", values, "value_size", m_value_size);
-    // Checked once, here: the mask is resolved (valid_lens read to the host) and passed down.
-    const ResolvedMask kept = mask.resolve(who, queries.size(0), queries.size(1), keys.size(1));
+    return as_call("MultiHeadAttention", [&]() -> Tensor {
+        // queries: (batch, Tq, query_size), keys: (batch, Tk, key_size), values: (batch, Tk, value_size)
+        constexpr const char* who = "MultiHeadAttention";
+        check_attention_inputs(who, queries, keys, values);
+        for (const auto& [arg, t] : {std::pair{"queries", &queries}, std::pair{"keys", &keys}, std::pair{"values", &values}})
+            check_input_dtype(who, arg, *t, m_W_q->weight().dtype());
+        check_last_axis(who, "queries", queries, "query_size", m_query_size);
+        check_last_axis(who, "keys", keys, "key_size", m_key_size);
+        check_last_axis(who, "values", values, "value_size", m_value_size);
+        // Checked once, here: the mask is resolved (valid_lens read to the host) and passed down.
+        const ResolvedMask kept = mask.resolve(who, queries.size(0), queries.size(1), keys.size(1));
 
-    // The heads stay packed in the projections (batch, T, num_hiddens); the attention reads
-    // them in place and writes its output merged, (batch, Tq, num_hiddens).
-    const Tensor out = m_attention->forward_heads(m_W_q->forward(queries), m_W_k->forward(keys),
-                                                  m_W_v->forward(values), m_num_heads, kept);
-    return m_W_o->forward(out);  // (batch, Tq, num_hiddens)
+        // The heads stay packed in the projections (batch, T, num_hiddens); the attention reads
+        // them in place and writes its output merged, (batch, Tq, num_hiddens).
+        const Tensor out = m_attention->forward_heads(m_W_q->forward(queries), m_W_k->forward(keys),
+                                                      m_W_v->forward(values), m_num_heads, kept);
+        return m_W_o->forward(out);  // (batch, Tq, num_hiddens)
+    });
 }
 
 Tensor MultiHeadAttention::attention_weights_copy() const {

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <new>
 
+#include "core/call_context.hpp"
 #include "core/creation.hpp"
 #include "core/ops.hpp"
 
@@ -22,8 +23,10 @@ void check_positions(const char* who, const Tensor& X, std::size_t num_hiddens, 
 
 }  // namespace
 
-PositionalEncoding::PositionalEncoding(SizeArg num_hiddens_arg, double dropout, SizeArg max_len_arg)
-    : Module("PositionalEncoding"),
+// Both constructed as the user's call (detail::enter_constructor): a refused dropout p, or
+// running out of memory for the table, names the module being made.
+PositionalEncoding::PositionalEncoding(SizeArg num_hiddens_arg, double dropout, SizeArg max_len_arg) try
+    : Module(detail::enter_constructor("PositionalEncoding")),
       m_num_hiddens(num_hiddens_arg.get("PositionalEncoding", "num_hiddens")),
       m_max_len(max_len_arg.get("PositionalEncoding", "max_len")),
       m_dropout(register_module("dropout", std::make_shared<Dropout>(dropout))) {
@@ -50,29 +53,40 @@ PositionalEncoding::PositionalEncoding(SizeArg num_hiddens_arg, double dropout, 
             if (2 * j + 1 < num_hiddens) P[i * num_hiddens + 2 * j + 1] = std::cos(angle);
         }
     m_P = from_vector(P, shape);
+    detail::leave_call();
+} catch (...) {
+    detail::leave_constructor("PositionalEncoding");
 }
 
 Tensor PositionalEncoding::forward(const Tensor& X, std::size_t offset) {
-    check_positions("PositionalEncoding", X, m_num_hiddens, offset, m_max_len);
-    const long start = static_cast<long>(offset);
-    const Tensor P = slice(m_P, 1, start, start + static_cast<long>(X.size(1)));  // (1, T, d)
-    return m_dropout->forward(X + cast(P, X.dtype()));
+    return as_call("PositionalEncoding", [&]() -> Tensor {
+        check_positions("PositionalEncoding", X, m_num_hiddens, offset, m_max_len);
+        const long start = static_cast<long>(offset);
+        const Tensor P = slice(m_P, 1, start, start + static_cast<long>(X.size(1)));  // (1, T, d)
+        return m_dropout->forward(X + cast(P, X.dtype()));
+    });
 }
 
 LearnedPositionalEmbedding::LearnedPositionalEmbedding(SizeArg max_len, SizeArg num_hiddens,
-                                                       double dropout, Generator& gen)
-    : Module("LearnedPositionalEmbedding"),
+                                                       double dropout, Generator& gen) try
+    : Module(detail::enter_constructor("LearnedPositionalEmbedding")),
       m_max_len(max_len.get("LearnedPositionalEmbedding", "max_len")),
       m_num_hiddens(num_hiddens.get("LearnedPositionalEmbedding", "num_hiddens")),
       m_embedding(register_module("embedding", std::make_shared<Embedding>(m_max_len, m_num_hiddens, gen))),
-      m_dropout(register_module("dropout", std::make_shared<Dropout>(dropout))) {}
+      m_dropout(register_module("dropout", std::make_shared<Dropout>(dropout))) {
+    detail::leave_call();
+} catch (...) {
+    detail::leave_constructor("LearnedPositionalEmbedding");
+}
 
 Tensor LearnedPositionalEmbedding::forward(const Tensor& X, std::size_t offset) {
-    check_positions("LearnedPositionalEmbedding", X, m_num_hiddens, offset, m_max_len);
-    const double start = static_cast<double>(offset);
-    const Tensor positions = arange(start, start + static_cast<double>(X.size(1)), 1.0, kInt64);
-    const Tensor E = unsqueeze(m_embedding->forward(positions), 0);  // (1, T, d)
-    return m_dropout->forward(X + E);
+    return as_call("LearnedPositionalEmbedding", [&]() -> Tensor {
+        check_positions("LearnedPositionalEmbedding", X, m_num_hiddens, offset, m_max_len);
+        const double start = static_cast<double>(offset);
+        const Tensor positions = arange(start, start + static_cast<double>(X.size(1)), 1.0, kInt64);
+        const Tensor E = unsqueeze(m_embedding->forward(positions), 0);  // (1, T, d)
+        return m_dropout->forward(X + E);
+    });
 }
 
 }  // namespace xgrad::nn

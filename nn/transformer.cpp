@@ -1,5 +1,6 @@
 #include "transformer.hpp"
 
+#include "core/call_context.hpp"
 #include "core/ops.hpp"
 
 namespace xgrad::nn {
@@ -41,31 +42,45 @@ std::shared_ptr<MultiHeadAttention> make_attention(const BlockSizes& s, double d
 
 }  // namespace
 
+// The modules below are constructed as the user's call (detail::enter_constructor): what a
+// submodule refuses, or running out of memory for its weights, names the module being made.
 PositionWiseFFN::PositionWiseFFN(SizeArg ffn_num_input, SizeArg ffn_num_hiddens, SizeArg ffn_num_outputs,
-                                 Generator& gen)
-    : Module("PositionWiseFFN"),
+                                 Generator& gen) try
+    : Module(detail::enter_constructor("PositionWiseFFN")),
       m_dense1(
           register_module("dense1", std::make_shared<Linear>(ffn_num_input, ffn_num_hiddens, true, gen))),
       m_relu(register_module("relu", std::make_shared<ReLU>())),
       m_dense2(
-          register_module("dense2", std::make_shared<Linear>(ffn_num_hiddens, ffn_num_outputs, true, gen))) {}
-
-Tensor PositionWiseFFN::forward(const Tensor& X) {
-    return m_dense2->forward(m_relu->forward(m_dense1->forward(X)));
+          register_module("dense2", std::make_shared<Linear>(ffn_num_hiddens, ffn_num_outputs, true, gen))) {
+    detail::leave_call();
+} catch (...) {
+    detail::leave_constructor("PositionWiseFFN");
 }
 
-AddNorm::AddNorm(const IntList& normalized_shape, double dropout)
-    : Module("AddNorm"),
+Tensor PositionWiseFFN::forward(const Tensor& X) {
+    return as_call("PositionWiseFFN", [&]() -> Tensor {
+        return m_dense2->forward(m_relu->forward(m_dense1->forward(X)));
+    });
+}
+
+AddNorm::AddNorm(const IntList& normalized_shape, double dropout) try
+    : Module(detail::enter_constructor("AddNorm")),
       m_dropout(register_module("dropout", std::make_shared<Dropout>(dropout))),
-      m_ln(register_module("ln", std::make_shared<LayerNorm>(normalized_shape))) {}
+      m_ln(register_module("ln", std::make_shared<LayerNorm>(normalized_shape))) {
+    detail::leave_call();
+} catch (...) {
+    detail::leave_constructor("AddNorm");
+}
 
 Tensor AddNorm::forward(const Tensor& X, const Tensor& Y) {
-    if (X.shape() != Y.shape())
-        throw Error(fmt::format("AddNorm: X and Y must have the same shape, got {} and {}",
-                                shape_str(X.shape()), shape_str(Y.shape())));
-    // ln(dropout(Y) + X) with the sum fused into the norm; float addition commutes, so the
-    // operands' order does not change a bit.
-    return m_ln->forward_residual(m_dropout->forward(Y), X);
+    return as_call("AddNorm", [&]() -> Tensor {
+        if (X.shape() != Y.shape())
+            throw Error(fmt::format("AddNorm: X and Y must have the same shape, got {} and {}",
+                                    shape_str(X.shape()), shape_str(Y.shape())));
+        // ln(dropout(Y) + X) with the sum fused into the norm; float addition commutes, so the
+        // operands' order does not change a bit.
+        return m_ln->forward_residual(m_dropout->forward(Y), X);
+    });
 }
 
 TransformerEncoderBlock::TransformerEncoderBlock(SizeArg key_size, SizeArg query_size, SizeArg value_size,
@@ -84,18 +99,22 @@ TransformerEncoderBlock::TransformerEncoderBlock(SizeArg key_size, SizeArg query
 
 TransformerEncoderBlock::TransformerEncoderBlock(const TransformerEncoderBlockOptions& o, Generator& gen)
     : Module("TransformerEncoderBlock") {
-    const BlockSizes s = block_sizes("TransformerEncoderBlock", o);
-    m_attention = register_module("attention", make_attention(s, o.dropout(), o.use_bias(), gen));
-    m_addnorm1 = register_module("addnorm1", std::make_shared<AddNorm>(s.norm_shape, o.dropout()));
-    m_ffn = register_module("ffn", std::make_shared<PositionWiseFFN>(s.ffn_num_input, s.ffn_num_hiddens,
-                                                                     s.num_hiddens, gen));
-    m_addnorm2 = register_module("addnorm2", std::make_shared<AddNorm>(s.norm_shape, o.dropout()));
+    as_call("TransformerEncoderBlock", [&] {
+        const BlockSizes s = block_sizes("TransformerEncoderBlock", o);
+        m_attention = register_module("attention", make_attention(s, o.dropout(), o.use_bias(), gen));
+        m_addnorm1 = register_module("addnorm1", std::make_shared<AddNorm>(s.norm_shape, o.dropout()));
+        m_ffn = register_module("ffn", std::make_shared<PositionWiseFFN>(s.ffn_num_input, s.ffn_num_hiddens,
+                                                                         s.num_hiddens, gen));
+        m_addnorm2 = register_module("addnorm2", std::make_shared<AddNorm>(s.norm_shape, o.dropout()));
+    });
 }
 
 Tensor TransformerEncoderBlock::forward(const Tensor& X, const Tensor& valid_lens) {
-    // X: (batch, T, num_hiddens)
-    const Tensor Y = m_addnorm1->forward(X, m_attention->forward(X, X, X, valid_lens));
-    return m_addnorm2->forward(Y, m_ffn->forward(Y));
+    return as_call("TransformerEncoderBlock", [&]() -> Tensor {
+        // X: (batch, T, num_hiddens)
+        const Tensor Y = m_addnorm1->forward(X, m_attention->forward(X, X, X, valid_lens));
+        return m_addnorm2->forward(Y, m_ffn->forward(Y));
+    });
 }
 
 TransformerDecoderBlock::TransformerDecoderBlock(SizeArg key_size, SizeArg query_size, SizeArg value_size,
@@ -114,14 +133,16 @@ TransformerDecoderBlock::TransformerDecoderBlock(SizeArg key_size, SizeArg query
 
 TransformerDecoderBlock::TransformerDecoderBlock(const TransformerDecoderBlockOptions& o, Generator& gen)
     : Module("TransformerDecoderBlock"), m_i(o.i()) {
-    const BlockSizes s = block_sizes("TransformerDecoderBlock", o);
-    m_attention1 = register_module("attention1", make_attention(s, o.dropout(), o.use_bias(), gen));
-    m_addnorm1 = register_module("addnorm1", std::make_shared<AddNorm>(s.norm_shape, o.dropout()));
-    m_attention2 = register_module("attention2", make_attention(s, o.dropout(), o.use_bias(), gen));
-    m_addnorm2 = register_module("addnorm2", std::make_shared<AddNorm>(s.norm_shape, o.dropout()));
-    m_ffn = register_module("ffn", std::make_shared<PositionWiseFFN>(s.ffn_num_input, s.ffn_num_hiddens,
-                                                                     s.num_hiddens, gen));
-    m_addnorm3 = register_module("addnorm3", std::make_shared<AddNorm>(s.norm_shape, o.dropout()));
+    as_call("TransformerDecoderBlock", [&] {
+        const BlockSizes s = block_sizes("TransformerDecoderBlock", o);
+        m_attention1 = register_module("attention1", make_attention(s, o.dropout(), o.use_bias(), gen));
+        m_addnorm1 = register_module("addnorm1", std::make_shared<AddNorm>(s.norm_shape, o.dropout()));
+        m_attention2 = register_module("attention2", make_attention(s, o.dropout(), o.use_bias(), gen));
+        m_addnorm2 = register_module("addnorm2", std::make_shared<AddNorm>(s.norm_shape, o.dropout()));
+        m_ffn = register_module("ffn", std::make_shared<PositionWiseFFN>(s.ffn_num_input, s.ffn_num_hiddens,
+                                                                         s.num_hiddens, gen));
+        m_addnorm3 = register_module("addnorm3", std::make_shared<AddNorm>(s.norm_shape, o.dropout()));
+    });
 }
 
 namespace {
@@ -141,37 +162,45 @@ AttentionMask mode_mask(bool training) { return training ? AttentionMask::causal
 
 std::pair<Tensor, TransformerDecoderState> TransformerDecoderBlock::forward(const Tensor& X,
                                                                              TransformerDecoderState& state) {
-    return forward(X, state, mode_mask(is_training()));
+    return as_call("TransformerDecoderBlock", [&]() -> std::pair<Tensor, TransformerDecoderState> {
+        return forward(X, state, mode_mask(is_training()));
+    });
 }
 
 std::pair<Tensor, TransformerDecoderState> TransformerDecoderBlock::forward(const Tensor& X,
                                                                              TransformerDecoderState& state,
                                                                              const AttentionMask& self_mask) {
-    check_decoder_input(X);
-    if (m_i >= state.key_values.size())
-        throw Error(fmt::format("TransformerDecoderBlock: this is block i = {} but the state has key_values for {} "
-                                "block(s) (make the state with TransformerDecoder::init_state, or give key_values "
-                                "one entry per block)",
-                                m_i, state.key_values.size()));
-    const Tensor& cache = state.key_values[m_i];
-    if (cache.defined() && (cache.dim() != 3 || cache.size(0) != X.size(0) || cache.size(2) != X.size(2)))
-        throw Error(fmt::format("TransformerDecoderBlock: state.key_values[{}] must have shape ({}, steps, {}) to "
-                                "go with X {}, got {}",
-                                m_i, X.size(0), X.size(2), shape_str(X.shape()), shape_str(cache.shape())));
-    const Tensor key_values = cache.defined() ? concat({cache, X}, 1) : X;  // (batch, t0 + T, d)
-    Tensor out = run(X, key_values, state.enc_outputs, state.enc_valid_lens, self_mask);
-    state.key_values[m_i] = key_values;  // only once the step went through
-    return {std::move(out), state};
+    return as_call("TransformerDecoderBlock", [&]() -> std::pair<Tensor, TransformerDecoderState> {
+        check_decoder_input(X);
+        if (m_i >= state.key_values.size())
+            throw Error(fmt::format("TransformerDecoderBlock: this is block i = {} but the state has key_values for {} "
+                                    "block(s) (make the state with TransformerDecoder::init_state, or give key_values "
+                                    "one entry per block)",
+                                    m_i, state.key_values.size()));
+        const Tensor& cache = state.key_values[m_i];
+        if (cache.defined() && (cache.dim() != 3 || cache.size(0) != X.size(0) || cache.size(2) != X.size(2)))
+            throw Error(fmt::format("TransformerDecoderBlock: state.key_values[{}] must have shape ({}, steps, {}) to "
+                                    "go with X {}, got {}",
+                                    m_i, X.size(0), X.size(2), shape_str(X.shape()), shape_str(cache.shape())));
+        const Tensor key_values = cache.defined() ? concat({cache, X}, 1) : X;  // (batch, t0 + T, d)
+        Tensor out = run(X, key_values, state.enc_outputs, state.enc_valid_lens, self_mask);
+        state.key_values[m_i] = key_values;  // only once the step went through
+        return {std::move(out), state};
+    });
 }
 
 Tensor TransformerDecoderBlock::forward(const Tensor& X, const Tensor& enc_outputs, const Tensor& enc_valid_lens) {
-    return forward(X, enc_outputs, enc_valid_lens, mode_mask(is_training()));
+    return as_call("TransformerDecoderBlock", [&]() -> Tensor {
+        return forward(X, enc_outputs, enc_valid_lens, mode_mask(is_training()));
+    });
 }
 
 Tensor TransformerDecoderBlock::forward(const Tensor& X, const Tensor& enc_outputs, const Tensor& enc_valid_lens,
                                         const AttentionMask& self_mask) {
-    check_decoder_input(X);
-    return run(X, X, enc_outputs, enc_valid_lens, self_mask);
+    return as_call("TransformerDecoderBlock", [&]() -> Tensor {
+        check_decoder_input(X);
+        return run(X, X, enc_outputs, enc_valid_lens, self_mask);
+    });
 }
 
 Tensor TransformerDecoderBlock::run(const Tensor& X, const Tensor& key_values, const Tensor& enc_outputs,

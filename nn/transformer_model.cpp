@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/call_context.hpp"
 #include "core/ops.hpp"
 
 namespace xgrad::nn {
@@ -39,6 +40,34 @@ BlockOptions block_options(const TransformerOptions& o) {
         .use_bias(o.use_bias());
 }
 
+// The token ids a whole model takes: int64 (batch, steps).
+void check_ids(const char* who, const Tensor& X) {
+    if (!X.defined()) throw Error(fmt::format("{}: X (the token ids) is an undefined tensor", who));
+    if (X.dim() != 2 || X.dtype() != kInt64)
+        throw Error(fmt::format("{}: X must be int64 token ids of shape (batch, steps), got {} of shape {}", who,
+                                dtype_name(X.dtype()), shape_str(X.shape())));
+}
+
+// The state a decoder step reads, against its ids X (batch, steps): the encoder's outputs
+// (batch, T_enc, num_hiddens) and every cached block input of the same batch.
+void check_state(const char* who, const Tensor& X, const TransformerDecoderState& state, std::size_t num_hiddens) {
+    const Tensor& enc = state.enc_outputs;
+    if (!enc.defined())
+        throw Error(fmt::format("{}: state.enc_outputs is an undefined tensor (make the state with "
+                                "init_state(enc_outputs, enc_valid_lens))",
+                                who));
+    if (enc.dim() != 3 || enc.size(0) != X.size(0) || enc.size(2) != num_hiddens)
+        throw Error(fmt::format("{}: state.enc_outputs must have shape ({}, T_enc, {}) for X of shape {}, got {}",
+                                who, X.size(0), num_hiddens, shape_str(X.shape()), shape_str(enc.shape())));
+    for (std::size_t i = 0; i < state.key_values.size(); ++i) {
+        const Tensor& kv = state.key_values[i];
+        if (kv.defined() && (kv.dim() != 3 || kv.size(0) != X.size(0) || kv.size(2) != num_hiddens))
+            throw Error(fmt::format("{}: state.key_values[{}] must have shape ({}, steps, {}) for X of shape {} "
+                                    "(the batch the state was decoding), got {}",
+                                    who, i, X.size(0), num_hiddens, shape_str(X.shape()), shape_str(kv.shape())));
+    }
+}
+
 void check_layers(const char* who, const TransformerOptions& o) {
     if (o.num_layers() == 0) throw Error(fmt::format("{}: num_layers must be at least 1, got 0", who));
 }
@@ -64,6 +93,10 @@ TransformerEncoder::TransformerEncoder(SizeArg vocab_size, SizeArg key_size, Siz
 
 TransformerEncoder::TransformerEncoder(const TransformerOptions& o, Generator& gen)
     : Module("TransformerEncoder"), m_num_hiddens(o.num_hiddens()), m_scale(o.scale_embeddings()) {
+    as_call("TransformerEncoder", [&] { build(o, gen); });
+}
+
+void TransformerEncoder::build(const TransformerOptions& o, Generator& gen) {
     check_layers("TransformerEncoder", o);
     m_embedding = register_module("embedding", std::make_shared<Embedding>(o.vocab_size(), o.num_hiddens(), gen));
     m_pos_encoding = register_module("pos_encoding", make_positions(o, gen));
@@ -75,9 +108,12 @@ TransformerEncoder::TransformerEncoder(const TransformerOptions& o, Generator& g
 }
 
 Tensor TransformerEncoder::forward(const Tensor& X, const Tensor& valid_lens) {
-    Tensor H = embed(*m_embedding, *m_pos_encoding, X, m_num_hiddens, m_scale, 0);
-    for (std::size_t i = 0; i < m_blks->size(); ++i) H = block(i).forward(H, valid_lens);
-    return H;
+    return as_call("TransformerEncoder", [&] {
+        check_ids("TransformerEncoder", X);
+        Tensor H = embed(*m_embedding, *m_pos_encoding, X, m_num_hiddens, m_scale, 0);
+        for (std::size_t i = 0; i < m_blks->size(); ++i) H = block(i).forward(H, valid_lens);
+        return H;
+    });
 }
 
 std::vector<Tensor> TransformerEncoder::attention_weights() const {
@@ -97,6 +133,10 @@ TransformerDecoder::TransformerDecoder(SizeArg vocab_size, SizeArg key_size, Siz
 
 TransformerDecoder::TransformerDecoder(const TransformerOptions& o, Generator& gen)
     : Module("TransformerDecoder"), m_num_hiddens(o.num_hiddens()), m_scale(o.scale_embeddings()) {
+    as_call("TransformerDecoder", [&] { build(o, gen); });
+}
+
+void TransformerDecoder::build(const TransformerOptions& o, Generator& gen) {
     check_layers("TransformerDecoder", o);
     m_embedding = register_module("embedding", std::make_shared<Embedding>(o.vocab_size(), o.num_hiddens(), gen));
     m_pos_encoding = register_module("pos_encoding", make_positions(o, gen));
@@ -115,10 +155,18 @@ TransformerDecoderState TransformerDecoder::init_state(const Tensor& enc_outputs
 template <class Step>
 std::pair<Tensor, TransformerDecoderState> TransformerDecoder::run(const Tensor& X, TransformerDecoderState& state,
                                                                    Step step) {
+    return as_call("TransformerDecoder", [&] { return run_checked(X, state, step); });
+}
+
+template <class Step>
+std::pair<Tensor, TransformerDecoderState> TransformerDecoder::run_checked(const Tensor& X,
+                                                                           TransformerDecoderState& state, Step step) {
+    check_ids("TransformerDecoder", X);
     if (state.key_values.size() != m_blks->size())
         throw Error(fmt::format("TransformerDecoder: the state has key_values for {} block(s), the decoder has {} "
                                 "(make it with init_state)",
                                 state.key_values.size(), m_blks->size()));
+    check_state("TransformerDecoder", X, state, m_num_hiddens);
     // The steps already decoded: where this input's positions start.
     const Tensor& seen = state.key_values[0];
     const std::size_t offset = seen.defined() && seen.dim() == 3 ? seen.size(1) : 0;

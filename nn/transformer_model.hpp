@@ -77,6 +77,7 @@ public:
     TransformerEncoderBlock& block(std::size_t i) const { return m_blks->at<TransformerEncoderBlock>(i); }
 
 private:
+    void build(const TransformerOptions& options, Generator& gen);
     std::size_t m_num_hiddens;
     bool m_scale;
     std::shared_ptr<Embedding> m_embedding;
@@ -123,8 +124,11 @@ public:
     TransformerDecoderBlock& block(std::size_t i) const { return m_blks->at<TransformerDecoderBlock>(i); }
 
 private:
+    void build(const TransformerOptions& options, Generator& gen);
     template <class Step>
     std::pair<Tensor, TransformerDecoderState> run(const Tensor& X, TransformerDecoderState& state, Step step);
+    template <class Step>
+    std::pair<Tensor, TransformerDecoderState> run_checked(const Tensor& X, TransformerDecoderState& state, Step step);
 
     std::size_t m_num_hiddens;
     bool m_scale;

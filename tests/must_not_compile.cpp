@@ -1,10 +1,12 @@
-// Writes through t[i] / t.index(...) that would land in a copy: each CASE_ must fail to
-// compile with the message that names the form that works (see IndexedTensor in tensor.hpp).
+// Writes through t[i] / t.index(...) that would land in a copy, and a typed accessor (item,
+// to_vector, data_ptr, grad_ptr..., dtype_of) of a type that is no element type: each CASE_
+// must fail to compile with the message that names the form that works (see IndexedTensor and
+// the accessors in tensor.hpp).
 #include "core/tensor.hpp"
 
 using namespace xgrad;
 
-void f(Tensor t, Tensor v) {
+void f(Tensor t, Tensor v, const Tensor& c) {
     auto r = t[0];
 #if defined(CASE_lvalue_assign)
     r = v;  // would only rebind r: r.copy_(v)
@@ -14,7 +16,34 @@ void f(Tensor t, Tensor v) {
     t.index({0}).mutable_data_ptr<float>()[0] = 1.0f;
 #elif defined(CASE_set_data)
     t[0].set_data(v);
+#elif defined(CASE_item_int)
+    (void)t.item<int>();  // not an element type: a compile error naming the ones there are
+#elif defined(CASE_to_vector_int)
+    (void)t.to_vector<int>();
+#elif defined(CASE_item_uchar)
+    (void)t.item<unsigned char>();
+#elif defined(CASE_data_ptr_int)
+    (void)t.data_ptr<int>();
+#elif defined(CASE_data_ptr_const_int)
+    (void)c.data_ptr<int>();  // the const overload
+#elif defined(CASE_const_data_ptr_long_double)
+    (void)c.const_data_ptr<long double>();
+#elif defined(CASE_mutable_data_ptr_short)
+    (void)c.mutable_data_ptr<short>();
+#elif defined(CASE_grad_ptr_int)
+    (void)t.grad_ptr<int>();
+#elif defined(CASE_grad_ptr_const_uint64)
+    (void)c.grad_ptr<std::uint64_t>();
+#elif defined(CASE_mutable_grad_ptr_uchar)
+    (void)t.mutable_grad_ptr<unsigned char>();
+#elif defined(CASE_dtype_of_int)
+    (void)dtype_of<int>();
 #else
     std::move(r) = v;  // the form that works compiles
+    (void)t.item<std::int64_t>();
+    (void)t.to_vector<bfloat16>();
+    (void)c.const_data_ptr<double>();
+    (void)t.mutable_grad_ptr<float>();
+    static_assert(dtype_of<std::int64_t>() == kInt64);
 #endif
 }

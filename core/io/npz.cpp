@@ -870,6 +870,11 @@ NamedTensors parse_npz(std::string_view b, const std::string& what) {
             result.emplace_back(std::move(m.name), parse_npy(data, fmt::format("{}: {}", what, m.where)));
         } catch (const std::bad_alloc&) {
             fail(fmt::format("{} ({} bytes) does not fit in the memory left", m.where, m.usize));
+        } catch (const Error& e) {
+            // The reader's own errors name the file and the member already; the allocator's
+            // ("allocator: out of memory ...") and any other gain them here.
+            if (std::string_view(e.what()).rfind(what, 0) == 0) throw;
+            fail(fmt::format("{} ({} bytes): {}", m.where, m.usize, e.what()));
         }
     }
     return result;

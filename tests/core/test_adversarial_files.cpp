@@ -950,6 +950,76 @@ TEST_CASE("files: a deflate bomb built with zlib is refused without inflating it
     if (before >= 0) CHECK(peak_rss_kib() - before < 8 * 1024);  // none of the 4 GiB was made
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define XGRAD_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define XGRAD_TEST_ASAN 1
+#endif
+#endif
+
+namespace {
+// The process's address space now (VmSize), in bytes; 0 when /proc does not say.
+std::uint64_t address_space_bytes() {
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    while (std::getline(status, line))
+        if (line.rfind("VmSize:", 0) == 0) return std::stoull(line.substr(7)) * 1024;
+    return 0;
+}
+}  // namespace
+
+TEST_CASE("files: a deflate bomb loaded under a memory limit names the file and the member",
+          "[files][adversarial][call_errors]") {
+#ifdef XGRAD_TEST_ASAN
+    SKIP("AddressSanitizer reserves terabytes of address space: no RLIMIT_AS can be set under it");
+#else
+    // in_child limits the address space to 2 GiB. Members that are honest (header, sizes and
+    // CRC agree) and that deflate squeezes 1000:1: one whose inflated bytes do not fit in what
+    // is left, and one whose inflated bytes fit but whose array, a second copy, does not.
+    const std::uint64_t limit = std::uint64_t{2} << 30, used = address_space_bytes();
+    if (used == 0 || used + (std::uint64_t{256} << 20) > limit) {
+        WARN("the test process already maps " << used << " bytes: no room under the 2 GiB limit");
+        return;
+    }
+    const std::uint64_t left_mib = (limit - used) >> 20;
+    const std::string block = zero_blocks(std::size_t{1} << 20), zeros_mib(std::size_t{1} << 20, '\0');
+    auto bomb = [&](std::uint64_t mib) {
+        const std::uint64_t n = mib << 20;
+        const std::string header = bool_npy_header(n);
+        std::uint32_t crc = crc_of(header);
+        std::string stream = stored_block(header);
+        for (std::uint64_t i = 0; i < mib; ++i) {
+            stream += block;
+            crc = crc_of(zeros_mib, crc);
+        }
+        stream += kFinalEmptyBlock;
+        const ZipMember m{"weights.npy", 8, crc, static_cast<std::uint32_t>(stream.size()),
+                          static_cast<std::uint32_t>(header.size() + n)};
+        return zip_of({{m, stream}});
+    };
+    TempDir dir;
+    struct Case {
+        const char* what;
+        std::uint64_t mib;
+    };
+    for (const Case& c : {Case{"the inflated bytes do not fit", left_mib * 5 / 4},
+                          Case{"the array, a second copy, does not fit", left_mib * 3 / 5}}) {
+        CAPTURE(c.what, c.mib);
+        const std::string path = dir / "bomb.npz";
+        write_file_atomic(path, bomb(c.mib), "test");
+        const ChildOutcome r = in_child([&] {
+            const NamedTensors loaded = load_npz(path);
+            return fmt::format("ok: {} elements", loaded.at(0).second.numel());
+        });
+        CHECK(r.signal == 0);
+        CHECK_THAT(r.message, Catch::StartsWith("load_npz: '" + path + "'") && Catch::Contains("'weights.npy'") &&
+                                  Catch::Contains(std::to_string((c.mib << 20) + 128) + " bytes"));
+        // Without the limit the archive is sound: the refusal is the memory's, not the file's.
+    }
+#endif
+}
+
 TEST_CASE("files: an archive needing more than the machine's memory is refused up front", "[files]") {
     const std::uint64_t memory = static_cast<std::uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
                                  static_cast<std::uint64_t>(::sysconf(_SC_PAGE_SIZE));

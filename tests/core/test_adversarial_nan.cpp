@@ -136,10 +136,16 @@ TEST_CASE("inf and -inf scores follow torch in every softmax kernel and dtype", 
             else CHECK_SAME_SPECIALS(vals(log_softmax(x, -1)), c.log_softmax, 1e30 * 1e-7);
         }
     }
-    // All kept scores -inf but a masked key present: the fill (-1e6) wins, as masked_fill gives.
-    for (Dtype d : {kFloat32, kFloat64})
+    // All kept scores -inf but a masked key present: NaN, as the softmax of the kept scores (and
+    // torch's scaled_dot_product_attention); a masked key never takes the weight, as d2l's
+    // -1e6 fill would give it.
+    for (Dtype d : {kFloat32, kFloat64}) {
         CHECK_SAME_SPECIALS(vals(masked_softmax(tensor({{{-kInf, -kInf, 5}}}, d), tensor({2.0}))),
-                            std::vector<double>({0, 0, 1}), 1e-12);
+                            std::vector<double>({kNaN, kNaN, kNaN}), 1e-12);
+        const Tensor keep = from_vector(std::vector<double>{1, 1, 0}, {1, 3}, kFloat64).to(kBool);
+        CHECK_SAME_SPECIALS(vals(masked_softmax(tensor({{{-kInf, -kInf, 5}}}, d), AttentionMask::attend_where(keep))),
+                            std::vector<double>({kNaN, kNaN, kNaN}), 1e-12);
+    }
 }
 
 TEST_CASE("head attention weights: a NaN in one head's query poisons only its rows", "[nan]") {

@@ -484,7 +484,8 @@ TEST_CASE("child: each op runs out of memory", "[.child-op-oom]") {
         {"cumsum", [&] { return cumsum(x, 1); }},
         {"sort", [&] { return sort(x, 1).values; }},
         {"tril", [&] { return tril(x); }},
-        {"cast", [&] { return x.to(kFloat64); }},
+        {"cast", [&] { return cast(x, kFloat64); }},
+        {"to", [&] { return x.to(kFloat64); }},  // cast inside, named as the call made
         {"masked_fill", [&] { return masked_fill(x, mask, 0.0); }},
         {"slice", [&] { return slice(x, 1, 0, 1023); }},
         {"relu", [&] { return relu(x); }},
@@ -529,6 +530,7 @@ TEST_CASE("running out of memory names the op for shape, softmax, sort, scan, un
                            "mul", "softmax", "log_softmax", "cumsum", "sort", "tril", "cast", "masked_fill", "slice",
                            "relu", "var"})
         CHECK_THAT(*out, Contains(fmt::format("{} -> {}: out of memory for a result of shape (", op, op)));
+    CHECK_THAT(*out, Contains("to -> to: cast: out of memory for a result of shape ("));  // the call made, then its op
 }
 
 TEST_CASE("running out of memory in backward, or on a pool thread, names the op", "[sizes]") {
