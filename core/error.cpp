@@ -67,7 +67,19 @@ void throw_wrapped_index(const char* op, unsigned long long v) {
                             op, v));
 }
 
+void IntList::check(const char* op) const {
+    if (!m_wrapped) return;
+    throw Error(fmt::format("{}: entry {} of the size or axis list is {}, an unsigned value above 2^63 - 1, which no "
+                            "size or axis has: an unsigned value that went below zero? (use a signed type for "
+                            "negative values)",
+                            op, m_wrapped_at, m_wrapped_value));
+}
+
 Shape IntList::shape(const char* op) const {
+    if (m_wrapped)
+        throw Error(fmt::format("{}: shape has size {} at entry {}, above 2^63 - 1: more elements than fit in memory "
+                                "(or an unsigned size that went below zero)",
+                                op, m_wrapped_value, m_wrapped_at));
     Shape out;
     out.reserve(size());
     for (long v : *this) {

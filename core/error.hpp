@@ -84,30 +84,60 @@ inline bool fits_int64(double v) { return v >= -0x1p63 && v < 0x1p63; }  // NaN 
 /// entries are of any integer types, mixed ({-1, x.size(-1)}; {B, T, n_head, C / n_head} with
 /// B, T, C from size() and n_head an int), or a std::vector of any integer type (a Shape, a
 /// std::vector<long>). So sizes from size() and shape() go into reshape, permute, sum, zeros,
-/// expand, layer_norm... with no cast and no narrowing error or warning. An unsigned entry
-/// above 2^63 − 1 is refused (a size that went below zero: x.size(1) − 2 at size 1). It reads
-/// as the std::vector<long> it holds.
+/// expand, layer_norm... with no cast and no narrowing error or warning. It reads as the
+/// std::vector<long> it holds.
+/// An unsigned entry above 2^63 − 1 (a size that went below zero: x.size(1) − 2 at size 1, or
+/// a Shape too large for memory) has no long; the conversion cannot throw naming the call (it
+/// happens before the call), so the list remembers it and every op taking a list calls
+/// check(op) or shape(op), which refuse it naming the op. Its slot holds LONG_MIN, which no op
+/// accepts as a size or an axis either.
 class IntList : public std::vector<long> {
 public:
     /// One entry of a braced list: any integer type but bool (a double does not compile).
     struct Entry {
         template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
-        Entry(T v) : value(checked_index("size or axis list", v)) {}  // NOLINT: implicit by design
-        long value;
+        Entry(T v) {  // NOLINT: implicit by design
+            if constexpr (std::is_unsigned_v<T>)
+                if (static_cast<unsigned long long>(v) > static_cast<unsigned long long>(std::numeric_limits<long>::max())) {
+                    wrapped = true;
+                    raw = static_cast<unsigned long long>(v);
+                    return;
+                }
+            value = static_cast<long>(v);
+        }
+        long value = std::numeric_limits<long>::min();
+        bool wrapped = false;
+        unsigned long long raw = 0;
     };
     IntList() = default;
     IntList(std::initializer_list<Entry> entries) {  // NOLINT: implicit, as a braced argument
         reserve(entries.size());
-        for (const Entry& e : entries) push_back(e.value);
+        for (const Entry& e : entries) add(e);
     }
     template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
     IntList(const std::vector<T>& values) {  // NOLINT: implicit, so a Shape or vector<long> passes
         reserve(values.size());
-        for (T v : values) push_back(checked_index("size or axis list", v));
+        for (T v : values) add(Entry(v));
     }
+    /// Throws "<op>: ... entry i is v, an unsigned value above 2^63 - 1 ..." if an entry was one.
+    void check(const char* op) const;
     /// The entries as a tensor's shape, for an argument that is one: throws "<op>: sizes must
-    /// be non-negative, got [2, -1]" (as torch, "negative dimension").
+    /// be non-negative, got [2, -1]" (as torch, "negative dimension"), or "<op>: shape (...)
+    /// ... does not fit in memory" for an unsigned size above 2^63 − 1.
     Shape shape(const char* op) const;
+
+private:
+    void add(const Entry& e) {
+        if (e.wrapped && !m_wrapped) {
+            m_wrapped = true;
+            m_wrapped_at = size();
+            m_wrapped_value = e.raw;
+        }
+        push_back(e.value);
+    }
+    bool m_wrapped = false;
+    std::size_t m_wrapped_at = 0;
+    unsigned long long m_wrapped_value = 0;
 };
 
 }  // namespace xgrad

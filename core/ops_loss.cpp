@@ -215,8 +215,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
                                 "probability targets, got {}", op, dtype_name(logits.dtype())));
     if (probabilities) {
         if (logits.dim() == 0 || targets.shape() != logits.shape() || targets.dtype() != logits.dtype())
-            throw Error(fmt::format("{}: probability targets must have logits' shape and dtype, got {} {} for "
-                                    "logits {} {}",
+            throw Error(fmt::format("{}: targets must be int64 class indices, or probabilities of logits' shape "
+                                    "and dtype; got {} {} for logits {} {}",
                                     op, dtype_name(targets.dtype()), shape_str(targets.shape()),
                                     dtype_name(logits.dtype()), shape_str(logits.shape())));
         if (options.ignore_index() != -100)

@@ -166,6 +166,7 @@ Tensor sum(const Tensor& a) {
 
 Tensor sum(const Tensor& a, const IntList& axes, bool keepdims) {
     check_defined("sum", a);
+    axes.check("sum");
     return reduce_sum("sum", a, reduce_axes("sum", axes, a.shape()), keepdims, false);
 }
 
@@ -176,6 +177,7 @@ Tensor mean(const Tensor& a) {
 
 Tensor mean(const Tensor& a, const IntList& axes, bool keepdims) {
     check_defined("mean", a);
+    axes.check("mean");
     return reduce_sum("mean", a, reduce_axes("mean", axes, a.shape()), keepdims, true);
 }
 
@@ -447,15 +449,19 @@ Tensor std_backward(const Tensor& g, const Tensor& x, const Tensor& result, cons
 }
 
 Tensor var(const Tensor& a, const IntList& axes, bool unbiased, bool keepdims) {
+    axes.check("var");
     return moments("var", a, axes, unbiased ? 1 : 0, keepdims, false);
 }
 Tensor var(const Tensor& a, const IntList& axes, Correction correction, bool keepdims) {
+    axes.check("var");
     return moments("var", a, axes, correction.value, keepdims, false);
 }
 Tensor std(const Tensor& a, const IntList& axes, bool unbiased, bool keepdims) {
+    axes.check("std");
     return moments("std", a, axes, unbiased ? 1 : 0, keepdims, true);
 }
 Tensor std(const Tensor& a, const IntList& axes, Correction correction, bool keepdims) {
+    axes.check("std");
     return moments("std", a, axes, correction.value, keepdims, true);
 }
 
@@ -649,6 +655,7 @@ xt::xarray<T> fold_abs(const xt::xarray<T>& x, const Shape& kept, T init, F f) {
 Tensor norm(const Tensor& a, double p_arg, const IntList& axes_in, bool keepdims) {
     constexpr const char* op = "norm";
     check_defined(op, a);
+    axes_in.check(op);
     const double p = norm_order(op, p_arg);
     const std::vector<std::size_t> axes = reduce_axes(op, axes_in, a.shape());
     const auto shapes = reduced_shapes(a.shape(), axes, keepdims);

@@ -92,6 +92,7 @@ Tensor permute_impl(const char* op, const Tensor& a, std::vector<std::size_t> pe
 }  // namespace
 
 Tensor reshape(const Tensor& a, const IntList& shape) {
+    shape.check("reshape");
     const Shape& in = a.shape();
     const std::size_t total = a.numel();
     long inferred = -1;
@@ -128,6 +129,7 @@ Tensor reshape(const Tensor& a, const IntList& shape) {
 }
 
 Tensor permute(const Tensor& a, const IntList& axes) {
+    axes.check("permute");
     const Shape& in = a.shape();
     if (axes.size() != in.size())
         throw Error(fmt::format("permute: got {} axes {} for a tensor of rank {} (shape {})", axes.size(),
@@ -313,6 +315,7 @@ Tensor slice_backward(const Tensor& g, const Shape& input_shape, long axis, long
 }
 
 Tensor expand(const Tensor& a, const IntList& shape_arg) {
+    shape_arg.check("expand");
     // torch's -1: the size a already has at that axis (aligned from the right); not for a new one.
     IntList sizes = shape_arg;
     const std::size_t lead = sizes.size() >= a.dim() ? sizes.size() - a.dim() : 0;
@@ -338,6 +341,7 @@ Tensor expand(const Tensor& a, const IntList& shape_arg) {
 }
 
 Tensor narrow(const Tensor& a, long axis, long start, long length) {
+    check_defined("narrow", a);
     const std::size_t ax = normalize_axis("narrow", axis, a.shape());
     const long n = static_cast<long>(a.shape()[ax]);
     // torch: start in [-n, n] (negative counts from the end), then start + length within n.
@@ -345,17 +349,18 @@ Tensor narrow(const Tensor& a, long axis, long start, long length) {
     if (first < 0 || first > n || length < 0 || length > n - first)
         throw Error(fmt::format("narrow: start {} and length {} do not lie within axis {} of size {} (shape {})", start,
                                 length, axis, n, shape_str(a.shape())));
-    return slice(a, static_cast<long>(ax), first, first + length);
+    return as_call("narrow", [&] { return slice(a, static_cast<long>(ax), first, first + length); });
 }
 
 Tensor select(const Tensor& a, long axis, long index) {
+    check_defined("select", a);
     const std::size_t ax = normalize_axis("select", axis, a.shape());
     const long n = static_cast<long>(a.shape()[ax]);
     if (index < -n || index >= n)
         throw Error(fmt::format("select: index {} is out of range for axis {} of size {} (shape {})", index, axis, n,
                                 shape_str(a.shape())));
     const long i = index < 0 ? index + n : index;
-    return squeeze(slice(a, static_cast<long>(ax), i, i + 1), static_cast<long>(ax));
+    return as_call("select", [&] { return squeeze(slice(a, static_cast<long>(ax), i, i + 1), static_cast<long>(ax)); });
 }
 
 Tensor sum_to(const Tensor& g, const Shape& shape) {
@@ -425,6 +430,7 @@ std::vector<Tensor> split_even(const Tensor& a, long split_size, long axis);
 
 std::vector<Tensor> split(const Tensor& a, const IntList& sizes, long axis) {
     check_defined("split", a);
+    sizes.check("split");
     return as_call("split", [&] { return split_sizes(a, sizes, axis); });
 }
 

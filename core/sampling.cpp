@@ -19,10 +19,6 @@ namespace xgrad {
 
 namespace {
 
-void check_defined(const char* op, const Tensor& t, const char* arg) {
-    if (!t.defined()) throw Error(fmt::format("{}: {} is an undefined tensor", op, arg));
-}
-
 // The dtype a draw for a tensor of dtype d is made in: its own, float32 for bfloat16 (rounded
 // after), as torch's kernels draw in float for bfloat16.
 Dtype draw_dtype(Dtype d) { return d == kBFloat16 ? kFloat32 : d; }

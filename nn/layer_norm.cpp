@@ -12,9 +12,10 @@ namespace xgrad::nn {
 
 LayerNorm::LayerNorm(const IntList& normalized_shape, double eps, BoolArg elementwise_affine)
     : Module("LayerNorm"), m_eps(eps), m_affine(elementwise_affine) {
+    normalized_shape.check("LayerNorm");
     if (normalized_shape.empty() ||
         std::any_of(normalized_shape.begin(), normalized_shape.end(), [](long s) { return s <= 0; }))
-        throw Error(fmt::format("LayerNorm: normalized_shape must be non-empty with positive sizes, got [{}]",
+        throw Error(fmt::format("LayerNorm: normalized_shape must be non-empty with positive sizes, got ({})",
                                 fmt::join(normalized_shape, ", ")));
     m_shape = normalized_shape.shape("LayerNorm");
     // An infinite eps would scale every output to 0 without a word.

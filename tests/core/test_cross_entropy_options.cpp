@@ -118,9 +118,9 @@ TEST_CASE("cross_entropy's options refuse what torch refuses, naming the argumen
     REQUIRE_THROWS_WITH(cross_entropy(x, p, CrossEntropyOptions().ignore_index(0)),
                         Contains("ignore_index (0) is not supported for probability targets"));
     REQUIRE_THROWS_WITH(cross_entropy(x, p.reshape({3, 4}), Reduction::mean),
-                        Contains("probability targets must have logits' shape and dtype"));
+                        Contains("or probabilities of logits' shape and dtype"));
     REQUIRE_THROWS_WITH(cross_entropy(x, ones({4, 3}), Reduction::mean),
-                        Contains("probability targets must have logits' shape and dtype"));
+                        Contains("or probabilities of logits' shape and dtype"));
     // The class index checks of the fused op hold with the options too.
     const Tensor bad = from_vector(std::vector<std::int64_t>{0, 3, 1, 1}, {4});
     REQUIRE_THROWS_WITH(cross_entropy(x, bad, CrossEntropyOptions().label_smoothing(0.1)),

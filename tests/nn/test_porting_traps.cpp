@@ -44,7 +44,7 @@ TEST_CASE("Sizes from size() go into reshape, view, narrow, select, expand and z
     REQUIRE(x.expand({2, B, T, C}).shape() == Shape{2, 2, 3, 4});
     // A size that went below zero, or a negative size, is refused naming the call.
     const Tensor e = zeros({0});
-    REQUIRE_THROWS_WITH(e.reshape({e.size(0) - 1}), Contains("above 2^63 - 1"));
+    REQUIRE_THROWS_WITH(e.reshape({e.size(0) - 1}), Contains("reshape: entry 0") && Contains("above 2^63 - 1"));
     REQUIRE_THROWS_WITH(zeros({2, -1}), Contains("zeros: sizes must be non-negative, got [2, -1]"));
     REQUIRE_THROWS_WITH(randn({-3}), Contains("randn: sizes must be non-negative"));
     REQUIRE_THROWS_WITH(x.expand({-1, 3, 4, 4}), Contains("expand: sizes must be non-negative"));
@@ -63,9 +63,9 @@ TEST_CASE("nn::LayerNorm(128) as torch's, and non-positive sizes refused", "[por
     auto e = std::make_shared<nn::LayerNorm>(Shape{2, 3}, 1e-6, false);
     REQUIRE(e->normalized_shape() == Shape{2, 3});
     for (long bad : {0L, -1L})
-        REQUIRE_THROWS_WITH(nn::LayerNorm(bad), Contains("LayerNorm: normalized_shape must be non-empty with positive sizes, got [" + std::to_string(bad) + "]"));
+        REQUIRE_THROWS_WITH(nn::LayerNorm(bad), Contains("LayerNorm: normalized_shape must be non-empty with positive sizes, got (" + std::to_string(bad) + ")"));
     REQUIRE_THROWS_WITH(nn::LayerNorm(IntList{}), Contains("must be non-empty"));
-    REQUIRE_THROWS_WITH(nn::LayerNorm({4, 0}), Contains("got [4, 0]"));
+    REQUIRE_THROWS_WITH(nn::LayerNorm({4, 0}), Contains("got (4, 0)"));
 }
 
 TEST_CASE("Containers built from lists go through make_shared and register_module", "[porting-traps]") {
