@@ -634,17 +634,23 @@ struct Flows {
     }
 };
 
-// dst += g in place, for two arrays of one dtype and shape.
+// dst += g in place, for two arrays of one dtype and shape. Element by element into dst's own
+// buffer, never through a temporary (xtensor's += may build one and free the old buffer): a
+// leaf's .grad keeps its storage while another thread's optimizer step reads it.
 void add_into(Storage& dst, const Storage& g) {
     std::visit(
         [&g](auto& d) {
             using A = std::decay_t<decltype(d)>;
-            if constexpr (std::is_same_v<A, xt::xarray<bfloat16>>)
+            if constexpr (std::is_same_v<A, xt::xarray<bfloat16>>) {
                 add_rounded(d, std::get<A>(g));
-            else if constexpr (std::is_same_v<A, xt::xarray<bool>>)
-                d = d || std::get<A>(g);
-            else
-                d += std::get<A>(g);
+            } else {
+                auto* out = d.data();
+                const auto* in = std::get<A>(g).data();
+                for (std::size_t i = 0, n = d.size(); i < n; ++i) {
+                    if constexpr (std::is_same_v<A, xt::xarray<bool>>) out[i] = out[i] || in[i];
+                    else out[i] += in[i];
+                }
+            }
         },
         dst);
 }

@@ -1,6 +1,7 @@
 // Errors name the call the user made (core/call_context.hpp): a composite op or a module's
 // forward checks at entry and names itself, and whatever its inner ops raise comes out
 // starting with it; file errors name the file and the member.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -70,6 +71,10 @@ TEST_CASE("constructors that allocate name the module when memory runs out", "[a
     // 2^60 weights cannot be counted, 2^40 cannot be allocated (4 TiB)
     CHECK_THAT(message_of([] { Linear(std::size_t(1) << 30, std::size_t(1) << 30); }),
                StartsWith("Linear: ") && Contains("(1073741824, 1073741824)"));
+#if defined(__SANITIZE_ADDRESS__)
+    WARN("the 4 TiB cases are skipped under AddressSanitizer, which aborts on such allocations");
+    return;
+#endif
     CHECK_THAT(message_of([] { Linear(std::size_t(1) << 20, std::size_t(1) << 20); }),
                StartsWith("Linear: ") && Contains("out of memory") && Contains("(1048576, 1048576)"));
     CHECK_THAT(message_of([] { Embedding(std::size_t(1) << 20, std::size_t(1) << 20); }),
@@ -282,7 +287,7 @@ TEST_CASE("composite ops name themselves, whatever the ops inside them refuse", 
 
 TEST_CASE("module constructors name the module being made, not the submodule that refused",
           "[adversarial][call_errors]") {
-    const std::vector<CallCase> cases = {
+    std::vector<CallCase> cases = {
         // out of memory for the weights of a submodule
         {"MultiHeadAttention", [] { MultiHeadAttention(MultiHeadAttentionOptions(kHuge, 1)); },
          {"out of memory", "(1048576, 1048576)"}},
@@ -310,6 +315,16 @@ TEST_CASE("module constructors name the module being made, not the submodule tha
         {"TransformerEncoderBlock", [] { TransformerEncoderBlock(TransformerEncoderBlockOptions(8, 16, 2).dropout(1.0)); },
          {"p must be in [0, 1)"}},
     };
+#if defined(__SANITIZE_ADDRESS__)
+    // AddressSanitizer aborts on a 4 TiB allocation instead of failing it: the memory cases run
+    // only in the plain build.
+    cases.erase(std::remove_if(cases.begin(), cases.end(),
+                               [](const CallCase& c) {
+                                   return std::find(c.says.begin(), c.says.end(), std::string("out of memory")) !=
+                                          c.says.end();
+                               }),
+                cases.end());
+#endif
     check_names(cases);
     // Every refused constructor left its level: the next call is the outermost again, and
     // modules made after them work.
