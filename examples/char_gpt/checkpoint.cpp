@@ -6,6 +6,7 @@
 #include "core/creation.hpp"
 #include "core/error.hpp"
 #include "core/io/npz.hpp"
+#include "common/prefixed.hpp"
 #include "train.hpp"
 
 namespace xgrad::examples {
@@ -28,17 +29,6 @@ auto curves(H& h) {
                                                                   {"eval_step", &h.eval_step},
                                                                   {"eval_train", &h.eval_train},
                                                                   {"eval_val", &h.eval_val}};
-}
-
-void add_prefixed(NamedTensors& out, const std::string& prefix, const NamedTensors& in) {
-    for (const auto& [name, t] : in) out.emplace_back(prefix + name, t);
-}
-
-NamedTensors take_prefixed(const NamedTensors& in, const std::string& prefix) {
-    NamedTensors out;
-    for (const auto& [name, t] : in)
-        if (name.compare(0, prefix.size(), prefix) == 0) out.emplace_back(name.substr(prefix.size()), t);
-    return out;
 }
 
 NamedTensors detached(NamedTensors state) {

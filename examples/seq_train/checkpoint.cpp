@@ -6,6 +6,7 @@
 
 #include "core/creation.hpp"
 #include "core/io/npz.hpp"
+#include "common/prefixed.hpp"
 #include "train.hpp"
 
 namespace xgrad::examples {
@@ -83,17 +84,6 @@ auto curves(H& h) {
         {"step", &h.step},           {"loss", &h.loss},
         {"token_acc", &h.token_acc}, {"eval_step", &h.eval_step},
         {"eval_token_acc", &h.eval_token_acc}, {"eval_seq_acc", &h.eval_seq_acc}};
-}
-
-void add_prefixed(NamedTensors& out, const std::string& prefix, const NamedTensors& in) {
-    for (const auto& [name, t] : in) out.emplace_back(prefix + name, t);
-}
-
-NamedTensors take_prefixed(const NamedTensors& in, const std::string& prefix) {
-    NamedTensors out;
-    for (const auto& [name, t] : in)
-        if (name.compare(0, prefix.size(), prefix) == 0) out.emplace_back(name.substr(prefix.size()), t);
-    return out;
 }
 
 }  // namespace
