@@ -24,6 +24,7 @@
 
 #include "core/runtime/alloc.hpp"
 #include "core/runtime/parallel.hpp"
+#include "concurrently.hpp"
 #include "helpers.hpp"
 #include "nn/dropout.hpp"
 #include "nn/linear.hpp"
@@ -74,24 +75,13 @@ std::vector<float> seeded_run(std::uint64_t seed) {
     return train(model);
 }
 
-// Runs every job on its own thread at once (they start together), returning their results.
+// Runs every job on its own thread at once (they start together), returning their results;
+// a job that threw fails the test.
 template <class R> std::vector<R> concurrently(const std::vector<std::function<R()>>& jobs) {
     std::vector<R> results(jobs.size());
-    std::vector<std::string> errors(jobs.size());
-    std::atomic<std::size_t> ready{0};
-    std::vector<std::thread> threads;
-    for (std::size_t i = 0; i < jobs.size(); ++i)
-        threads.emplace_back([&, i] {
-            ++ready;
-            while (ready.load() < jobs.size()) std::this_thread::yield();
-            try {
-                results[i] = jobs[i]();
-            } catch (const std::exception& e) {
-                errors[i] = e.what();
-            }
-        });
-    for (auto& t : threads) t.join();
-    for (const auto& e : errors) REQUIRE(e.empty());
+    std::vector<std::function<void()>> runs;
+    for (std::size_t i = 0; i < jobs.size(); ++i) runs.push_back([&, i] { results[i] = jobs[i](); });
+    for (const auto& e : test_threads::run_together(runs)) REQUIRE(e.empty());
     return results;
 }
 

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "concurrently.hpp"
 #include "helpers.hpp"
 #include "nn/linear.hpp"
 #include "nn/multi_head_attention.hpp"
@@ -65,26 +66,6 @@ Tensor batch(std::uint64_t seed) {
     return uniform({3, 5, 8}, -1, 1, kFloat32, g);
 }
 
-// Runs every job on its own thread at once (they start together); the message of each job's
-// exception, or "" where it returned.
-std::vector<std::string> concurrently(const std::vector<std::function<void()>>& jobs) {
-    std::vector<std::string> errors(jobs.size());
-    std::atomic<std::size_t> ready{0};
-    std::vector<std::thread> threads;
-    for (std::size_t i = 0; i < jobs.size(); ++i)
-        threads.emplace_back([&, i] {
-            ++ready;
-            while (ready.load() < jobs.size()) std::this_thread::yield();
-            try {
-                jobs[i]();
-            } catch (const std::exception& e) {
-                errors[i] = e.what();
-                if (errors[i].empty()) errors[i] = "(an exception without a message)";
-            }
-        });
-    for (auto& t : threads) t.join();
-    return errors;
-}
 
 std::vector<std::vector<float>> sum_of(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
     auto out = a;
@@ -109,7 +90,7 @@ TEST_CASE("two threads' backward into one model: every gradient is the sum of th
     const auto expected = sum_of(ga, gb);
     for (int round = 0; round < 400; ++round) {
         INFO("round " << round);
-        const auto errors = concurrently({[&] { model.loss(xa).backward(); }, [&] { model.loss(xb).backward(); }});
+        const auto errors = test_threads::run_together({[&] { model.loss(xa).backward(); }, [&] { model.loss(xb).backward(); }});
         CHECK(errors[0].empty());
         CHECK(errors[1].empty());
         CHECK(model.grads() == expected);
@@ -129,7 +110,7 @@ TEST_CASE("four threads' backward into one model, over and over: the gradient is
     for (int round = 0; round < 100; ++round) {
         INFO("round " << round);
         std::vector<std::function<void()>> jobs(4, [&] { model.loss(x).backward(); });
-        const auto errors = concurrently(jobs);
+        const auto errors = test_threads::run_together(jobs);
         for (const auto& e : errors) CHECK(e.empty());
         CHECK(model.grads() == expected);
         model.zero_grad();
@@ -150,7 +131,7 @@ TEST_CASE("four threads' backward into one model, over and over: the gradient is
     std::vector<std::function<void()>> jobs(4, [&] {
         for (int k = 0; k < 5; ++k) model.loss(x).backward();
     });
-    for (const auto& e : concurrently(jobs)) CHECK(e.empty());
+    for (const auto& e : test_threads::run_together(jobs)) CHECK(e.empty());
     w.remove_post_accumulate_grad_hook(id);
     CHECK(calls == 20);
     // 20 equal terms summed in another order may round differently: compare with a tolerance.
@@ -182,7 +163,7 @@ TEST_CASE("one attention module run on two threads at once gives each thread its
             if (w != weights_a && w != weights_b) ++wrong_weights;
         }
     };
-    const auto errors = concurrently({[&] { run(xa, alone_a); }, [&] { run(xb, alone_b); }});
+    const auto errors = test_threads::run_together({[&] { run(xa, alone_a); }, [&] { run(xb, alone_b); }});
     CHECK(errors[0].empty());
     CHECK(errors[1].empty());
     CHECK(wrong == 0);
@@ -221,7 +202,7 @@ TEST_CASE("threads training one model with zero_grad, backward and a shared opti
             }
         }
     };
-    const auto errors = concurrently({[&] { train(6); }, [&] { train(7); }, [&] { train(8); }});
+    const auto errors = test_threads::run_together({[&] { train(6); }, [&] { train(7); }, [&] { train(8); }});
     for (const auto& e : errors) CHECK(e.empty());
     CHECK(unexpected.empty());
     for (const auto& u : unexpected) INFO(u);
@@ -254,7 +235,7 @@ TEST_CASE("one optimiser stepped from several threads at once counts every step"
                 if (i == 2) (void)opt->state_dict();
             }
         });
-        for (const auto& e : concurrently(jobs)) CHECK(e.empty());
+        for (const auto& e : test_threads::run_together(jobs)) CHECK(e.empty());
         const NamedTensors state = opt->state_dict();
         std::size_t buffers = 0;
         for (const auto& [name, t] : state) {
@@ -299,7 +280,7 @@ TEST_CASE("reading and clearing gradients while other threads accumulate into th
     std::vector<std::string> errors;
     {
         std::thread m(meddle);
-        errors = concurrently({backward, backward, backward});
+        errors = test_threads::run_together({backward, backward, backward});
         stop = true;
         m.join();
     }
@@ -335,7 +316,7 @@ TEST_CASE("two threads' backward through one shared graph: one runs, the other i
     for (int round = 0; round < 200; ++round) {
         INFO("round " << round);
         const Tensor h = relu(model.lin->forward(x));
-        const auto errors = concurrently({[&] { loss_a(h).backward(); }, [&] { loss_b(h).backward(); }});
+        const auto errors = test_threads::run_together({[&] { loss_a(h).backward(); }, [&] { loss_b(h).backward(); }});
         const int ran = (errors[0].empty() ? 1 : 0) + (errors[1].empty() ? 1 : 0);
         CHECK(ran == 1);
         for (const auto& e : errors)
@@ -347,7 +328,7 @@ TEST_CASE("two threads' backward through one shared graph: one runs, the other i
         model.zero_grad();
 
         const Tensor kept = relu(model.lin->forward(x));
-        const auto retained = concurrently({[&] { loss_a(kept).backward(Tensor(), true); },
+        const auto retained = test_threads::run_together({[&] { loss_a(kept).backward(Tensor(), true); },
                                             [&] { loss_b(kept).backward(Tensor(), true); }});
         if (retained[0].empty() && retained[1].empty()) ++both_ran;
         CHECK(retained[0].empty());
@@ -363,7 +344,7 @@ TEST_CASE("a pass that keeps the graph and one that frees it, at once: never a c
     const Tensor x = batch(13);
     for (int round = 0; round < 200; ++round) {
         const Tensor h = relu(model.lin->forward(x));
-        const auto errors = concurrently({[&] { mean(h * h).backward(Tensor(), true); },
+        const auto errors = test_threads::run_together({[&] { mean(h * h).backward(Tensor(), true); },
                                           [&] { sum(h).backward(); }});
         for (const auto& e : errors)
             if (!e.empty())

@@ -18,6 +18,7 @@
 #include "helpers.hpp"
 #include "programs.hpp"
 #include "seq_train/train.hpp"
+#include "small_config.hpp"
 
 using namespace xgrad;
 using namespace xgrad::examples;
@@ -26,18 +27,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Ten steps with a warm-up of two: a resume lands inside and after it.
 TrainConfig base_config() {
-    TrainConfig c;
-    c.task = TaskSpec{Task::reverse, 5, 6};
-    c.model.hidden = 16;
-    c.model.heads = 2;
-    c.model.layers = 1;
-    c.model.ffn_hidden = 16;
-    c.steps = 10;
-    c.batch = 8;
+    TrainConfig c = tiny_config(10);
     c.warmup = 2;
     c.held_out = 10;
-    c.seed = 3;
     return c;
 }
 

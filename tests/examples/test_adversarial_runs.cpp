@@ -24,6 +24,7 @@
 #include "helpers.hpp"
 #include "programs.hpp"
 #include "seq_train/train.hpp"
+#include "small_config.hpp"
 
 using namespace xgrad;
 using namespace xgrad::examples;
@@ -134,20 +135,6 @@ TEST_CASE("out folder: a folder where an output file goes is refused in every mo
 }
 
 // ---- in-process: sizes, memory, warm-up ------------------------------------------------------
-
-TrainConfig tiny_config(std::int64_t steps) {
-    TrainConfig c;
-    c.task = TaskSpec{Task::reverse, 5, 6};
-    c.model.hidden = 16;
-    c.model.heads = 2;
-    c.model.layers = 1;
-    c.model.ffn_hidden = 16;
-    c.steps = steps;
-    c.batch = 8;
-    c.warmup = default_warmup(c.optimizer, steps);  // as seq_train without --warmup
-    c.seed = 3;
-    return c;
-}
 
 TEST_CASE("memory: a run too large for the machine is refused naming the flags of the largest part", "[runs]") {
     const double budget = 8.0 * (1ull << 30);
