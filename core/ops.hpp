@@ -69,6 +69,11 @@ Tensor le(const Tensor& a, Scalar s);
 Tensor gt(const Tensor& a, Scalar s);
 Tensor ge(const Tensor& a, Scalar s);
 Tensor logical_not(const Tensor& mask);
+/// Elementwise and, or, xor of the two tensors' truth (non-zero is true, as torch), broadcast
+/// together; any dtypes, a bool result without gradient.
+Tensor logical_and(const Tensor& a, const Tensor& b);
+Tensor logical_or(const Tensor& a, const Tensor& b);
+Tensor logical_xor(const Tensor& a, const Tensor& b);
 
 // --- selection (ops_select.cpp) ----------------------------------------------------------
 /// cond ? a : b elementwise, with cond a bool tensor; all three broadcast together. a and b
@@ -159,12 +164,18 @@ Tensor squeeze(const Tensor& a, long axis);
 /// Joins tensors of one dtype and rank, of equal shape except along `axis`. Backward hands
 /// each input its slice of the gradient.
 Tensor concat(const std::vector<Tensor>& tensors, long axis);
+/// torch.cat's name for concat.
+inline Tensor cat(const std::vector<Tensor>& tensors, long axis = 0) { return concat(tensors, axis); }
 /// Elements start, start+step, ... < end along `axis` (numpy a[start:end:step]; end clamps;
 /// negative start/end count from the end; step ≥ 1). Backward scatters into zeros.
 Tensor slice(const Tensor& a, long axis, long start, long end, long step = 1);
 /// Broadcasts a to `shape` (torch's expand): each of a's axes, aligned from the right, must
 /// match or be 1; -1 at one of a's axes keeps its size. Backward sums back.
 Tensor expand(const Tensor& a, const IntList& shape);
+/// a tiled `repeats[i]` times along axis i (torch's Tensor.repeat): as many repeats as a has
+/// axes or more, extra ones adding leading axes; a repeat of 0 leaves that axis empty. Backward
+/// sums the tiles.
+Tensor repeat(const Tensor& a, const IntList& repeats);
 /// `length` elements from `start` along axis (torch.narrow; negative start and axis count
 /// from the end); start + length must lie within the axis. Backward scatters into zeros.
 Tensor narrow(const Tensor& a, long axis, long start, long length);

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "core/broadcast.hpp"
+#include "core/call_context.hpp"
 #include "core/fill_value.hpp"
 #include "core/grad_ops.hpp"
 #include "core/int_arith.hpp"
@@ -625,6 +626,49 @@ Tensor logical_not(const Tensor& mask) {
     return make_leaf(Storage(std::move(r)));
 }
 
+namespace {
+
+// torch's truth of a value for the logical ops: non-zero is true (NaN too), any dtype.
+Tensor truth(const char* op, const Tensor& t, const char* arg) {
+    check_defined(op, t, arg);
+    return t.dtype() == kBool ? t : as_call(op, [&] { return ne(t, 0); });
+}
+
+template <class Fn> Tensor logical(const char* op, const Tensor& a, const Tensor& b, Fn fn) {
+    return compare(op, truth(op, a, "input"), truth(op, b, "other"), fn);
+}
+
+// `&`, `|`, `^`: logical for two masks, bitwise for integers (a mask counting as 0 and 1), refused
+// for floating dtypes, as torch.
+template <class Fn>
+Tensor bitwise(const char* op, const char* sign, const Tensor& a, const Tensor& b, Tensor (*on_masks)(const Tensor&, const Tensor&),
+               Fn fn) {
+    check_defined(op, a);
+    check_defined(op, b, "other");
+    const auto integral = [](Dtype d) { return d == kBool || d == kInt64; };
+    if (!integral(a.dtype()) || !integral(b.dtype()))
+        throw Error(fmt::format("{}: the `{}` operator needs bool or int64 tensors (as in torch), got {} and {}", op,
+                                sign, dtype_name(a.dtype()), dtype_name(b.dtype())));
+    if (a.dtype() == kBool && b.dtype() == kBool) return as_call(op, [&] { return on_masks(a, b); });
+    const Tensor ia = cast(a, kInt64), ib = cast(b, kInt64);
+    const Shape shape = broadcast_shapes(op, a.shape(), b.shape());
+    const AllocContext context(op, shape);
+    xt::xarray<std::int64_t> r = fn(values<std::int64_t>(ia), values<std::int64_t>(ib));
+    return make_leaf(Storage(std::move(r)));
+}
+
+}  // namespace
+
+Tensor logical_and(const Tensor& a, const Tensor& b) {
+    return logical("logical_and", a, b, [](const auto& x, const auto& y) { return x && y; });
+}
+Tensor logical_or(const Tensor& a, const Tensor& b) {
+    return logical("logical_or", a, b, [](const auto& x, const auto& y) { return x || y; });
+}
+Tensor logical_xor(const Tensor& a, const Tensor& b) {
+    return logical("logical_xor", a, b, [](const auto& x, const auto& y) { return xt::not_equal(x, y); });
+}
+
 // --- operators ----------------------------------------------------------------------------
 
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
@@ -649,6 +693,16 @@ Tensor operator~(const Tensor& a) {
                                 dtype_name(a.dtype())));
     xt::xarray<std::int64_t> r = ~values<std::int64_t>(a);
     return make_leaf(Storage(std::move(r)));
+}
+
+Tensor operator&(const Tensor& a, const Tensor& b) {
+    return bitwise("bitwise_and", "&", a, b, logical_and, [](const auto& x, const auto& y) { return x & y; });
+}
+Tensor operator|(const Tensor& a, const Tensor& b) {
+    return bitwise("bitwise_or", "|", a, b, logical_or, [](const auto& x, const auto& y) { return x | y; });
+}
+Tensor operator^(const Tensor& a, const Tensor& b) {
+    return bitwise("bitwise_xor", "^", a, b, logical_xor, [](const auto& x, const auto& y) { return x ^ y; });
 }
 
 Tensor operator==(const Tensor& a, const Tensor& b) { return eq(a, b); }

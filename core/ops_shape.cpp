@@ -340,6 +340,29 @@ Tensor expand(const Tensor& a, const IntList& shape_arg) {
     });
 }
 
+Tensor repeat(const Tensor& a, const IntList& repeats_arg) {
+    check_defined("repeat", a);
+    repeats_arg.check("repeat");
+    const Shape repeats = repeats_arg.shape("repeat");
+    if (repeats.size() < a.dim())
+        throw Error(fmt::format("repeat: expected at least as many repeats as the tensor has axes ({}), got {} for "
+                                "shape {}",
+                                a.dim(), shape_str(repeats), shape_str(a.shape())));
+    // Each axis of size s repeated r times is a new axis of r in front of it: a broadcast of
+    // (1, s0, 1, s1, ...) to (r0, s0, r1, s1, ...), merged pairwise. The gradient is the sum over
+    // the r axes, which expand and reshape already give.
+    const std::size_t lead = repeats.size() - a.dim();
+    Shape spread, tiled, out;
+    for (std::size_t i = 0; i < repeats.size(); ++i) {
+        const std::size_t s = i < lead ? 1 : a.shape()[i - lead];
+        spread.insert(spread.end(), {1, s});
+        tiled.insert(tiled.end(), {repeats[i], s});
+        out.push_back(checked_mul("repeat", "a repeated axis' length", repeats[i], s));
+    }
+    checked_numel("repeat", out);
+    return as_call("repeat", [&] { return reshape(expand(reshape(a, spread), tiled), out); });
+}
+
 Tensor narrow(const Tensor& a, long axis, long start, long length) {
     check_defined("narrow", a);
     const std::size_t ax = normalize_axis("narrow", axis, a.shape());

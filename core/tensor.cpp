@@ -1103,6 +1103,7 @@ Tensor Tensor::clone() const {
 Tensor Tensor::reshape(const IntList& s) const { return xgrad::reshape(*this, s); }
 Tensor Tensor::permute(const IntList& axes) const { return xgrad::permute(*this, axes); }
 Tensor Tensor::expand(const IntList& s) const { return xgrad::expand(*this, s); }
+Tensor Tensor::repeat(const IntList& r) const { return xgrad::repeat(*this, r); }
 Tensor Tensor::narrow(long axis, long start, long length) const { return xgrad::narrow(*this, axis, start, length); }
 Tensor Tensor::select(long axis, long index) const { return xgrad::select(*this, axis, index); }
 Tensor Tensor::transpose(long a, long b) const { return xgrad::transpose(*this, a, b); }

@@ -234,6 +234,10 @@ public:
     Tensor permute(I... axes) const { return permute(IntList{axes...}); }
     /// Broadcasts to `shape` (expand in ops.hpp; -1 keeps an axis' size, as torch).
     Tensor expand(const IntList& shape) const;
+    /// Tiled along each axis (repeat in ops.hpp: torch's x.repeat(2, 1)).
+    Tensor repeat(const IntList& repeats) const;
+    template <class... I, std::enable_if_t<(sizeof...(I) > 0) && (is_index_v<I> && ...), int> = 0>
+    Tensor repeat(I... repeats) const { return repeat(IntList{repeats...}); }
     /// length elements from start along axis (torch's narrow; a copy).
     Tensor narrow(long axis, long start, long length) const;
     /// The sub-tensor at index along axis, that axis removed (torch's select; a copy).
@@ -600,6 +604,11 @@ Tensor operator*(Scalar s, const Tensor& a);
 Tensor operator/(Scalar s, const Tensor& a);
 /// logical_not for bool, bitwise not for int64 (torch's ~); floats throw.
 Tensor operator~(const Tensor& a);
+/// torch's `&`, `|`, `^`: logical for two bool masks (`(x > 0) & valid`), bitwise for int64
+/// (a bool operand counting as 0 and 1); floats throw.
+Tensor operator&(const Tensor& a, const Tensor& b);
+Tensor operator|(const Tensor& a, const Tensor& b);
+Tensor operator^(const Tensor& a, const Tensor& b);
 
 Tensor operator==(const Tensor& a, const Tensor& b);
 Tensor operator!=(const Tensor& a, const Tensor& b);

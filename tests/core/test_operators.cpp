@@ -182,6 +182,40 @@ TEST_CASE("comparisons give bool tensors without gradient", "[operators]") {
     CHECK((-tensor({0.0, 5.0}).to(kInt64)).to_vector<std::int64_t>() == std::vector<std::int64_t>{0, -5});
 }
 
+TEST_CASE("masks combine with & | ^ and logical_and/or/xor as torch's", "[operators]") {
+    const Tensor a = tensor({1.0, 0.0, 1.0}) > 0.5;    // [true, false, true]
+    const Tensor b = (tensor({1.0, 0.0}) > 0.5).reshape({2, 1});   // [[true], [false]]
+    using B = std::vector<bool>;
+    // torch: (a & b), (a | b), (a ^ b) broadcast to (2, 3)
+    CHECK((a & b).shape() == Shape{2, 3});
+    CHECK((a & b).to_vector<bool>() == B{true, false, true, false, false, false});
+    CHECK((a | b).to_vector<bool>() == B{true, true, true, true, false, true});
+    CHECK((a ^ b).to_vector<bool>() == B{false, true, false, true, false, true});
+    CHECK(logical_and(a, b).to_vector<bool>() == (a & b).to_vector<bool>());
+    CHECK(logical_or(a, b).to_vector<bool>() == (a | b).to_vector<bool>());
+    CHECK(logical_xor(a, b).to_vector<bool>() == (a ^ b).to_vector<bool>());
+    // The masked accuracy of a decoder: right answers among the valid steps.
+    const Tensor x = tensor({0.2, 0.5, 0.9}).requires_grad_();
+    const Tensor both = (x > 0.3) & a;
+    CHECK(both.dtype() == kBool);
+    CHECK_FALSE(both.requires_grad());
+    CHECK(both.to_vector<bool>() == B{false, false, true});
+    // The logical ops take any dtype: non-zero (NaN too) is true.
+    CHECK(logical_and(tensor({0.0, NAN, 2.0}), from_vector(std::vector<std::int64_t>{1, 1, 0}, {3})).to_vector<bool>() ==
+          B{false, true, false});
+    // On int64 the operators are bitwise, a mask counting as 0 and 1.
+    const Tensor i = from_vector(std::vector<std::int64_t>{6, 3, -1}, {3});
+    using I = std::vector<std::int64_t>;
+    CHECK((i & from_vector(I{3, 5, 7}, {3})).to_vector<std::int64_t>() == I{2, 1, 7});
+    CHECK((i | a).to_vector<std::int64_t>() == I{7, 3, -1});
+    CHECK((i ^ a).dtype() == kInt64);
+    CHECK((i ^ a).to_vector<std::int64_t>() == I{7, 3, -2});
+    CHECK_THROWS_WITH(tensor({1.0}) & a,
+                      "bitwise_and: the `&` operator needs bool or int64 tensors (as in torch), got float32 and bool");
+    CHECK_THROWS_WITH(a | Tensor(), Catch::Contains("bitwise_or") && Catch::Contains("other"));
+    CHECK_THROWS_WITH(logical_xor(a, ones({4})), Catch::Contains("logical_xor"));
+}
+
 TEST_CASE("compound assignment writes in place as torch", "[operators][inplace]") {
     Tensor a = tensor({1.0, 2.0});
     const Tensor alias = a;

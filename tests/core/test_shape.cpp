@@ -226,3 +226,36 @@ TEST_CASE("shapes whose element count overflows are rejected", "[shape][errors]"
                       Catch::Contains("repeat_interleave"));
     CHECK_THROWS_WITH(repeat_interleave(ones({4}), static_cast<std::size_t>(-1), 0), Catch::Contains("repeat_interleave"));
 }
+
+TEST_CASE("repeat tiles as torch's Tensor.repeat, with leading axes for extra repeats", "[shape]") {
+    Tensor a = tensor({{1, 2, 3}, {4, 5, 6}});
+    CHECK(a.repeat(2, 1).shape() == Shape{4, 3});
+    CHECK_THAT(vals(a.repeat(2, 1)), approx({1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6}));
+    // torch: a.repeat(2, 1, 2).flatten()[:12]
+    const std::vector<double> tiled = vals(a.repeat(2, 1, 2));
+    CHECK(a.repeat(2, 1, 2).shape() == Shape{2, 2, 6});
+    CHECK_THAT(std::vector<double>(tiled.begin(), tiled.begin() + 12), approx({1, 2, 3, 1, 2, 3, 4, 5, 6, 4, 5, 6}));
+    CHECK(a.repeat(0, 2).shape() == Shape{0, 6});
+    // d2l's decoder valid lengths: torch.arange(1, num_steps + 1).repeat(batch_size, 1)
+    const std::size_t num_steps = 3, batch_size = 2;
+    Tensor dec_valid_lens = arange(1, num_steps + 1, 1, kInt64).repeat(batch_size, 1);
+    CHECK(dec_valid_lens.to_vector<std::int64_t>() == std::vector<std::int64_t>{1, 2, 3, 1, 2, 3});
+    CHECK(repeat(tensor(2.0), {3}).shape() == Shape{3});
+    CHECK(cat({a, a}, 0).shape() == Shape{4, 3});
+    CHECK_THROWS_WITH(a.repeat(2),
+                      "repeat: expected at least as many repeats as the tensor has axes (2), got (2,) for shape (2, 3)");
+    CHECK_THROWS_WITH(a.repeat(-1, 1), Catch::Contains("repeat") && Catch::Contains("non-negative"));
+    CHECK_THROWS_WITH(a.repeat(std::size_t{1} << 62, 4), Catch::Contains("repeat") && Catch::Contains("fit in memory"));
+    CHECK_THROWS_WITH(ones({2, 5}).repeat(1, std::size_t{1} << 62), Catch::Contains("repeat") && Catch::Contains("overflows"));
+    CHECK_THROWS_WITH(repeat(Tensor(), {1}), Catch::Contains("repeat"));
+}
+
+TEST_CASE("repeat passes gradcheck and gradgradcheck: the tiles' gradients add", "[shape][gradcheck]") {
+    Tensor x = param({2, 3});
+    REQUIRE_GRADCHECK([](auto& v) { return v[0].repeat(2, 3); }, {x}, "repeat");
+    REQUIRE_GRADCHECK([](auto& v) { return v[0].repeat(2, 1, 2); }, {x}, "repeat with a new axis");
+    REQUIRE_GRADGRADCHECK([](auto& v) { return v[0].repeat(3, 2) * v[0].repeat(3, 2); }, {x}, "repeat twice");
+    Tensor y = x.detach().requires_grad_();
+    y.repeat(3, 1).sum().backward();
+    CHECK_THAT(vals(y.grad()), approx({3, 3, 3, 3, 3, 3}));
+}
