@@ -1,0 +1,330 @@
+// 11. bahdanau: d2l's "Bahdanau Attention" seq2seq (a GRU encoder, a GRU decoder that attends
+// over the encoder's outputs with additive attention at every step), trained with teacher
+// forcing on a toy translation the program generates from --seed (corpus.hpp: word order,
+// adjectives and determiners move; every target word stands for one source word). It prints
+// progress lines and the held-out loss, then translates held-out sentences greedily and prints
+// them with d2l's BLEU, as d2l does (`go . => va !, bleu 1.000`), and writes metrics.json,
+// loss.svg and attention_<i>.svg: the decoder's attention over the source words for the first
+// --heatmaps held-out sentences.
+//
+// The corpus is corpus.cpp, the model model.cpp; this file holds the flags, the loop and the
+// reports. tools/bahdanau_twin.py is the same program in PyTorch (the same sentences, drawn from
+// the same seed).
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <xgrad/xgrad.hpp>
+
+#include "common/flags.hpp"
+#include "common/interrupt.hpp"
+#include "common/out_folder.hpp"
+#include "common/progress.hpp"
+#include "core/io/atomic_file.hpp"
+#include "corpus.hpp"
+#include "model.hpp"
+#include "seq_train/data.hpp"  // mix_seed
+
+namespace xgrad::examples::bahdanau {
+namespace {
+
+// Streams of random numbers drawn from --seed, one per use (tools/bahdanau_twin.py uses the
+// first two too, so that both programs see the same sentences).
+enum Stream : std::uint64_t { kHeldOut = 21, kData = 22, kInit = 23, kDropout = 24 };
+
+constexpr std::size_t kMaxHeatmaps = 10;
+
+struct Options {
+    ModelSpec model;
+    std::int64_t steps = 600;
+    std::size_t batch = 64;
+    std::size_t num_steps = kLongestSentence;
+    double lr = 0.005;
+    double clip = 1.0;
+    std::size_t held_out = 200;
+    std::int64_t eval_every = 50;
+    std::int64_t log_every = 50;
+    std::size_t show = 8;
+    std::size_t heatmaps = 3;
+    std::size_t bleu_k = 2;
+    std::uint64_t seed = 0;
+    std::string out = "bahdanau_out";
+    bool overwrite = false;
+};
+
+std::vector<std::string> outputs() {
+    std::vector<std::string> names = {"metrics.json", "loss.svg"};
+    for (std::size_t i = 1; i <= kMaxHeatmaps; ++i) names.push_back(fmt::format("attention_{}.svg", i));
+    return names;
+}
+
+void add_flags(CLI::App& app, Options& o) {
+    using flags::kMaxCount, flags::kMaxSize, flags::whole, flags::real;
+    app.add_option("--steps", o.steps, "training steps")->check(whole(1, kMaxCount));
+    app.add_option("--batch", o.batch, "sentence pairs per step")->check(whole(1, kMaxSize));
+    app.add_option("--embed", o.model.embed, "embedding size of both languages")->check(whole(1, 4096));
+    app.add_option("--hidden", o.model.hidden, "GRU state and attention size")->check(whole(1, 4096));
+    app.add_option("--layers", o.model.layers, "GRU layers of the encoder and of the decoder")->check(whole(1, 64));
+    app.add_option("--dropout", o.model.dropout, "dropout between GRU layers and on the attention weights")
+        ->check(flags::fraction());
+    app.add_option("--num-steps", o.num_steps, "tokens per sentence: longer ones are cut, shorter padded (d2l's "
+                   "num_steps; the longest sentence has 10 with <eos>)")->check(whole(2, 1000));
+    app.add_option("--lr", o.lr, "Adam's learning rate")->check(real(0));
+    app.add_option("--clip", o.clip, "clip the gradient norm to this (0: no clipping)")->check(real(0));
+    app.add_option("--held-out", o.held_out, "sentence pairs kept out of training, for the held-out loss and BLEU")
+        ->check(whole(1, held_out_capacity()));
+    app.add_option("--eval-every", o.eval_every, "held-out loss every N steps (0: only at the end)")
+        ->check(whole(0, kMaxCount));
+    app.add_option("--log-every", o.log_every, "print a progress line every N steps when stdout is not a terminal")
+        ->check(whole(1, kMaxCount));
+    app.add_option("--show", o.show, "held-out translations to print")->check(whole(0, 1000));
+    app.add_option("--heatmaps", o.heatmaps, "held-out sentences to draw the attention of")
+        ->check(whole(0, kMaxHeatmaps));
+    app.add_option("--bleu-k", o.bleu_k, "longest n-gram BLEU counts (d2l's k)")->check(whole(1, 4));
+    app.add_option("--seed", o.seed, "seed for the sentences, the initial weights and dropout")->check(flags::seed());
+    app.add_option("--out", o.out, "output folder");
+    app.add_flag("--overwrite", o.overwrite, "replace the files of an earlier run in --out");
+}
+
+// The loss as d2l computes it (the masked cross-entropy, a mean over all num_steps positions per
+// sentence) and, for reports, per real target token: sum / (real tokens) · num_steps.
+struct Loss {
+    Tensor per_sentence;  // (B,)
+    double per_token;
+};
+Loss masked_loss(const Tensor& logits, const Batch& b) {
+    const Tensor l = nn::masked_softmax_ce_loss(logits, b.label, b.label_valid_len);
+    const double tokens = b.label_valid_len.sum().item<double>();
+    return {l, l.sum().item<double>() * static_cast<double>(b.label.size(1)) / tokens};
+}
+
+// The held-out loss per real target token, teacher forced, in eval mode.
+double held_out_loss(EncoderDecoder& net, const Batch& held) {
+    NoGradGuard no_grad;
+    net.eval();
+    const double loss = masked_loss(net(held.src, held.dec_input, held.src_valid_len), held).per_token;
+    net.train();
+    return loss;
+}
+
+// d2l's predict_seq2seq for a whole batch at once: greedy decoding from <bos>, num_steps tokens
+// at most, each sentence up to its <eos>. Returns the words and, per sentence, the attention
+// of each step it produced (<eos> included) over its source tokens: (steps, source length).
+struct Translation {
+    Words words;
+    Tensor attention;
+};
+std::vector<Translation> translate(EncoderDecoder& net, const Batch& b, std::size_t num_steps) {
+    const Vocab& tv = target_vocab();
+    NoGradGuard no_grad;
+    net.eval();
+    DecoderState state = net.decoder().init_state(net.encoder()(b.src), b.src_valid_len);
+    const std::size_t n = b.src.size(0);
+    Tensor token = full({n, 1}, static_cast<double>(tv["<bos>"]), kInt64);
+    std::vector<Translation> out(n);
+    std::vector<std::size_t> produced(n, 0);
+    std::vector<bool> done(n, false);
+    std::vector<Tensor> weights;  // (n, 1, Ts) per step
+    for (std::size_t step = 0; step < num_steps; ++step) {
+        auto [logits, next] = net.decoder()(token, state);
+        state = next;
+        weights.push_back(net.decoder().attention_weights().front());
+        token = argmax(logits, 2);  // (n, 1)
+        const std::vector<std::int64_t> ids = token.to_vector<std::int64_t>();
+        for (std::size_t i = 0; i < n; ++i) {
+            if (done[i]) continue;
+            ++produced[i];
+            if (ids[i] == tv["<eos>"]) done[i] = true;
+            else out[i].words.push_back(tv.token(ids[i]));
+        }
+    }
+    const Tensor all = concat(weights, 1);  // (n, steps, Ts)
+    const std::vector<std::int64_t> src_len = b.src_valid_len.to_vector<std::int64_t>();
+    for (std::size_t i = 0; i < n; ++i)
+        out[i].attention = all.select(0, i).narrow(0, 0, produced[i]).narrow(1, 0, src_len[i]);
+    net.train();
+    return out;
+}
+
+void write_loss_plot(const std::string& path, const std::vector<double>& steps, const std::vector<double>& losses,
+                     const std::vector<double>& eval_steps, const std::vector<double>& eval_losses,
+                     const std::string& title) {
+    svg::LinePlotOptions o;
+    o.title = title;
+    o.xlabel = "step";
+    o.ylabel = "cross-entropy per target token (nats)";
+    o.log_y = true;
+    svg::write_file(path, svg::line_plot({{"training batch", steps, losses, "#9ecae1", "none"},
+                                          {"held-out", eval_steps, eval_losses, "#d62728", "6,3"}},
+                                         o));
+}
+
+void write_attention_plot(const std::string& path, const Pair& pair, const Translation& t, double score) {
+    svg::HeatmapOptions o;
+    o.title = fmt::format("\"{}\" => \"{}\" (bleu {:.3f})", join(pair.source), join(t.words), score);
+    o.xlabel = "source tokens (keys)";
+    o.ylabel = "output tokens (queries)";
+    o.xticks = pair.source;
+    o.xticks.push_back("<eos>");
+    o.xticks.resize(t.attention.size(1), "");
+    o.yticks = t.words;
+    o.yticks.push_back("<eos>");
+    o.yticks.resize(t.attention.size(0), "");
+    o.vmin = 0.0;
+    o.vmax = 1.0;
+    svg::write_file(path, svg::heatmaps({{t.attention}}, {{""}}, o));
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+int run(int argc, char** argv) {
+    Options o;
+    CLI::App app("Trains d2l's Bahdanau-attention seq2seq (GRU encoder, GRU decoder with additive attention) on a\n"
+                 "toy translation it generates, then translates held-out sentences greedily and scores them\n"
+                 "with BLEU. Writes metrics.json, loss.svg and attention_<i>.svg to --out.",
+                 "bahdanau");
+    flags::setup(app);
+    add_flags(app, o);
+    if (const auto exit_code = flags::parse(app, argc, argv)) return *exit_code;
+    if (o.heatmaps > o.held_out)
+        return flags::refuse(app, fmt::format("--heatmaps ({}) must be at most --held-out ({})", o.heatmaps,
+                                              o.held_out));
+    OutFolder folder;  // locked until the program ends
+    try {
+        folder = prepare_out_folder(o.out, outputs(), start_from_flags(false, o.overwrite));
+    } catch (const Error& e) {
+        return flags::refuse(app, e.what());
+    }
+
+    // The corpus: a fixed held-out set, and training batches drawn afresh each step without it.
+    const std::vector<Pair> held = held_out_pairs(o.held_out, mix_seed(o.seed, kHeldOut, 0));
+    std::set<std::string> held_sources;
+    for (const Pair& p : held) held_sources.insert(join(p.source));
+    const Batch held_batch = make_batch(held, o.num_steps);
+    Generator data_gen(mix_seed(o.seed, kData, 0));
+
+    o.model.src_vocab = source_vocab().size();
+    o.model.tgt_vocab = target_vocab().size();
+    Generator init_gen(mix_seed(o.seed, kInit, 0));
+    EncoderDecoder net(o.model, init_gen);
+    manual_seed(mix_seed(o.seed, kDropout, 0));  // dropout
+    optim::Adam opt(net.parameters(), o.lr);
+    fmt::print("corpus: {} source words, {} target words; {} held-out pairs, e.g. \"{}\" => \"{}\"\n",
+               source_vocab().size(), target_vocab().size(), held.size(), join(held[0].source),
+               join(held[0].target));
+    fmt::print("model: embed {}, hidden {}, {} GRU layers, dropout {}; {} parameters; Adam lr {}, clip {}, batch {}, "
+               "{} steps, {} threads\n", o.model.embed, o.model.hidden, o.model.layers, o.model.dropout,
+               net.num_parameters(), o.lr, o.clip, o.batch, o.steps, num_threads());
+    std::fflush(stdout);
+
+    std::vector<double> steps, losses, eval_steps, eval_losses, eval_seconds;
+    double train_seconds = 0;
+    const auto evaluate = [&](std::int64_t step) {
+        eval_steps.push_back(static_cast<double>(step));
+        eval_losses.push_back(held_out_loss(net, held_batch));
+        eval_seconds.push_back(train_seconds);
+    };
+    evaluate(0);
+    stop_on_sigint();
+    Progress progress(o.steps, o.log_every, stdout);
+    std::int64_t step = 0;
+    while (step < o.steps && !interrupted()) {
+        const Batch b = make_batch(training_pairs(o.batch, held_sources, data_gen), o.num_steps);
+        const auto start = std::chrono::steady_clock::now();
+        const Tensor logits = net(b.src, b.dec_input, b.src_valid_len);
+        const Loss loss = masked_loss(logits, b);
+        if (!std::isfinite(loss.per_token))
+            throw Error(fmt::format("bahdanau: the training loss is {} at step {}: the run has diverged (lower --lr)",
+                                    loss.per_token, step + 1));
+        opt.zero_grad();
+        loss.per_sentence.sum().backward();
+        if (o.clip > 0) optim::clip_grad_norm(net.parameters(), o.clip);
+        opt.step();
+        train_seconds += seconds_since(start);
+        ++step;
+        steps.push_back(static_cast<double>(step));
+        losses.push_back(loss.per_token);
+        // Token accuracy over the real target tokens, for the progress line.
+        const Tensor real = lt(arange(static_cast<double>(o.num_steps), kInt64).unsqueeze(0),
+                               b.label_valid_len.unsqueeze(1));
+        const double right = mul(cast(eq(argmax(logits, 2), b.label), kFloat64), cast(real, kFloat64)).sum().item<double>();
+        const double tokens = b.label_valid_len.sum().item<double>();
+        progress.update(step, loss.per_token, right / tokens, static_cast<std::int64_t>(tokens));
+        if ((o.eval_every > 0 && step % o.eval_every == 0) || step == o.steps) {
+            evaluate(step);
+            progress.message(fmt::format("  step {}: held-out loss {:.4f}", step, eval_losses.back()));
+        }
+    }
+    progress.finish();
+    const bool stopped = step < o.steps;
+    if (stopped && eval_steps.back() != static_cast<double>(step)) evaluate(step);
+
+    // Greedy translations of the held-out sentences, scored with d2l's BLEU.
+    const std::vector<Translation> got = translate(net, held_batch, o.num_steps);
+    double bleu_sum = 0;
+    std::size_t exact = 0;
+    std::vector<double> scores;
+    for (std::size_t i = 0; i < held.size(); ++i) {
+        scores.push_back(bleu(join(got[i].words), join(held[i].target), o.bleu_k));
+        bleu_sum += scores.back();
+        exact += got[i].words == held[i].target;
+    }
+    if (o.show > 0) fmt::print("held-out translations (greedy):\n");
+    for (std::size_t i = 0; i < std::min(o.show, held.size()); ++i)
+        fmt::print("{} => {}, bleu {:.3f}\n", join(held[i].source), join(got[i].words), scores[i]);
+    const double ms = step > 0 ? 1e3 * train_seconds / static_cast<double>(step) : 0.0;
+    fmt::print("step {}: held-out loss {:.4f}, mean BLEU-{} {:.3f}, exact {} of {}; {:.2f} ms per training step\n",
+               step, eval_losses.back(), o.bleu_k, bleu_sum / static_cast<double>(held.size()), exact, held.size(),
+               ms);
+
+    nlohmann::ordered_json translations = nlohmann::ordered_json::array();
+    for (std::size_t i = 0; i < std::min<std::size_t>(held.size(), 50); ++i)
+        translations.push_back({{"source", join(held[i].source)}, {"target", join(held[i].target)},
+                                {"prediction", join(got[i].words)}, {"bleu", scores[i]}});
+    const nlohmann::ordered_json metrics = {
+        {"steps", step},
+        {"steps_planned", o.steps},
+        {"finished", !stopped},
+        {"threads", num_threads()},
+        {"parameters", net.num_parameters()},
+        {"train_seconds", train_seconds},
+        {"ms_per_step", ms},
+        {"first_loss", losses.empty() ? NAN : losses.front()},
+        {"final_loss", losses.empty() ? NAN : losses.back()},
+        {"held_out_loss", eval_losses.back()},
+        {"bleu", bleu_sum / static_cast<double>(held.size())},
+        {"bleu_k", o.bleu_k},
+        {"exact", exact},
+        {"held_out", held.size()},
+        {"eval_steps", eval_steps},
+        {"eval_loss", eval_losses},
+        {"eval_train_seconds", eval_seconds},
+        {"translations", translations}};
+    write_file_atomic(o.out + "/metrics.json", metrics.dump(2) + "\n", "metrics.json");
+    write_loss_plot(o.out + "/loss.svg", steps, losses, eval_steps, eval_losses,
+                    fmt::format("Bahdanau attention seq2seq{}", stopped ? fmt::format(", stopped at step {}", step)
+                                                                        : std::string()));
+    for (std::size_t i = 0; i < o.heatmaps; ++i)
+        write_attention_plot(fmt::format("{}/attention_{}.svg", o.out, i + 1), held[i], got[i], scores[i]);
+    fmt::print("wrote {0}/metrics.json, {0}/loss.svg{1}\n", o.out,
+               o.heatmaps == 0 ? std::string()
+                               : fmt::format(" and {}/attention_1..{}.svg", o.out, o.heatmaps));
+    if (stopped) {
+        fmt::print("interrupted: stopped at step {} of {}\n", step, o.steps);
+        return 130;
+    }
+    return 0;
+}
+
+}  // namespace
+}  // namespace xgrad::examples::bahdanau
+
+int main(int argc, char** argv) {
+    return xgrad::examples::flags::run_main("bahdanau", xgrad::examples::bahdanau::run, argc, argv);
+}
