@@ -312,9 +312,9 @@ int run(int argc, char** argv) {
                                                                         : std::string()));
     for (std::size_t i = 0; i < o.heatmaps; ++i)
         write_attention_plot(fmt::format("{}/attention_{}.svg", o.out, i + 1), held[i], got[i], scores[i]);
-    fmt::print("wrote {0}/metrics.json, {0}/loss.svg{1}\n", o.out,
-               o.heatmaps == 0 ? std::string()
-                               : fmt::format(" and {}/attention_1..{}.svg", o.out, o.heatmaps));
+    std::string written = fmt::format("{0}/metrics.json, {0}/loss.svg", o.out);
+    for (std::size_t i = 1; i <= o.heatmaps; ++i) written += fmt::format(", {}/attention_{}.svg", o.out, i);
+    fmt::print("wrote {}\n", written);
     if (stopped) {
         fmt::print("interrupted: stopped at step {} of {}\n", step, o.steps);
         return 130;
