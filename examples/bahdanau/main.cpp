@@ -25,6 +25,7 @@
 #include "common/out_folder.hpp"
 #include "common/progress.hpp"
 #include "core/io/atomic_file.hpp"
+#include "core/runtime/alloc.hpp"
 #include "corpus.hpp"
 #include "model.hpp"
 #include "seq_train/data.hpp"  // mix_seed
@@ -88,6 +89,19 @@ void add_flags(CLI::App& app, Options& o) {
     app.add_option("--seed", o.seed, "seed for the sentences, the initial weights and dropout")->check(flags::seed());
     app.add_option("--out", o.out, "output folder");
     app.add_flag("--overwrite", o.overwrite, "replace the files of an earlier run in --out");
+}
+
+// Roughly the bytes a run needs, in double so that no product of sizes overflows: parameters
+// with their gradients and Adam's moments, a training step's activations (each of the T
+// decoder steps keeps the attention's (B, T, hidden) features several times over; the GRUs
+// keep about ten (B, hidden) rows per layer and step) and the held-out batch's, without a graph.
+double estimated_bytes(const Options& o) {
+    const double E = static_cast<double>(o.model.embed), H = static_cast<double>(o.model.hidden),
+                 L = static_cast<double>(o.model.layers), T = static_cast<double>(o.num_steps), V = 40;
+    const double params = 2 * V * E + 2 * L * 3 * (E + 3 * H + 2) * H + 3 * H * H + (H + 1) * V;
+    const auto activations = [&](double B) { return T * (8 * B * T * H + 2 * L * 10 * B * H + B * (E + H + V)); };
+    return 4 * (4 * params + activations(static_cast<double>(o.batch)) +
+                activations(static_cast<double>(o.held_out)) / 4);
 }
 
 // The loss as d2l computes it (the masked cross-entropy, a mean over all num_steps positions per
@@ -195,6 +209,11 @@ int run(int argc, char** argv) {
     if (o.heatmaps > o.held_out)
         return flags::refuse(app, fmt::format("--heatmaps ({}) must be at most --held-out ({})", o.heatmaps,
                                               o.held_out));
+    const double memory = physical_memory_bytes();
+    if (memory > 0 && estimated_bytes(o) > memory)
+        return flags::refuse(app, fmt::format("this run would need about {} of memory, more than the {} this machine "
+                                              "has: make --batch, --hidden, --num-steps or --held-out smaller",
+                                              format_bytes(estimated_bytes(o)), format_bytes(memory)));
     OutFolder folder;  // locked until the program ends
     try {
         folder = prepare_out_folder(o.out, outputs(), start_from_flags(false, o.overwrite));

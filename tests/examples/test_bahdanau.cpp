@@ -135,7 +135,8 @@ TEST_CASE("bahdanau refuses bad flags before it trains, naming them", "[bahdanau
         {{"--heatmaps", "11"}, "--heatmaps: "},
         {{"--bleu-k", "0"}, "--bleu-k: "},
         {{"--lr", "nan"}, "--lr: "},
-        {{"--steps", "5x"}, "--steps: "}};
+        {{"--steps", "5x"}, "--steps: "},
+        {{"--batch", "1048576", "--hidden", "4096", "--num-steps", "1000"}, "of memory, more than the"}};
     for (const auto& [flags, named] : cases) {
         INFO(flags[0] << " " << flags[1]);
         std::vector<std::string> args = {"bahdanau"};
