@@ -270,7 +270,7 @@ int run(int argc, char** argv) {
         steps.push_back(static_cast<double>(step));
         losses.push_back(loss.per_token);
         // Token accuracy over the real target tokens, for the progress line.
-        const Tensor real = lt(arange(static_cast<double>(o.num_steps), kInt64).unsqueeze(0),
+        const Tensor real = lt(arange(o.num_steps, kInt64).unsqueeze(0),
                                b.label_valid_len.unsqueeze(1));
         const double right = mul(cast(eq(argmax(logits, 2), b.label), kFloat64), cast(real, kFloat64)).sum().item<double>();
         const double tokens = b.label_valid_len.sum().item<double>();

@@ -40,7 +40,7 @@ std::tuple<Tensor, DecoderState> Seq2SeqAttentionDecoder::forward(const Tensor& 
     std::vector<Tensor> outputs;
     m_attention_weights.clear();
     for (const Tensor& x : unbind(embedded, 0)) {
-        const Tensor query = Tensor(state.hidden[-1]).unsqueeze(1);  // (B, 1, hidden)
+        const Tensor query = state.hidden[-1].unsqueeze(1);  // (B, 1, hidden)
         const Tensor context = (*m_attention)(query, state.enc_outputs, state.enc_outputs, state.enc_valid_lens);
         const Tensor step_input = concat({context, x.unsqueeze(1)}, -1);  // (B, 1, hidden + embed)
         auto [out, hidden] = (*m_rnn)(step_input.permute({1, 0, 2}), state.hidden);
