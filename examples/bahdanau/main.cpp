@@ -4,11 +4,12 @@
 // adjectives and determiners move; every target word stands for one source word). It prints
 // progress lines and the held-out loss, then translates held-out sentences greedily and prints
 // them with d2l's BLEU, as d2l does (`go . => va !, bleu 1.000`), and writes metrics.json,
-// loss.svg and attention_<i>.svg: the decoder's attention over the source words for the first
-// --heatmaps held-out sentences.
+// loss.svg, attention_<i>.svg (the decoder's attention over the source words for the first
+// --heatmaps held-out sentences) and checkpoint.npz. --resume continues from the checkpoint bit
+// for bit; Ctrl-C stops after the step with a checkpoint.
 //
-// The corpus is corpus.cpp, the model model.cpp; this file holds the flags, the loop and the
-// reports. tools/bahdanau_twin.py is the same program in PyTorch (the same sentences, drawn from
+// The corpus is corpus.cpp, the model model.cpp, the run's state and its checkpoint state.cpp;
+// this file holds the flags, the loop and the reports. tools/bahdanau_twin.py is the same program in PyTorch (the same sentences, drawn from
 // the same seed).
 #include <chrono>
 #include <cmath>
@@ -29,54 +30,49 @@
 #include "corpus.hpp"
 #include "model.hpp"
 #include "seq_train/data.hpp"  // mix_seed
+#include "state.hpp"
+#include "streams.hpp"
 
 namespace xgrad::examples::bahdanau {
 namespace {
 
-// Streams of random numbers drawn from --seed, one per use (tools/bahdanau_twin.py uses the
-// first two too, so that both programs see the same sentences).
-enum Stream : std::uint64_t { kHeldOut = 21, kData = 22, kInit = 23, kDropout = 24 };
-
 constexpr std::size_t kMaxHeatmaps = 10;
 
 struct Options {
-    ModelSpec model;
-    std::int64_t steps = 600;
-    std::size_t batch = 64;
-    std::size_t num_steps = kLongestSentence;
-    double lr = 0.005;
-    double clip = 1.0;
-    std::size_t held_out = 200;
+    Config config;
     std::int64_t eval_every = 50;
     std::int64_t log_every = 50;
+    std::int64_t checkpoint_every = 0;
+    std::int64_t stop_after = 0;
     std::size_t show = 8;
     std::size_t heatmaps = 3;
     std::size_t bleu_k = 2;
-    std::uint64_t seed = 0;
     std::string out = "bahdanau_out";
-    bool overwrite = false;
+    bool resume = false, overwrite = false;
 };
 
+// What a run writes to --out; the checkpoint first, so that --resume finds it by that name.
 std::vector<std::string> outputs() {
-    std::vector<std::string> names = {"metrics.json", "loss.svg"};
+    std::vector<std::string> names = {"checkpoint.npz", "metrics.json", "loss.svg"};
     for (std::size_t i = 1; i <= kMaxHeatmaps; ++i) names.push_back(fmt::format("attention_{}.svg", i));
     return names;
 }
 
 void add_flags(CLI::App& app, Options& o) {
     using flags::kMaxCount, flags::kMaxSize, flags::whole, flags::real;
-    app.add_option("--steps", o.steps, "training steps")->check(whole(1, kMaxCount));
-    app.add_option("--batch", o.batch, "sentence pairs per step")->check(whole(1, kMaxSize));
-    app.add_option("--embed", o.model.embed, "embedding size of both languages")->check(whole(1, 4096));
-    app.add_option("--hidden", o.model.hidden, "GRU state and attention size")->check(whole(1, 4096));
-    app.add_option("--layers", o.model.layers, "GRU layers of the encoder and of the decoder")->check(whole(1, 64));
-    app.add_option("--dropout", o.model.dropout, "dropout between GRU layers and on the attention weights")
+    Config& c = o.config;
+    app.add_option("--steps", c.steps, "training steps")->check(whole(1, kMaxCount));
+    app.add_option("--batch", c.batch, "sentence pairs per step")->check(whole(1, kMaxSize));
+    app.add_option("--embed", c.model.embed, "embedding size of both languages")->check(whole(1, 4096));
+    app.add_option("--hidden", c.model.hidden, "GRU state and attention size")->check(whole(1, 4096));
+    app.add_option("--layers", c.model.layers, "GRU layers of the encoder and of the decoder")->check(whole(1, 64));
+    app.add_option("--dropout", c.model.dropout, "dropout between GRU layers and on the attention weights")
         ->check(flags::fraction());
-    app.add_option("--num-steps", o.num_steps, "tokens per sentence: longer ones are cut, shorter padded (d2l's "
+    app.add_option("--num-steps", c.num_steps, "tokens per sentence: longer ones are cut, shorter padded (d2l's "
                    "num_steps; the longest sentence has 10 with <eos>)")->check(whole(2, 1000));
-    app.add_option("--lr", o.lr, "Adam's learning rate")->check(real(0));
-    app.add_option("--clip", o.clip, "clip the gradient norm to this (0: no clipping)")->check(real(0));
-    app.add_option("--held-out", o.held_out, "sentence pairs kept out of training, for the held-out loss and BLEU")
+    app.add_option("--lr", c.lr, "Adam's learning rate")->check(real(0));
+    app.add_option("--clip", c.clip, "clip the gradient norm to this (0: no clipping)")->check(real(0));
+    app.add_option("--held-out", c.held_out, "sentence pairs kept out of training, for the held-out loss and BLEU")
         ->check(whole(1, held_out_capacity()));
     app.add_option("--eval-every", o.eval_every, "held-out loss every N steps (0: only at the end)")
         ->check(whole(0, kMaxCount));
@@ -86,21 +82,27 @@ void add_flags(CLI::App& app, Options& o) {
     app.add_option("--heatmaps", o.heatmaps, "held-out sentences to draw the attention of")
         ->check(whole(0, kMaxHeatmaps));
     app.add_option("--bleu-k", o.bleu_k, "longest n-gram BLEU counts (d2l's k)")->check(whole(1, 4));
-    app.add_option("--seed", o.seed, "seed for the sentences, the initial weights and dropout")->check(flags::seed());
+    app.add_option("--seed", c.seed, "seed for the sentences, the initial weights and dropout")->check(flags::seed());
+    app.add_option("--checkpoint-every", o.checkpoint_every, "also write the checkpoint every N steps (0: at the end)")
+        ->check(whole(0, kMaxCount));
+    app.add_option("--stop-after", o.stop_after, "stop after N steps of this run, with a checkpoint (0: run to "
+                   "--steps)")->check(whole(0, kMaxCount));
     app.add_option("--out", o.out, "output folder");
-    app.add_flag("--overwrite", o.overwrite, "replace the files of an earlier run in --out");
+    app.add_flag("--resume", o.resume, "continue from --out/checkpoint.npz (same flags)");
+    app.add_flag("--overwrite", o.overwrite,
+                 "start afresh in an --out that holds an earlier run, removing its checkpoint and results");
 }
 
 // Roughly the bytes a run needs, in double so that no product of sizes overflows: parameters
-// with their gradients and Adam's moments, a training step's activations (each of the T
+// with their gradients, Adam's moments and the copies a checkpoint's save or load makes, a training step's activations (each of the T
 // decoder steps keeps the attention's (B, T, hidden) features several times over; the GRUs
 // keep about ten (B, hidden) rows per layer and step) and the held-out batch's, without a graph.
-double estimated_bytes(const Options& o) {
+double estimated_bytes(const Config& o) {
     const double E = static_cast<double>(o.model.embed), H = static_cast<double>(o.model.hidden),
                  L = static_cast<double>(o.model.layers), T = static_cast<double>(o.num_steps), V = 40;
     const double params = 2 * V * E + 2 * L * 3 * (E + 3 * H + 2) * H + 3 * H * H + (H + 1) * V;
     const auto activations = [&](double B) { return T * (8 * B * T * H + 2 * L * 10 * B * H + B * (E + H + V)); };
-    return 4 * (4 * params + activations(static_cast<double>(o.batch)) +
+    return 4 * (6 * params + activations(static_cast<double>(o.batch)) +
                 activations(static_cast<double>(o.held_out)) / 4);
 }
 
@@ -197,95 +199,131 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+nlohmann::ordered_json settings_json(const Config& c) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::object();
+    for (const CheckpointSetting& setting : settings(c)) out[setting.name] = nlohmann::ordered_json::parse(setting.shown);
+    return out;
+}
+
+struct LoopStats {
+    std::int64_t steps = 0;  // of this run
+    bool interrupted = false;
+};
+
+// Trains to --steps (or --stop-after steps of this run, or a Ctrl-C), evaluating the held-out
+// loss every --eval-every steps and at the last, and saving the checkpoint every
+// --checkpoint-every steps.
+LoopStats train(RunState& s, const Options& o, const std::set<std::string>& held_sources, const Batch& held_batch,
+                const std::string& checkpoint) {
+    const Config& c = s.config;
+    History& h = s.history;
+    const auto evaluate = [&] {
+        h.eval_step.push_back(static_cast<double>(s.step));
+        h.eval_loss.push_back(held_out_loss(*s.net, held_batch));
+        h.eval_seconds.push_back(s.train_seconds);
+    };
+    if (s.step == 0) evaluate();  // the curve starts at the initial model
+    LoopStats stats;
+    Progress progress(c.steps, o.log_every, stdout);
+    while (s.step < c.steps && !(o.stop_after > 0 && stats.steps >= o.stop_after)) {
+        if (interrupted()) {
+            stats.interrupted = true;
+            break;
+        }
+        const Batch b = make_batch(training_pairs(c.batch, held_sources, s.data_gen), c.num_steps);
+        const auto start = std::chrono::steady_clock::now();
+        const Tensor logits = (*s.net)(b.src, b.dec_input, b.src_valid_len);
+        const Loss loss = masked_loss(logits, b);
+        if (!std::isfinite(loss.per_token))
+            throw Error(fmt::format("bahdanau: the training loss is {} at step {}: the run has diverged (lower --lr)",
+                                    loss.per_token, s.step + 1));
+        s.optimizer->zero_grad();
+        loss.per_sentence.sum().backward();
+        if (c.clip > 0) optim::clip_grad_norm(s.net->parameters(), c.clip);
+        s.optimizer->step();
+        s.train_seconds += seconds_since(start);
+        ++s.step;
+        ++stats.steps;
+        h.step.push_back(static_cast<double>(s.step));
+        h.loss.push_back(loss.per_token);
+        // Token accuracy over the real target tokens, for the progress line.
+        const Tensor real = lt(arange(c.num_steps, kInt64).unsqueeze(0), b.label_valid_len.unsqueeze(1));
+        const double right =
+            mul(cast(eq(argmax(logits, 2), b.label), kFloat64), cast(real, kFloat64)).sum().item<double>();
+        const double tokens = b.label_valid_len.sum().item<double>();
+        progress.update(s.step, loss.per_token, right / tokens, static_cast<std::int64_t>(tokens));
+        if ((o.eval_every > 0 && s.step % o.eval_every == 0) || s.step == c.steps) {
+            evaluate();
+            progress.message(fmt::format("  step {}: held-out loss {:.4f}", s.step, h.eval_loss.back()));
+        }
+        if (o.checkpoint_every > 0 && s.step % o.checkpoint_every == 0) save_checkpoint(checkpoint, s);
+    }
+    progress.finish();
+    return stats;
+}
+
 int run(int argc, char** argv) {
     Options o;
     CLI::App app("Trains d2l's Bahdanau-attention seq2seq (GRU encoder, GRU decoder with additive attention) on a\n"
                  "toy translation it generates, then translates held-out sentences greedily and scores them\n"
-                 "with BLEU. Writes metrics.json, loss.svg and attention_<i>.svg to --out.",
+                 "with BLEU. Writes metrics.json, loss.svg, attention_<i>.svg and checkpoint.npz to --out.",
                  "bahdanau");
     flags::setup(app);
     add_flags(app, o);
     if (const auto exit_code = flags::parse(app, argc, argv)) return *exit_code;
-    if (o.heatmaps > o.held_out)
+    const Config& c = o.config;
+    if (o.heatmaps > c.held_out)
         return flags::refuse(app, fmt::format("--heatmaps ({}) must be at most --held-out ({})", o.heatmaps,
-                                              o.held_out));
+                                              c.held_out));
     const double memory = physical_memory_bytes();
-    if (memory > 0 && estimated_bytes(o) > memory)
+    if (memory > 0 && estimated_bytes(c) > memory)
         return flags::refuse(app, fmt::format("this run would need about {} of memory, more than the {} this machine "
                                               "has: make --batch, --hidden, --num-steps or --held-out smaller",
-                                              format_bytes(estimated_bytes(o)), format_bytes(memory)));
+                                              format_bytes(estimated_bytes(c)), format_bytes(memory)));
+    const std::vector<std::string> names = outputs();
     OutFolder folder;  // locked until the program ends
     try {
-        folder = prepare_out_folder(o.out, outputs(), start_from_flags(false, o.overwrite));
+        folder = prepare_out_folder(o.out, names, start_from_flags(o.resume, o.overwrite), names.front());
     } catch (const Error& e) {
         return flags::refuse(app, e.what());
     }
 
     // The corpus: a fixed held-out set, and training batches drawn afresh each step without it.
-    const std::vector<Pair> held = held_out_pairs(o.held_out, mix_seed(o.seed, kHeldOut, 0));
+    const std::vector<Pair> held = held_out_pairs(c.held_out, mix_seed(c.seed, kHeldOut, 0));
     std::set<std::string> held_sources;
     for (const Pair& p : held) held_sources.insert(join(p.source));
-    const Batch held_batch = make_batch(held, o.num_steps);
-    Generator data_gen(mix_seed(o.seed, kData, 0));
+    const Batch held_batch = make_batch(held, c.num_steps);
 
-    o.model.src_vocab = source_vocab().size();
-    o.model.tgt_vocab = target_vocab().size();
-    Generator init_gen(mix_seed(o.seed, kInit, 0));
-    EncoderDecoder net(o.model, init_gen);
-    manual_seed(mix_seed(o.seed, kDropout, 0));  // dropout
-    optim::Adam opt(net.parameters(), o.lr);
+    const std::string checkpoint = o.out + "/" + names.front();
+    RunState state(c);
+    if (o.resume) {
+        load_checkpoint(checkpoint, state);
+        fmt::print("resumed from {} at step {}\n", checkpoint, state.step);
+    }
+    const ModelSpec& m = state.config.model;
     fmt::print("corpus: {} source words, {} target words; {} held-out pairs, e.g. \"{}\" => \"{}\"\n",
-               source_vocab().size(), target_vocab().size(), held.size(), join(held[0].source),
-               join(held[0].target));
+               m.src_vocab, m.tgt_vocab, held.size(), join(held[0].source), join(held[0].target));
     fmt::print("model: embed {}, hidden {}, {} GRU layers, dropout {}; {} parameters; Adam lr {}, clip {}, batch {}, "
-               "{} steps, {} threads\n", o.model.embed, o.model.hidden, o.model.layers, o.model.dropout,
-               net.num_parameters(), o.lr, o.clip, o.batch, o.steps, num_threads());
+               "{} steps, {} threads\n", m.embed, m.hidden, m.layers, m.dropout, state.net->num_parameters(), c.lr,
+               c.clip, c.batch, c.steps, num_threads());
     std::fflush(stdout);
 
-    std::vector<double> steps, losses, eval_steps, eval_losses, eval_seconds;
-    double train_seconds = 0;
-    const auto evaluate = [&](std::int64_t step) {
-        eval_steps.push_back(static_cast<double>(step));
-        eval_losses.push_back(held_out_loss(net, held_batch));
-        eval_seconds.push_back(train_seconds);
-    };
-    evaluate(0);
     stop_on_sigint();
-    Progress progress(o.steps, o.log_every, stdout);
-    std::int64_t step = 0;
-    while (step < o.steps && !interrupted()) {
-        const Batch b = make_batch(training_pairs(o.batch, held_sources, data_gen), o.num_steps);
-        const auto start = std::chrono::steady_clock::now();
-        const Tensor logits = net(b.src, b.dec_input, b.src_valid_len);
-        const Loss loss = masked_loss(logits, b);
-        if (!std::isfinite(loss.per_token))
-            throw Error(fmt::format("bahdanau: the training loss is {} at step {}: the run has diverged (lower --lr)",
-                                    loss.per_token, step + 1));
-        opt.zero_grad();
-        loss.per_sentence.sum().backward();
-        if (o.clip > 0) optim::clip_grad_norm(net.parameters(), o.clip);
-        opt.step();
-        train_seconds += seconds_since(start);
-        ++step;
-        steps.push_back(static_cast<double>(step));
-        losses.push_back(loss.per_token);
-        // Token accuracy over the real target tokens, for the progress line.
-        const Tensor real = lt(arange(o.num_steps, kInt64).unsqueeze(0),
-                               b.label_valid_len.unsqueeze(1));
-        const double right = mul(cast(eq(argmax(logits, 2), b.label), kFloat64), cast(real, kFloat64)).sum().item<double>();
-        const double tokens = b.label_valid_len.sum().item<double>();
-        progress.update(step, loss.per_token, right / tokens, static_cast<std::int64_t>(tokens));
-        if ((o.eval_every > 0 && step % o.eval_every == 0) || step == o.steps) {
-            evaluate(step);
-            progress.message(fmt::format("  step {}: held-out loss {:.4f}", step, eval_losses.back()));
-        }
+    const LoopStats stats = train(state, o, held_sources, held_batch, checkpoint);
+    save_checkpoint(checkpoint, state);
+    const std::int64_t step = state.step;
+    const bool stopped = step < c.steps;
+    // A stopped run reports the held-out loss where it stopped; the checkpoint's history keeps
+    // only the evaluations the uninterrupted run makes.
+    History h = state.history;
+    if (h.eval_step.back() != static_cast<double>(step)) {
+        h.eval_step.push_back(static_cast<double>(step));
+        h.eval_loss.push_back(held_out_loss(*state.net, held_batch));
+        h.eval_seconds.push_back(state.train_seconds);
     }
-    progress.finish();
-    const bool stopped = step < o.steps;
-    if (stopped && eval_steps.back() != static_cast<double>(step)) evaluate(step);
 
     // Greedy translations of the held-out sentences, scored with d2l's BLEU.
-    const std::vector<Translation> got = translate(net, held_batch, o.num_steps);
+    const std::vector<Translation> got = translate(*state.net, held_batch, c.num_steps);
     double bleu_sum = 0;
     std::size_t exact = 0;
     std::vector<double> scores;
@@ -297,9 +335,9 @@ int run(int argc, char** argv) {
     if (o.show > 0) fmt::print("held-out translations (greedy):\n");
     for (std::size_t i = 0; i < std::min(o.show, held.size()); ++i)
         fmt::print("{} => {}, bleu {:.3f}\n", join(held[i].source), join(got[i].words), scores[i]);
-    const double ms = step > 0 ? 1e3 * train_seconds / static_cast<double>(step) : 0.0;
+    const double ms = step > 0 ? 1e3 * state.train_seconds / static_cast<double>(step) : 0.0;
     fmt::print("step {}: held-out loss {:.4f}, mean BLEU-{} {:.3f}, exact {} of {}; {:.2f} ms per training step\n",
-               step, eval_losses.back(), o.bleu_k, bleu_sum / static_cast<double>(held.size()), exact, held.size(),
+               step, h.eval_loss.back(), o.bleu_k, bleu_sum / static_cast<double>(held.size()), exact, held.size(),
                ms);
 
     nlohmann::ordered_json translations = nlohmann::ordered_json::array();
@@ -308,35 +346,38 @@ int run(int argc, char** argv) {
                                 {"prediction", join(got[i].words)}, {"bleu", scores[i]}});
     const nlohmann::ordered_json metrics = {
         {"steps", step},
-        {"steps_planned", o.steps},
+        {"steps_planned", c.steps},
         {"finished", !stopped},
+        {"steps_this_run", stats.steps},
         {"threads", num_threads()},
-        {"parameters", net.num_parameters()},
-        {"train_seconds", train_seconds},
+        {"parameters", state.net->num_parameters()},
+        {"train_seconds", state.train_seconds},
         {"ms_per_step", ms},
-        {"first_loss", losses.empty() ? NAN : losses.front()},
-        {"final_loss", losses.empty() ? NAN : losses.back()},
-        {"held_out_loss", eval_losses.back()},
+        {"first_loss", h.loss.empty() ? NAN : h.loss.front()},
+        {"final_loss", h.loss.empty() ? NAN : h.loss.back()},
+        {"held_out_loss", h.eval_loss.back()},
         {"bleu", bleu_sum / static_cast<double>(held.size())},
         {"bleu_k", o.bleu_k},
         {"exact", exact},
         {"held_out", held.size()},
-        {"eval_steps", eval_steps},
-        {"eval_loss", eval_losses},
-        {"eval_train_seconds", eval_seconds},
-        {"translations", translations}};
+        {"eval_steps", h.eval_step},
+        {"eval_loss", h.eval_loss},
+        {"eval_train_seconds", h.eval_seconds},
+        {"translations", translations},
+        {"settings", settings_json(c)}};
     write_file_atomic(o.out + "/metrics.json", metrics.dump(2) + "\n", "metrics.json");
-    write_loss_plot(o.out + "/loss.svg", steps, losses, eval_steps, eval_losses,
+    write_loss_plot(o.out + "/loss.svg", h.step, h.loss, h.eval_step, h.eval_loss,
                     fmt::format("Bahdanau attention seq2seq{}", stopped ? fmt::format(", stopped at step {}", step)
                                                                         : std::string()));
     for (std::size_t i = 0; i < o.heatmaps; ++i)
         write_attention_plot(fmt::format("{}/attention_{}.svg", o.out, i + 1), held[i], got[i], scores[i]);
     std::string written = fmt::format("{0}/metrics.json, {0}/loss.svg", o.out);
     for (std::size_t i = 1; i <= o.heatmaps; ++i) written += fmt::format(", {}/attention_{}.svg", o.out, i);
-    fmt::print("wrote {}\n", written);
+    fmt::print("wrote {}, {}\n", written, checkpoint);
     if (stopped) {
-        fmt::print("interrupted: stopped at step {} of {}\n", step, o.steps);
-        return 130;
+        fmt::print("stopped at step {} of {}; checkpoint in {} (continue with --resume)\n", step, c.steps,
+                   checkpoint);
+        return stats.interrupted ? 130 : 0;
     }
     return 0;
 }

@@ -1,6 +1,9 @@
 // bahdanau: its corpus and d2l's BLEU, and the program run as a user runs it: the files it
 // writes, a held-out loss that falls, d2l's translation lines, the same numbers from the same
-// seed, and the flags it refuses.
+// seed, a resume that repeats the uninterrupted run bit for bit, and the flags and checkpoints
+// it refuses.
+#include <signal.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <string>
@@ -9,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bahdanau/corpus.hpp"
+#include "core/io/npz.hpp"
 #include "helpers.hpp"
 #include "programs.hpp"
 #include "seq_train/data.hpp"  // mix_seed
@@ -32,6 +36,15 @@ std::vector<std::string> tiny_run(const std::string& out, std::vector<std::strin
     }
     return args;
 }
+
+const Tensor& entry(const NamedTensors& all, const std::string& name) {
+    for (const auto& [n, t] : all)
+        if (n == name) return t;
+    FAIL("no entry " << name);
+    throw;
+}
+
+std::string bytes_of(const std::string& path) { return read_file(path, "test"); }
 
 }  // namespace
 
@@ -152,5 +165,141 @@ TEST_CASE("bahdanau refuses bad flags before it trains, naming them", "[bahdanau
     CHECK(again.code == 2);
     CHECK_THAT(again.err, Catch::Contains("--overwrite"));
     CHECK(run(dir, tiny_run(dir + "/done", {"--steps", "2", "--overwrite"})).code == 0);
+    fs::remove_all(dir);
+}
+
+TEST_CASE("bahdanau stopped and resumed repeats the uninterrupted run bit for bit", "[bahdanau]") {
+    const std::string dir = fresh_dir("bahdanau_resume");
+    // Dropout on (between the GRU layers and on the attention weights): the default generator's
+    // state must travel in the checkpoint, as the training pairs' generator's does.
+    const std::vector<std::string> flags = {"--dropout", "0.2"};
+    REQUIRE(run(dir, tiny_run(dir + "/whole", flags)).code == 0);
+    // 30 steps in three runs: stopped at 7 (between two evaluations: the report evaluates there,
+    // the checkpoint's history does not keep it), at 15 (an evaluation step), then to the end.
+    auto part = [&](std::vector<std::string> more) {
+        more.insert(more.begin(), flags.begin(), flags.end());
+        const Result r = run(dir, tiny_run(dir + "/parts", more));
+        INFO(r.err);
+        REQUIRE(r.code == 0);
+        return r;
+    };
+    CHECK_THAT(part({"--stop-after", "7"}).out, Catch::Contains("stopped at step 7 of 30") &&
+                                                    Catch::Contains("continue with --resume"));
+    CHECK_THAT(part({"--resume", "--stop-after", "8"}).out,
+               Catch::Contains("resumed from " + dir + "/parts/checkpoint.npz at step 7"));
+    CHECK_THAT(part({"--resume"}).out, Catch::Contains("resumed from " + dir + "/parts/checkpoint.npz at step 15"));
+
+    const NamedTensors whole = load_npz(dir + "/whole/checkpoint.npz"), parts = load_npz(dir + "/parts/checkpoint.npz");
+    REQUIRE(whole.size() == parts.size());
+    for (std::size_t i = 0; i < whole.size(); ++i) {
+        const std::string& name = whole[i].first;
+        INFO(name);
+        REQUIRE(parts[i].first == name);
+        if (name == "trainer.train_seconds" || name == "history.eval_seconds") continue;  // wall-clock time
+        if (whole[i].second.dtype() == kInt64)
+            CHECK(parts[i].second.to_vector<std::int64_t>() == whole[i].second.to_vector<std::int64_t>());
+        else
+            CHECK(parts[i].second.to_vector<double>() == whole[i].second.to_vector<double>());
+    }
+    // What it holds: every training step's loss, the evaluations, both generators, the model, Adam.
+    CHECK(entry(whole, "trainer.step").item<std::int64_t>() == 30);
+    CHECK(entry(whole, "history.loss").numel() == 30);
+    CHECK(entry(whole, "history.eval_step").to_vector<double>() == std::vector<double>{0, 15, 30});
+    for (const char* name : {"rng.data", "rng.default", "model.decoder.rnn.weight_hh_l1", "config.seed"})
+        CHECK_NOTHROW(entry(whole, name));
+    CHECK(std::any_of(whole.begin(), whole.end(), [](const auto& e) { return e.first.rfind("optim.", 0) == 0; }));
+    const auto m = [&](const std::string& out) {
+        return nlohmann::json::parse(read_file(dir + "/" + out + "/metrics.json", "test"));
+    };
+    CHECK(m("parts")["eval_loss"] == m("whole")["eval_loss"]);
+    CHECK(m("parts")["translations"] == m("whole")["translations"]);
+    CHECK(m("parts")["steps_this_run"] == 15);
+    fs::remove_all(dir);
+}
+
+TEST_CASE("bahdanau refuses to resume with a setting that changes the numbers, naming it", "[bahdanau]") {
+    const std::string dir = fresh_dir("bahdanau_settings");
+    REQUIRE(run(dir, tiny_run(dir + "/out", {"--stop-after", "2"})).code == 0);
+    const std::string before = bytes_of(dir + "/out/checkpoint.npz");
+    const Result r = run(dir, tiny_run(dir + "/out", {"--resume", "--lr", "0.02", "--hidden", "32"}));
+    CHECK(r.code == 1);
+    CHECK_THAT(r.err, Catch::Contains("lr (--lr): checkpoint 0.01, this run 0.02"));
+    CHECK_THAT(r.err, Catch::Contains("hidden (--hidden): checkpoint 16, this run 32"));
+    // The held-out set decides which pairs train, and the seed every draw.
+    const Result held = run(dir, tiny_run(dir + "/out", {"--resume", "--held-out", "21", "--seed", "18446744073709551615"}));
+    CHECK(held.code == 1);
+    CHECK_THAT(held.err, Catch::Contains("held_out (--held-out): checkpoint 20, this run 21") &&
+                             Catch::Contains("seed (--seed): checkpoint 0, this run 18446744073709551615"));
+    CHECK(bytes_of(dir + "/out/checkpoint.npz") == before);
+    // The flags that change nothing the training computes may change.
+    CHECK(run(dir, tiny_run(dir + "/out", {"--resume", "--stop-after", "1", "--eval-every", "7", "--show", "0"})).code ==
+          0);
+    fs::remove_all(dir);
+}
+
+TEST_CASE("bahdanau refuses a truncated, corrupt or missing checkpoint, naming the file", "[bahdanau]") {
+    const std::string dir = fresh_dir("bahdanau_bad_checkpoint");
+    const std::string out = dir + "/out", checkpoint = out + "/checkpoint.npz";
+    REQUIRE(run(dir, tiny_run(out, {"--stop-after", "2"})).code == 0);
+    const std::string good = bytes_of(checkpoint);
+    const auto resume_refused = [&](const std::string& bytes, const std::string& why) {
+        write_text(checkpoint, bytes);
+        const Result r = run(dir, tiny_run(out, {"--resume"}));
+        CHECK(r.code != 0);
+        CHECK(r.code != 130);
+        CHECK_THAT(r.err, Catch::Contains(checkpoint) && Catch::Contains(why));
+        CHECK(bytes_of(checkpoint) == bytes);  // left as it was
+    };
+    SECTION("truncated") { resume_refused(good.substr(0, good.size() / 2), "truncated or corrupt"); }
+    SECTION("a byte flipped in the weights") {
+        std::string bad = good;
+        bad[bad.size() / 2] = static_cast<char>(bad[bad.size() / 2] ^ 0x40);
+        resume_refused(bad, "checkpoint.npz");
+    }
+    SECTION("an entry missing") {
+        NamedTensors all = load_npz(checkpoint);
+        all.erase(std::remove_if(all.begin(), all.end(), [](const auto& e) { return e.first == "rng.default"; }),
+                  all.end());
+        save_npz(checkpoint, all);
+        resume_refused(bytes_of(checkpoint), "entry 'rng.default' is missing (not a bahdanau checkpoint");
+    }
+    SECTION("a generator state that is not one") {
+        NamedTensors all = load_npz(checkpoint);
+        for (auto& [name, t] : all)
+            if (name == "rng.data") t = zeros_like(t);
+        save_npz(checkpoint, all);
+        resume_refused(bytes_of(checkpoint), "load checkpoint '" + checkpoint + "'");
+    }
+    SECTION("none there") {
+        fs::remove(checkpoint);
+        const Result r = run(dir, tiny_run(out, {"--resume"}));
+        CHECK(r.code == 2);
+        CHECK_THAT(r.err, Catch::Contains("--resume") && Catch::Contains("checkpoint.npz"));
+    }
+    fs::remove_all(dir);
+}
+
+TEST_CASE("bahdanau: Ctrl-C writes the checkpoint and the results so far, and the run resumes", "[bahdanau]") {
+    const std::string dir = fresh_dir("bahdanau_sigint");
+    const std::string out = dir + "/out";
+    std::vector<std::string> args = tiny_run(out, {"--steps", "1000000", "--log-every", "1", "--eval-every", "0"});
+    args[0] = program("bahdanau");
+    const std::string stdout_file = dir + "/stdout.txt";
+    const pid_t pid = start(args, stdout_file, dir + "/stderr.txt");
+    REQUIRE(wait_until_printed(pid, stdout_file, "\nstep "));
+    REQUIRE(::kill(pid, SIGINT) == 0);
+    CHECK(wait_for(pid) == 130);
+    CHECK_THAT(read_file(stdout_file, "test"), Catch::Contains("stopped at step") &&
+                                                   Catch::Contains("continue with --resume"));
+    const std::int64_t step = entry(load_npz(out + "/checkpoint.npz"), "trainer.step").item<std::int64_t>();
+    CHECK(step >= 1);
+    const auto m = nlohmann::json::parse(read_file(out + "/metrics.json", "test"));
+    CHECK(m["finished"] == false);
+    CHECK(m["steps"] == step);
+    const Result resumed =
+        run(dir, tiny_run(out, {"--steps", "1000000", "--eval-every", "0", "--resume", "--stop-after", "1"}));
+    INFO(resumed.err);
+    CHECK(resumed.code == 0);
+    CHECK_THAT(resumed.out, Catch::Contains(fmt::format("at step {}", step)));
     fs::remove_all(dir);
 }
