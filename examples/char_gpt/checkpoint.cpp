@@ -13,15 +13,6 @@ namespace xgrad::examples {
 
 namespace {
 
-// The settings kept as their 64 bits (int64 in the file, read as uint64), not as doubles.
-bool whole_bits(const std::string& name) { return name == "seed" || name == "text_checksum"; }
-
-Tensor setting_entry(const GptSetting& s) {
-    if (whole_bits(s.name))
-        return from_vector(std::vector<std::int64_t>{static_cast<std::int64_t>(std::stoull(s.shown))}, {});
-    return tensor(std::stod(s.shown), kFloat64);
-}
-
 template <class H>
 auto curves(H& h) {
     return std::vector<std::pair<const char*, decltype(&h.step)>>{{"step", &h.step},
@@ -31,17 +22,12 @@ auto curves(H& h) {
                                                                   {"eval_val", &h.eval_val}};
 }
 
-NamedTensors detached(NamedTensors state) {
-    for (auto& entry : state) entry.second = entry.second.detach();
-    return state;
-}
-
 }  // namespace
 
 std::vector<GptSetting> gpt_settings(const GptConfig& c, std::uint64_t text_checksum) {
     const auto n = [](double v) { return fmt::format("{}", v); };
     const auto z = [&](std::size_t v) { return n(static_cast<double>(v)); };
-    return {{"text_checksum", "--text", std::to_string(text_checksum)},
+    return {{"text_checksum", "--text", std::to_string(text_checksum), true},
             {"train_fraction", "(the 90/10 split)", n(c.train_fraction)},
             {"block", "--block", z(c.model.block)},
             {"d_model", "--d-model", z(c.model.d_model)},
@@ -58,7 +44,7 @@ std::vector<GptSetting> gpt_settings(const GptConfig& c, std::uint64_t text_chec
             {"beta2", "--beta2", n(c.beta2)},
             {"clip", "--clip", n(c.clip)},
             {"eval_batches", "--eval-batches", z(c.eval_batches)},
-            {"seed", "--seed", std::to_string(c.seed)}};
+            {"seed", "--seed", std::to_string(c.seed), true}};
 }
 
 void save_gpt_checkpoint(const std::string& path, const GptState& s) {
@@ -77,57 +63,27 @@ void save_gpt_checkpoint(const std::string& path, const GptState& s) {
 }
 
 void load_gpt_checkpoint(const std::string& path, GptState& s) {
-    const NamedTensors all = load_npz(path);  // throws for a truncated or corrupt file
-    const auto find = [&](const std::string& name) -> const Tensor& {
-        for (const auto& [n, t] : all)
-            if (n == name) return t;
-        throw Error(fmt::format("load checkpoint '{}': entry '{}' is missing (not a char_gpt checkpoint, or one from "
-                                "an older char_gpt)", path, name));
-    };
-    const auto scalar = [&](const std::string& name) -> const Tensor& {
-        const Tensor& t = find(name);
-        if (t.numel() != 1 || t.dim() > 1)
-            throw Error(fmt::format("load checkpoint '{}': entry '{}': expected one number, got shape {}", path, name,
-                                    shape_str(t.shape())));
-        return t;
-    };
+    const CheckpointFile file(path, "char_gpt");  // throws for a truncated or corrupt file
 
     // Each setting as the checkpoint says the run was trained, beside this run's.
-    std::string mismatches;
+    std::string changed;
     for (const GptSetting& setting : gpt_settings(s.config, s.text_checksum)) {
-        const Tensor& t = scalar("config." + setting.name);
-        const std::string saved = whole_bits(setting.name)
-                                      ? std::to_string(static_cast<std::uint64_t>(t.item<std::int64_t>()))
-                                      : fmt::format("{}", t.item<double>());
-        if (saved != setting.shown)
-            mismatches += setting.name == "text_checksum"
-                              ? fmt::format("\n  the text ({}): checkpoint checksum {}, this run's text {}",
-                                            setting.flag, saved, setting.shown)
-                              : fmt::format("\n  {} ({}): checkpoint {}, this run {}", setting.name, setting.flag,
-                                            saved, setting.shown);
+        const std::string saved = file.saved(setting);
+        if (setting.name == "text_checksum" && saved != setting.shown)
+            changed += fmt::format("\n  the text ({}): checkpoint checksum {}, this run's text {}", setting.flag,
+                                   saved, setting.shown);
+        else
+            changed += changed_setting(setting, saved);
     }
-    if (!mismatches.empty())
-        throw Error(fmt::format("load checkpoint '{}': it was written with settings that change the numbers, and "
-                                "this run has others (resume with the same flags and text):{}", path, mismatches));
-    const double saved_step = scalar("trainer.step").item<double>();
-    if (!(saved_step >= 0 && saved_step <= static_cast<double>(s.config.steps)) || saved_step != std::floor(saved_step))
-        throw Error(fmt::format("load checkpoint '{}': entry 'trainer.step': expected a whole number from 0 to {} "
-                                "(--steps), got {}", path, s.config.steps, saved_step));
-    const auto step = static_cast<std::int64_t>(saved_step);
+    refuse_changed_settings(path, changed, "the same flags and text");
+    const std::int64_t step = file.step("trainer.step", s.config.steps);
     GptHistory h;
-    for (const auto& [name, v] : curves(h)) {
-        const std::string entry = std::string("history.") + name;
-        const Tensor& t = find(entry);
-        if (t.dim() != 1)
-            throw Error(fmt::format("load checkpoint '{}': entry '{}': expected a 1-D array, got shape {}", path,
-                                    entry, shape_str(t.shape())));
-        *v = t.to_vector<double>();
-    }
+    for (const auto& [name, v] : curves(h)) *v = file.curve(std::string("history.") + name);
     if (h.step.size() != static_cast<std::size_t>(step) || h.loss.size() != h.step.size() ||
         h.eval_train.size() != h.eval_step.size() || h.eval_val.size() != h.eval_step.size())
-        throw Error(fmt::format("load checkpoint '{}': the history holds {} training steps and {}/{}/{} evaluation "
-                                "points: expected {} steps and equal evaluation curves", path, h.step.size(),
-                                h.eval_step.size(), h.eval_train.size(), h.eval_val.size(), step));
+        file.fail(fmt::format("the history holds {} training steps and {}/{}/{} evaluation points: expected {} steps "
+                              "and equal evaluation curves", h.step.size(), h.eval_step.size(), h.eval_train.size(),
+                              h.eval_val.size(), step));
 
     // Everything is checked before anything changes; a later refusal rolls the earlier loads back.
     const NamedTensors model_before = detached(s.model->state_dict());
@@ -135,11 +91,11 @@ void load_gpt_checkpoint(const std::string& path, GptState& s) {
     const NamedTensors sched_before = s.schedule->state_dict();
     const Tensor data_before = s.data_gen.get_state(), default_before = get_rng_state();
     try {
-        s.model->load_state_dict(take_prefixed(all, "model."));
-        s.optimizer->load_state_dict(take_prefixed(all, "optim."));
-        s.schedule->load_state_dict(take_prefixed(all, "sched."));
-        s.data_gen.set_state(find("rng.data"));
-        set_rng_state(find("rng.default"));
+        s.model->load_state_dict(take_prefixed(file.entries(), "model."));
+        s.optimizer->load_state_dict(take_prefixed(file.entries(), "optim."));
+        s.schedule->load_state_dict(take_prefixed(file.entries(), "sched."));
+        s.data_gen.set_state(file.find("rng.data"));
+        set_rng_state(file.find("rng.default"));
     } catch (const std::exception& e) {
         s.model->load_state_dict(model_before);
         s.optimizer->load_state_dict(optim_before);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/checkpoint_file.hpp"
 #include "common/progress.hpp"
 #include "model.hpp"
 #include "optim/adam.hpp"
@@ -36,11 +37,7 @@ struct GptConfig {
 
 /// A setting that changes a run's numbers, as the checkpoint records it (config.<name>) and
 /// metrics.json shows it: a resumed run must have the same ones (load_gpt_checkpoint).
-struct GptSetting {
-    std::string name;   ///< "d_model"
-    std::string flag;   ///< "--d-model"
-    std::string shown;  ///< as a user types it: "128", "0.002"; seed and text checksum in full
-};
+using GptSetting = CheckpointSetting;
 /// Every numeric field of `config`, and the text's checksum (the text itself changes the numbers).
 std::vector<GptSetting> gpt_settings(const GptConfig& config, std::uint64_t text_checksum);
 

@@ -6,6 +6,7 @@
 
 #include "core/creation.hpp"
 #include "core/io/npz.hpp"
+#include "common/checkpoint_file.hpp"
 #include "common/prefixed.hpp"
 #include "train.hpp"
 
@@ -130,44 +131,20 @@ std::uint64_t state_hash(const TrainState& s) {
 }
 
 void load_checkpoint(const std::string& path, TrainState& s) {
-    const NamedTensors all = load_npz(path);  // throws for a truncated or corrupt file
-    auto find = [&](const std::string& name) -> const Tensor& {
-        for (const auto& [n, t] : all)
-            if (n == name) return t;
-        throw Error(fmt::format("load checkpoint '{}': entry '{}' is missing", path, name));
-    };
-    auto scalar = [&](const std::string& name) {
-        const Tensor& t = find(name);
-        if (t.numel() != 1 || t.dim() > 1)
-            throw Error(fmt::format("load checkpoint '{}': entry '{}': expected one number, got shape {}", path, name,
-                                    shape_str(t.shape())));
-        const double v = t.item<double>();
-        if (!std::isfinite(v))
-            throw Error(fmt::format("load checkpoint '{}': entry '{}': expected a finite number, got {}", path,
-                                    name, v));
-        return v;
-    };
-    auto curve = [&](const std::string& name) {
-        const Tensor& t = find(name);
-        if (t.dim() != 1)
-            throw Error(fmt::format("load checkpoint '{}': entry '{}': expected a 1-D array, got shape {}", path,
-                                    name, shape_str(t.shape())));
-        return t.to_vector<double>();
-    };
+    const CheckpointFile file(path);  // throws for a truncated or corrupt file
 
     // Each setting as the checkpoint says the run was trained, beside this run's.
-    std::string mismatches;
+    std::string changed;
     for (const NumericSetting& setting : numeric_settings(s.config)) {
         const std::string entry = "config." + setting.name;
-        if (std::none_of(all.begin(), all.end(), [&](const auto& e) { return e.first == entry; }))
+        if (!file.has(entry))
             throw Error(fmt::format("load checkpoint '{}': entry '{}' is missing: it was written by a seq_train that "
                                     "did not record {}, so this run cannot make sure it continues with the same "
                                     "numbers; resume it with that seq_train, or start afresh (--overwrite)",
                                     path, entry, setting.flag));
         std::string saved;
         if (setting.name == "seed") {
-            const Tensor& t = find(entry);
-            (void)scalar(entry);  // its shape
+            const Tensor& t = file.scalar(entry);
             if (t.dtype() != kInt64)
                 throw Error(fmt::format("load checkpoint '{}': entry '{}': expected the seed's 64 bits as int64, got "
                                         "{}: it was written by a seq_train that kept the seed as a double (seeds "
@@ -175,48 +152,34 @@ void load_checkpoint(const std::string& path, TrainState& s) {
                                         t.dtype()));
             saved = std::to_string(static_cast<std::uint64_t>(t.item<std::int64_t>()));
         } else {
-            saved = shown_of(setting.name, scalar(entry));
+            saved = shown_of(setting.name, file.number(entry));
         }
-        if (saved != setting.shown)
-            mismatches += fmt::format("\n  {} ({}): checkpoint {}, this run {}", setting.name, setting.flag, saved,
-                                      setting.shown);
+        changed += changed_setting({setting.name, setting.flag, setting.shown}, saved);
     }
-    if (!mismatches.empty())
-        throw Error(fmt::format("load checkpoint '{}': it was written with settings that change the numbers, and "
-                                "this run has others (resume with the same flags):{}", path, mismatches));
-    const double saved_step = scalar("trainer.step");
-    if (!(saved_step >= 0 && saved_step <= static_cast<double>(s.config.steps)) ||
-        saved_step != std::floor(saved_step))
-        throw Error(fmt::format("load checkpoint '{}': entry 'trainer.step': expected a whole number from 0 to {} "
-                                "(--steps), got {}", path, s.config.steps, saved_step));
-    const auto step = static_cast<std::int64_t>(saved_step);
+    refuse_changed_settings(path, changed, "the same flags");
+    (void)file.number("trainer.step");  // finite
+    const std::int64_t step = file.step("trainer.step", s.config.steps);
     History h;
-    for (const auto& [name, v] : curves(h)) *v = curve(std::string("history.") + name);
+    for (const auto& [name, v] : curves(h)) *v = file.curve(std::string("history.") + name);
     // Every training step has a point on the three training curves; the evaluations have one
     // point each on theirs.
     for (const auto& [name, v] : curves(h)) {
         const bool per_step = v == &h.step || v == &h.loss || v == &h.token_acc;
         const std::size_t expected = per_step ? static_cast<std::size_t>(step) : h.eval_step.size();
         if (v->size() != expected)
-            throw Error(fmt::format("load checkpoint '{}': entry 'history.{}': expected {} values ({}), got {}",
-                                    path, name, expected, per_step ? "one per step" : "one per evaluation",
-                                    v->size()));
+            file.fail(fmt::format("entry 'history.{}': expected {} values ({}), got {}", name, expected,
+                                  per_step ? "one per step" : "one per evaluation", v->size()));
     }
 
     // Each load_state_dict checks everything before changing anything; if a later one throws,
     // the earlier ones are rolled back so the state stays as it was.
-    // state_dict() aliases the tensors (as torch's): the rollback needs copies.
-    auto snapshot = [](NamedTensors state) {
-        for (auto& entry : state) entry.second = entry.second.detach();
-        return state;
-    };
-    const NamedTensors model_before = snapshot(s.model->state_dict());
-    const NamedTensors optim_before = snapshot(s.optimizer->state_dict());
+    const NamedTensors model_before = detached(s.model->state_dict());
+    const NamedTensors optim_before = detached(s.optimizer->state_dict());
     const NamedTensors sched_before = s.schedule->state_dict();  // numbers: new tensors already
     try {
-        s.model->load_state_dict(take_prefixed(all, "model."));
-        s.optimizer->load_state_dict(take_prefixed(all, "optim."));
-        s.schedule->load_state_dict(take_prefixed(all, "sched."));
+        s.model->load_state_dict(take_prefixed(file.entries(), "model."));
+        s.optimizer->load_state_dict(take_prefixed(file.entries(), "optim."));
+        s.schedule->load_state_dict(take_prefixed(file.entries(), "sched."));
     } catch (const std::exception& e) {
         s.model->load_state_dict(model_before);
         s.optimizer->load_state_dict(optim_before);
