@@ -12,6 +12,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <vector>
 
 #include "core/autocast_product.hpp"
 #include "core/grad_ops.hpp"
@@ -220,13 +221,16 @@ void backward_head(const Spec& s, const T* Q, const T* K, const T* V, const T* G
     const std::size_t b = pair / s.H, h = pair % s.H;
     const T alpha = static_cast<T>(s.scale);
     const std::size_t q_blocks = (s.Lq + kBlockQ - 1) / kBlockQ;
-    RowBlock rb;
+    // Each query block's rows described once for the head (a bool mask's rows scanned once).
+    std::vector<RowBlock> rows(q_blocks);
+    for (std::size_t qb = 0; qb < q_blocks; ++qb)
+        describe_rows(s, b, qb * kBlockQ, std::min(kBlockQ, s.Lq - qb * kBlockQ), rows[qb]);
     for (std::size_t j0 = 0; j0 < s.Lk; j0 += kBlockK) {
         const std::size_t nk = std::min(kBlockK, s.Lk - j0);
         const std::size_t k_at = (b * s.Lk + j0) * s.D + h * s.d, v_at = (b * s.Lk + j0) * s.Dv + h * s.dv;
         for (std::size_t qb = 0; qb < q_blocks; ++qb) {
             const std::size_t i0 = qb * kBlockQ, nq = std::min(kBlockQ, s.Lq - i0);
-            describe_rows(s, b, i0, nq, rb);
+            const RowBlock& rb = rows[qb];
             if (j0 >= rb.key_end) continue;  // every key of this block is hidden from these rows
             const std::size_t q_at = (b * s.Lq + i0) * s.D + h * s.d, g_at = (b * s.Lq + i0) * s.Dv + h * s.dv;
             scores(s, Q + q_at, K + k_at, nq, nk, S);
