@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/autocast_product.hpp"
+#include "core/flash_attention_rows.hpp"
 #include "core/grad_ops.hpp"
 #include "core/ops.hpp"
 #include "core/node.hpp"
@@ -158,6 +159,47 @@ void scores(const Spec& s, const T* Q, const T* K, std::size_t nq, std::size_t n
     blas::gemm<T>(false, true, nq, nk, s.d, static_cast<T>(s.scale), Q, s.D, K, s.D, T(0), S, nk);
 }
 
+// How many leading scores of row r of a key block [j0, j0 + nk) the row keeps, the block's
+// scores made ready for it: a prefix mask's hidden keys are left for the row loops to zero; a
+// bool mask's are set to −inf here (kept = nk); a row that keeps no key gets scores 0 (uniform).
+template <class T>
+std::size_t prepare_row(const RowBlock& rb, std::size_t Lk, std::size_t r, std::size_t j0, std::size_t nk, T* row) {
+    if (rb.none[r] || !rb.prefix) {
+        apply_mask(rb, Lk, r, j0, nk, row);
+        return nk;
+    }
+    const std::size_t L = rb.prefix[r];
+    return L > j0 ? std::min(nk, L - j0) : 0;
+}
+
+// flash_rows::online_softmax for any T (float runs the vectorised rows).
+template <class T>
+void online_rows(T* S, std::size_t nq, std::size_t nk, const std::size_t* kept, T* m, T* l, T* rescale) {
+    if constexpr (std::is_same_v<T, float>) {
+        flash_rows::online_softmax(S, nq, nk, kept, m, l, rescale);
+    } else {
+        const T ninf = -std::numeric_limits<T>::infinity();
+        for (std::size_t r = 0; r < nq; ++r) {
+            T* row = S + r * nk;
+            const std::size_t k = kept[r];
+            std::fill(row + k, row + nk, T(0));
+            rescale[r] = T(1);
+            if (k == 0) continue;
+            const T m_new = std::max(m[r], kernel::row_max(row, k));
+            // No kept key yet (a bool mask's leading blocks): its weights stay 0.
+            const T shift = m_new == ninf ? T(0) : m_new;
+            rescale[r] = std::exp(m[r] - shift);
+            l[r] = l[r] * rescale[r] + kernel::exp_shifted_sum(row, shift, row, k);
+            m[r] = m_new;
+        }
+    }
+}
+
+// Tasks of a head's blocks in an order that pairs heavy with light: 0, n−1, 1, n−2, ... so
+// that parallel_for's contiguous chunks get about equal work under a causal mask, whose
+// later query blocks (and earlier key blocks) carry more.
+inline std::size_t zigzag(std::size_t k, std::size_t n) { return k % 2 == 0 ? k / 2 : n - 1 - k / 2; }
+
 // ---- forward --------------------------------------------------------------------------------
 // Block (pair, query block): out rows and their log-sum-exp.
 template <class T>
@@ -170,21 +212,18 @@ void forward_block(const Spec& s, const T* Q, const T* K, const T* V, std::size_
     std::fill(m, m + nq, ninf);
     std::fill(l, l + nq, T(0));
     std::fill(O, O + nq * s.dv, T(0));
+    std::size_t kept[kBlockQ];
+    T rescale[kBlockQ];
     const T* Qb = Q + (b * s.Lq + i0) * s.D + h * s.d;
     for (std::size_t j0 = 0; j0 < rb.key_end; j0 += kBlockK) {
         const std::size_t nk = std::min(kBlockK, rb.key_end - j0);
         scores(s, Qb, K + (b * s.Lk + j0) * s.D + h * s.d, nq, nk, S);
+        for (std::size_t r = 0; r < nq; ++r) kept[r] = prepare_row(rb, s.Lk, r, j0, nk, S + r * nk);
+        online_rows(S, nq, nk, kept, m, l, rescale);
         for (std::size_t r = 0; r < nq; ++r) {
             T* row = S + r * nk;
-            apply_mask(rb, s.Lk, r, j0, nk, row);
-            const T m_new = std::max(m[r], kernel::row_max(row, nk));
-            // No kept key yet (a bool mask's leading blocks): its weights stay 0.
-            const T shift = m_new == ninf ? T(0) : m_new;
-            const T rescale = std::exp(m[r] - shift);
-            l[r] = l[r] * rescale + kernel::exp_shifted_sum(row, shift, row, nk);
-            m[r] = m_new;
-            if (rescale != T(1))
-                for (std::size_t c = 0; c < s.dv; ++c) O[r * s.dv + c] *= rescale;
+            if (rescale[r] != T(1))
+                for (std::size_t c = 0; c < s.dv; ++c) O[r * s.dv + c] *= rescale[r];
             if (s.drop.active()) drop_row(s, pair, i0 + r, j0, nk, row);
             if (s.bf16) round_rows(row, nk);
         }
@@ -206,68 +245,90 @@ template <class T> void forward(const Spec& s, const T* Q, const T* K, const T* 
     parallel_for(s.B * s.H * blocks, 1, [&](std::size_t t0, std::size_t t1) {
         CachedBuffer<T> S(kBlockQ * kBlockK), O(kBlockQ * std::max<std::size_t>(s.dv, 1)), m(kBlockQ), l(kBlockQ);
         for (std::size_t t = t0; t < t1; ++t)
-            forward_block(s, Q, K, V, t / blocks, t % blocks * kBlockQ, out, lse, S.data(), O.data(), m.data(),
-                          l.data());
+            forward_block(s, Q, K, V, t / blocks, zigzag(t % blocks, blocks) * kBlockQ, out, lse, S.data(), O.data(),
+                          m.data(), l.data());
     });
 }
 
 // ---- backward -------------------------------------------------------------------------------
-// Head `pair` whole, on one thread: key blocks outer (dK, dV of a block summed over its query
-// blocks), query blocks inner (dQ summed over key blocks in their order): the sums run in one
-// order whatever the thread count.
+// The weights and their scores' gradient of a block, in place: S becomes the (dropped) weights
+// P for dV, dP becomes dS = P ⊙ (dP·keep − D). A row that keeps no key has no score gradient
+// (its weights do not depend on the scores).
 template <class T>
-void backward_head(const Spec& s, const T* Q, const T* K, const T* V, const T* G, const T* lse, const T* Dsum,
-                   std::size_t pair, T* dq, T* dk, T* dv, T* S, T* dP) {
+void block_grads(const Spec& s, const RowBlock& rb, std::size_t pair, std::size_t j0, std::size_t nk, const T* lse,
+                 const T* Dsum, T* S, T* dP) {
+    const std::size_t nq = rb.nq, i0 = rb.i0;
+    std::size_t kept[kBlockQ];
+    bool no_grad[kBlockQ];
+    for (std::size_t r = 0; r < nq; ++r) {
+        kept[r] = prepare_row(rb, s.Lk, r, j0, nk, S + r * nk);
+        no_grad[r] = rb.none[r];
+    }
+    const T* L = lse + pair * s.Lq + i0;
+    const T* D = Dsum + pair * s.Lq + i0;
+    if constexpr (std::is_same_v<T, float>) {
+        if (!s.drop.active()) {
+            flash_rows::weights_grad(S, dP, nq, nk, kept, L, D, no_grad);
+            if (s.bf16) round_rows(S, nq * nk), round_rows(dP, nq * nk);
+            return;
+        }
+    }
+    const T keep = static_cast<T>(s.drop.scale);
+    for (std::size_t r = 0; r < nq; ++r) {
+        T* row = S + r * nk;
+        T* dp = dP + r * nk;
+        const std::size_t k = kept[r];
+        kernel::exp_shifted_sum(row, L[r], row, k);  // P
+        const std::uint64_t base = (pair * s.Lq + i0 + r) * s.Lk + j0;
+        for (std::size_t c = 0; c < k; ++c) {
+            const T kept_c = !s.drop.active() ? T(1) : s.drop.keeps(base + c) ? keep : T(0);
+            dp[c] = no_grad[r] ? T(0) : row[c] * (dp[c] * kept_c - D[r]);
+            row[c] *= kept_c;
+        }
+        std::fill(row + k, row + nk, T(0));
+        std::fill(dp + k, dp + nk, T(0));
+        if (s.bf16) round_rows(row, nk), round_rows(dp, nk);
+    }
+}
+
+// Key block [j0, j0 + kBlockK) of head `pair`: its dK and dV rows whole (summed over the query
+// blocks in their order), and its share of dQ, scale·dS·K_blk per query block that sees it,
+// into dq_part (Lq rows of d) for backward's fixed-order sum over key blocks. Each key block
+// only meets the query blocks and keys its mask leaves visible (causal: the diagonal block
+// trimmed to its last visible key).
+template <class T>
+void backward_key_block(const Spec& s, const T* Q, const T* K, const T* V, const T* G, const T* lse, const T* Dsum,
+                        std::size_t pair, const RowBlock* rows, std::size_t j0, T* dq_part, T* dk, T* dv, T* S,
+                        T* dP) {
     const std::size_t b = pair / s.H, h = pair % s.H;
     const T alpha = static_cast<T>(s.scale);
     const std::size_t q_blocks = (s.Lq + kBlockQ - 1) / kBlockQ;
-    // Each query block's rows described once for the head (a bool mask's rows scanned once).
-    std::vector<RowBlock> rows(q_blocks);
-    for (std::size_t qb = 0; qb < q_blocks; ++qb)
-        describe_rows(s, b, qb * kBlockQ, std::min(kBlockQ, s.Lq - qb * kBlockQ), rows[qb]);
-    for (std::size_t j0 = 0; j0 < s.Lk; j0 += kBlockK) {
-        const std::size_t nk = std::min(kBlockK, s.Lk - j0);
-        const std::size_t k_at = (b * s.Lk + j0) * s.D + h * s.d, v_at = (b * s.Lk + j0) * s.Dv + h * s.dv;
-        for (std::size_t qb = 0; qb < q_blocks; ++qb) {
-            const std::size_t i0 = qb * kBlockQ, nq = std::min(kBlockQ, s.Lq - i0);
-            const RowBlock& rb = rows[qb];
-            if (j0 >= rb.key_end) continue;  // every key of this block is hidden from these rows
-            const std::size_t q_at = (b * s.Lq + i0) * s.D + h * s.d, g_at = (b * s.Lq + i0) * s.Dv + h * s.dv;
-            scores(s, Q + q_at, K + k_at, nq, nk, S);
-            // dP (before dropout's scaling) = dO·V_blkᵀ : (nq, dv)·(dv, nk)
-            if (s.dv != 0)
-                blas::gemm<T>(false, true, nq, nk, s.dv, T(1), G + g_at, s.Dv, V + v_at, s.Dv, T(0), dP, nk);
-            else
-                std::fill(dP, dP + nq * nk, T(0));
-            for (std::size_t r = 0; r < nq; ++r) {
-                T* row = S + r * nk;
-                T* dp = dP + r * nk;
-                apply_mask(rb, s.Lk, r, j0, nk, row);
-                const T L = lse[pair * s.Lq + i0 + r];
-                kernel::exp_shifted_sum(row, L, row, nk);  // P
-                const T Di = Dsum[pair * s.Lq + i0 + r];
-                const std::uint64_t base = (pair * s.Lq + i0 + r) * s.Lk + j0;
-                const T keep = static_cast<T>(s.drop.scale);
-                // dS = P ⊙ (dP·keep − D) into dP; S becomes the dropped P for dV. A row that
-                // keeps no key has no score gradient (its weights do not depend on the scores).
-                for (std::size_t c = 0; c < nk; ++c) {
-                    const T kept = !s.drop.active() ? T(1) : s.drop.keeps(base + c) ? keep : T(0);
-                    dp[c] = rb.none[r] ? T(0) : row[c] * (dp[c] * kept - Di);
-                    row[c] *= kept;
-                }
-                if (s.bf16) round_rows(row, nk), round_rows(dp, nk);
-            }
-            // dV_blk += P_dropᵀ·dO : (nk, nq)·(nq, dv)
-            if (s.dv != 0)
-                blas::gemm<T>(true, false, nk, s.dv, nq, T(1), S, nk, G + g_at, s.Dv, T(1), dv + v_at, s.Dv);
-            if (s.d != 0) {
-                // dQ += scale·dS·K_blk : (nq, nk)·(nk, d);  dK_blk += scale·dSᵀ·Q : (nk, nq)·(nq, d)
-                blas::gemm<T>(false, false, nq, s.d, nk, alpha, dP, nk, K + k_at, s.D, T(1), dq + q_at, s.D);
-                blas::gemm<T>(true, false, nk, s.d, nq, alpha, dP, nk, Q + q_at, s.D, T(1), dk + k_at, s.D);
-            }
+    const std::size_t k_at = (b * s.Lk + j0) * s.D + h * s.d, v_at = (b * s.Lk + j0) * s.Dv + h * s.dv;
+    for (std::size_t qb = 0; qb < q_blocks; ++qb) {
+        const RowBlock& rb = rows[qb];
+        if (j0 >= rb.key_end) continue;  // every key of this block is hidden from these rows
+        const std::size_t i0 = rb.i0, nq = rb.nq, nk = std::min({kBlockK, s.Lk - j0, rb.key_end - j0});
+        const std::size_t q_at = (b * s.Lq + i0) * s.D + h * s.d, g_at = (b * s.Lq + i0) * s.Dv + h * s.dv;
+        scores(s, Q + q_at, K + k_at, nq, nk, S);
+        // dP (before dropout's scaling) = dO·V_blkᵀ : (nq, dv)·(dv, nk)
+        if (s.dv != 0)
+            blas::gemm<T>(false, true, nq, nk, s.dv, T(1), G + g_at, s.Dv, V + v_at, s.Dv, T(0), dP, nk);
+        else
+            std::fill(dP, dP + nq * nk, T(0));
+        block_grads(s, rb, pair, j0, nk, lse, Dsum, S, dP);
+        // dV_blk += P_dropᵀ·dO : (nk, nq)·(nq, dv)
+        if (s.dv != 0)
+            blas::gemm<T>(true, false, nk, s.dv, nq, T(1), S, nk, G + g_at, s.Dv, T(1), dv + v_at, s.Dv);
+        if (s.d != 0) {
+            // dQ share = scale·dS·K_blk : (nq, nk)·(nk, d);  dK_blk += scale·dSᵀ·Q : (nk, nq)·(nq, d)
+            blas::gemm<T>(false, false, nq, s.d, nk, alpha, dP, nk, K + k_at, s.D, T(0), dq_part + i0 * s.d, s.d);
+            blas::gemm<T>(true, false, nk, s.d, nq, alpha, dP, nk, Q + q_at, s.D, T(1), dk + k_at, s.D);
         }
     }
 }
+
+// dQ shares held at once, in values: heads are taken in groups whose shares fit (at least one).
+constexpr std::size_t kShareBudget = std::size_t(4) << 20;
 
 template <class T>
 void backward(const Spec& s, const T* Q, const T* K, const T* V, const T* G, const T* G_raw, const T* O, const T* lse,
@@ -283,11 +344,50 @@ void backward(const Spec& s, const T* Q, const T* K, const T* V, const T* G, con
             Dsum.data()[r] = sum;
         }
     });
-    parallel_for(s.B * s.H, 1, [&](std::size_t p0, std::size_t p1) {
-        CachedBuffer<T> S(kBlockQ * kBlockK), dP(kBlockQ * kBlockK);
-        for (std::size_t p = p0; p < p1; ++p)
-            backward_head(s, Q, K, V, G, lse, Dsum.data(), p, dq, dk, dv, S.data(), dP.data());
-    });
+    // Tasks are (head, key block): each owns its keys' dK and dV and writes its dQ share
+    // apart; the shares are then summed in key-block order. Every sum runs in one order, so
+    // the bits do not depend on the thread count (nor on the grouping of heads).
+    const std::size_t pairs = s.B * s.H, q_blocks = (s.Lq + kBlockQ - 1) / kBlockQ,
+                      k_blocks = (s.Lk + kBlockK - 1) / kBlockK, share = s.Lq * s.d;
+    const std::size_t group = std::clamp<std::size_t>(kShareBudget / std::max<std::size_t>(k_blocks * share, 1), 1, pairs);
+    std::vector<RowBlock> rows(group * q_blocks);
+    CachedBuffer<T> parts(group * k_blocks * share);
+    for (std::size_t g0 = 0; g0 < pairs; g0 += group) {
+        const std::size_t gn = std::min(group, pairs - g0);
+        // Each query block's rows described once for its head (a bool mask's rows scanned once).
+        parallel_for(gn * q_blocks, 1, [&](std::size_t t0, std::size_t t1) {
+            for (std::size_t t = t0; t < t1; ++t) {
+                const std::size_t qb = t % q_blocks;
+                describe_rows(s, (g0 + t / q_blocks) / s.H, qb * kBlockQ, std::min(kBlockQ, s.Lq - qb * kBlockQ),
+                              rows[t]);
+            }
+        });
+        parallel_for(gn * k_blocks, 1, [&](std::size_t t0, std::size_t t1) {
+            CachedBuffer<T> S(kBlockQ * kBlockK), dP(kBlockQ * kBlockK);
+            for (std::size_t t = t0; t < t1; ++t) {
+                const std::size_t p = t / k_blocks, kb = zigzag(t % k_blocks, k_blocks);
+                backward_key_block(s, Q, K, V, G, lse, Dsum.data(), g0 + p, rows.data() + p * q_blocks, kb * kBlockK,
+                                   parts.data() + (p * k_blocks + kb) * share, dk, dv, S.data(), dP.data());
+            }
+        });
+        if (s.d == 0) continue;
+        parallel_for(gn * q_blocks, 1, [&](std::size_t t0, std::size_t t1) {
+            for (std::size_t t = t0; t < t1; ++t) {
+                const std::size_t p = t / q_blocks, pair = g0 + p, b = pair / s.H, h = pair % s.H;
+                const RowBlock& rb = rows[t];
+                for (std::size_t kb = 0; kb < k_blocks && kb * kBlockK < rb.key_end; ++kb) {
+                    const T* part = parts.data() + (p * k_blocks + kb) * share;
+                    for (std::size_t r = rb.i0; r < rb.i0 + rb.nq; ++r) {
+                        T* to = dq + (b * s.Lq + r) * s.D + h * s.d;
+                        const T* from = part + r * s.d;
+                        if (kb == 0) std::copy(from, from + s.d, to);
+                        else
+                            for (std::size_t c = 0; c < s.d; ++c) to[c] += from[c];
+                    }
+                }
+            }
+        });
+    }
 }
 
 // ---- the op -----------------------------------------------------------------------------------

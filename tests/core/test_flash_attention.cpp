@@ -4,12 +4,14 @@
 // counter-based dropout; gradient checks of first and second order in double; the same bits on
 // 1 and 3 threads; its errors.
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <functional>
 #include <sstream>
 
 #include "core/autocast.hpp"
 #include "core/flash_attention.hpp"
+#include "core/flash_attention_rows.hpp"
 #include "helpers.hpp"
 
 using namespace xgrad;
@@ -186,6 +188,64 @@ TEST_CASE("flash_attention refuses bad arguments naming itself", "[flash]") {
                       Catch::Contains("flash_attention: a causal mask needs at least as many keys as queries"));
 }
 
+// Distance in float steps between a and the correctly rounded float of b.
+double ulps(float a, double b) {
+    const float want = static_cast<float>(b);
+    if (want == 0) return a == 0 ? 0 : 1e9;
+    const float step = std::nextafter(std::abs(want), INFINITY) - std::abs(want);
+    return std::abs(static_cast<double>(a) - static_cast<double>(want)) / step;
+}
+
+TEST_CASE("flash_attention's row exp is within 2 ulp of exp on every level", "[flash]") {
+    // x − m over [−87, 88] finely, plus the ends: below −87 it is 0, NaN stays NaN.
+    std::vector<float> x;
+    for (double t = -87.0; t <= 88.0; t += 0.000731) x.push_back(static_cast<float>(t));
+    for (float t : {0.0f, -0.0f, 1e-30f, -1e-30f, 88.0f, -87.0f, 0.6931472f, -0.6931472f}) x.push_back(t);
+    for (bool baseline : {true, false}) {
+        flash_rows::use_baseline(baseline);
+        INFO("baseline " << baseline << ", AVX2 runs " << flash_rows::runs_avx2());
+        std::vector<float> y(x.size());
+        flash_rows::exp_shifted_sum(x.data(), 0.0f, y.data(), x.size());
+        double worst = 0;
+        for (std::size_t i = 0; i < x.size(); ++i) worst = std::max(worst, ulps(y[i], std::exp(double(x[i]))));
+        CHECK(worst <= 2.0);
+        const float edge[] = {-87.5f, -1000.0f, -INFINITY, NAN, 3.0f};
+        float out[5];
+        flash_rows::exp_shifted_sum(edge, 2.0f, out, 5);
+        CHECK(out[0] == 0.0f);  // −89.5 after the shift
+        CHECK(out[1] == 0.0f);
+        CHECK(out[2] == 0.0f);
+        CHECK(std::isnan(out[3]));
+        CHECK(ulps(out[4], std::exp(1.0)) <= 2.0);
+    }
+    flash_rows::use_baseline(false);
+}
+
+TEST_CASE("flash_attention's row loops give the same bits on the baseline and AVX2 copies", "[flash]") {
+    const std::size_t nq = 7, nk = 45;
+    std::vector<float> S0(nq * nk), dP0(nq * nk);
+    for (std::size_t i = 0; i < S0.size(); ++i) {
+        S0[i] = static_cast<float>(std::sin(0.37 * double(i)) * 9.0);
+        dP0[i] = static_cast<float>(std::cos(0.11 * double(i)));
+    }
+    const std::size_t kept[nq] = {45, 0, 17, 16, 1, 33, 44};
+    const float lse[nq] = {9.5f, 0, 8.0f, 10.0f, 2.0f, 12.0f, 9.0f}, D[nq] = {0.1f, 0, -0.3f, 0.2f, 0.0f, 1.0f, -1.0f};
+    const bool no_grad[nq] = {false, true, false, false, false, false, true};
+    std::vector<float> results[2];
+    for (bool baseline : {true, false}) {
+        flash_rows::use_baseline(baseline);
+        std::vector<float> S = S0, dP = dP0, m(nq, -INFINITY), l(nq, 0.0f), rescale(nq);
+        flash_rows::online_softmax(S.data(), nq, nk, kept, m.data(), l.data(), rescale.data());
+        std::vector<float> T = S0, dT = dP0;
+        flash_rows::weights_grad(T.data(), dT.data(), nq, nk, kept, lse, D, no_grad);
+        std::vector<float>& r = results[baseline ? 0 : 1];
+        for (const auto* v : {&S, &m, &l, &rescale, &T, &dT}) r.insert(r.end(), v->begin(), v->end());
+    }
+    flash_rows::use_baseline(false);
+    REQUIRE(results[0].size() == results[1].size());
+    CHECK(std::memcmp(results[0].data(), results[1].data(), results[0].size() * sizeof(float)) == 0);
+}
+
 // Prints the fused result and gradients in hexadecimal, for the thread-count comparison.
 TEST_CASE("flash_attention thread child", "[.flash-threads-child]") {
     for (Dtype dtype : {kFloat32, kFloat64})
@@ -203,6 +263,16 @@ TEST_CASE("flash_attention thread child", "[.flash-threads-child]") {
                 for (double x : t.to_vector<double>()) s << std::hexfloat << x << ' ';
             std::printf("%zu\n", std::hash<std::string>()(s.str()));
         }
+    // One long causal head: the backward's key blocks run on several threads.
+    const Tensor q = param({1, 900, 16}, -2, 2, 5).detach().requires_grad_(true);
+    const Tensor k = param({1, 900, 16}, -2, 2, 6).detach().requires_grad_(true);
+    const Tensor v = param({1, 900, 16}, -2, 2, 7).detach().requires_grad_(true);
+    const Tensor out = flash_attention(q, k, v, 1, 0.25, AttentionMask::causal());
+    (out * param(out.shape(), -1, 1, 8).detach()).sum().backward();
+    std::ostringstream s;
+    for (const Tensor& t : {out, q.grad(), k.grad(), v.grad()})
+        for (double x : t.to_vector<double>()) s << std::hexfloat << x << ' ';
+    std::printf("%zu\n", std::hash<std::string>()(s.str()));
 }
 
 TEST_CASE("flash_attention gives the same bits on 1 and 3 threads, dropout included", "[flash]") {
