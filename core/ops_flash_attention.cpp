@@ -5,6 +5,9 @@
 //   P = e^(S − lse),  dV += Pᵀ·dO,  dP = dO·Vᵀ,  dS = P ⊙ (dP − D),  D = rowsum(dO ⊙ O),
 //   dQ += scale·dS·K,  dK += scale·dSᵀ·Q.
 // Heads are read in place from the packed (B, L, H·d) projections, as in ops_attention.cpp.
+// The forward's tasks are (head, query block), the backward's (head, key block), so a single
+// long head keeps every thread busy; dQ's shares are summed in key-block order afterwards, so
+// the bits do not depend on the thread count. The float row loops are flash_attention_rows.cpp.
 #include "core/flash_attention.hpp"
 
 #include <algorithm>
