@@ -330,6 +330,7 @@ int run(int argc, char** argv) {
         std::vector<std::int64_t> dec = {tv["<bos>"]};
         for (char ch : predictions[pick]) dec.push_back(tv[std::string(1, ch)]), out_tokens.push_back(std::string(1, ch));
         out_tokens.push_back("<eos>");
+        nn::need_attention_weights(net, true);  // the heatmap reads them
         net.decode(from_vector(dec, {1, dec.size()}), net.encode(one.src, one.src_valid_len));
     }
     std::vector<std::vector<Tensor>> panels;

@@ -5,6 +5,8 @@
 
 #include "core/call_context.hpp"
 #include "core/ops.hpp"
+#include "core/flash_attention.hpp"
+#include "core/random.hpp"
 
 namespace xgrad::nn {
 
@@ -53,19 +55,55 @@ Tensor DotProductAttention::forward_heads(const Tensor& queries, const Tensor& k
     // head_attention_weights refuses an infinite one.
     const double d = static_cast<double>(queries.size(2) / num_heads);
     const double scale = d > 0 ? 1.0 / std::sqrt(d) : 1.0;
+    const std::size_t Tq = queries.size(1), Tk = keys.size(1), dh = queries.size(2) / num_heads;
+    if (uses_fused(Tq, Tk, dh)) {
+        // The fused path's dropout: one seed from the thread's generator per forward, in
+        // training only, as the module's Dropout draws its masks.
+        const double p = is_training() ? m_dropout->p() : 0.0;
+        const std::uint64_t seed = p > 0 ? default_generator().engine()() : 0;
+        const Tensor out = flash_attention(queries, keys, values, num_heads, scale, mask, p, seed);
+        Tensor previous;
+        {
+            const std::lock_guard<std::mutex> lock(m_weights_mutex);
+            previous = std::exchange(m_attention_weights, Tensor());
+            m_not_kept = fmt::format("it ran the fused attention on heads of {} queries × {} keys", Tq, Tk);
+        }
+        return out;
+    }
     // The local handle, not the member, goes on: another thread's forward may replace the member.
     const Tensor weights = head_attention_weights(queries, keys, num_heads, scale, mask);
+    const bool keep = m_need_weights.value_or(true);
     Tensor previous;  // released after the lock: it may hold a whole graph
     {
         const std::lock_guard<std::mutex> lock(m_weights_mutex);
-        previous = std::exchange(m_attention_weights, weights);
+        previous = std::exchange(m_attention_weights, keep ? weights : Tensor());
+        m_not_kept = keep ? std::string() : std::string("need_weights(false) was set");
     }
     return head_attention_combine(m_dropout->forward(weights), values, num_heads);  // (batch, Tq, H·v)
 }
 
+DotProductAttention& DotProductAttention::need_weights(std::optional<bool> keep) {
+    m_need_weights = keep;
+    return *this;
+}
+
+bool DotProductAttention::uses_fused(std::size_t Tq, std::size_t Tk, std::size_t d) const {
+    return !m_need_weights.value_or(false) && flash_attention_faster(Tq, Tk, d);
+}
+
 Tensor DotProductAttention::attention_weights() const {
     const std::lock_guard<std::mutex> lock(m_weights_mutex);
+    if (!m_not_kept.empty())
+        throw Error(fmt::format("DotProductAttention::attention_weights: the last forward kept no weights ({}); call "
+                                "need_weights(true) on this module (or on the MultiHeadAttention that holds it) "
+                                "before forward to keep them",
+                                m_not_kept));
     return m_attention_weights;
+}
+
+void need_attention_weights(Module& model, std::optional<bool> keep) {
+    for (const auto& [name, m] : model.named_modules())
+        if (auto* a = dynamic_cast<DotProductAttention*>(m)) a->need_weights(keep);
 }
 
 }  // namespace xgrad::nn

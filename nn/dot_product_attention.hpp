@@ -2,6 +2,8 @@
 /// Scaled dot-product attention, d2l's DotProductAttention.
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 
 #include "nn/dropout.hpp"
 #include "nn/functional.hpp"
@@ -12,8 +14,17 @@ namespace xgrad::nn {
 /// weights = masked_softmax(Q·Kᵀ/√d) (-1e6 where masked) → dropout → ·V.
 /// Shapes: queries (batch, Tq, d), keys (batch, Tk, d), values (batch, Tk, v) → (batch, Tq, v).
 /// valid_lens: undefined, (batch,) or (batch, Tq) (see AttentionMask for the other masks).
-/// attention_weights() keeps the weights of the last forward, before dropout. The scores and
-/// the softmax are one op (head_attention_weights): no scores tensor is kept for backward.
+/// attention_weights() keeps the weights of the last forward, before dropout, when they were
+/// materialised (see need_weights). The scores and the softmax are one op
+/// (head_attention_weights): no scores tensor is kept for backward.
+///
+/// Two paths, the same values to rounding: the materialised one (head_attention_weights, the
+/// module's Dropout, head_attention_combine), which holds every head's (Tq, Tk) weights, and
+/// the fused flash_attention, which holds none (memory linear in the lengths) and is faster
+/// for long heads (flash_attention_faster: from Tq·Tk = 512·512, as tools/bench --seq-sweep
+/// measures it). In training with dropout the fused path draws its own counter-based mask,
+/// seeded by one draw from the calling thread's default generator, so the two paths drop
+/// different weights for the same seed.
 /// Prints as `DotProductAttention(\n  (dropout): Dropout(p=0.5, inplace=False)\n)`.
 class DotProductAttention : public Module, public Callable<DotProductAttention> {
 public:
@@ -44,12 +55,33 @@ public:
     /// through it changes both, and is refused at that forward's backward, which saved it);
     /// detach() keeps a copy apart from the graph.
     /// When several threads run forward at once, the weights of whichever stored last.
+    ///
+    /// Throws xgrad::Error when the last forward kept no weights (need_weights(false), or the
+    /// fused path under the default), saying how to keep them.
     Tensor attention_weights() const;
+
+    /// Whether forward keeps the weights for attention_weights(), as torch's
+    /// MultiheadAttention.forward(need_weights=...):
+    ///  - true: forward always materialises the weights and keeps them (what a heatmap needs);
+    ///  - false: never kept; forward runs whichever path is faster;
+    ///  - unset (the default, std::nullopt): whichever path is faster, the weights kept when
+    ///    it is the materialised one (every head below 512·512 queries × keys: d2l's examples).
+    DotProductAttention& need_weights(std::optional<bool> keep);
+    std::optional<bool> need_weights() const { return m_need_weights; }
+    /// Whether forward on heads of Tq queries, Tk keys and d features runs the fused path.
+    bool uses_fused(std::size_t Tq, std::size_t Tk, std::size_t d) const;
 
 private:
     std::shared_ptr<Dropout> m_dropout;
     Tensor m_attention_weights;
+    std::optional<bool> m_need_weights;
+    std::string m_not_kept;  // why the last forward kept no weights; empty when it kept them
     mutable std::mutex m_weights_mutex;  // threads running forward at once each store theirs
 };
+
+/// need_weights(keep) on every DotProductAttention in `model` (itself included), the
+/// MultiHeadAttention layers' too: what a program sets before the forward whose attention it
+/// draws (`need_attention_weights(net, true)`), and resets with std::nullopt.
+void need_attention_weights(Module& model, std::optional<bool> keep);
 
 }  // namespace xgrad::nn

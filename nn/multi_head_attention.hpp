@@ -72,7 +72,17 @@ public:
     /// undefined before the first forward. A copy, reshaped (with gradient to the weights): a
     /// write to it stays in it. d2l's (batch·num_heads, Tq, Tk), the tensor the module keeps, is
     /// attention()->attention_weights().
+    /// Throws xgrad::Error when the last forward kept no weights (see need_weights).
     Tensor attention_weights_copy() const;
+
+    /// Whether forward keeps the attention weights, torch's need_weights: true always keeps
+    /// them (materialised), false never, unset (the default) when the heads are short enough
+    /// for the materialised path (see DotProductAttention::need_weights). Heads of Tq·Tk from
+    /// 512·512 otherwise run the fused flash_attention, which holds no weights.
+    MultiHeadAttention& need_weights(std::optional<bool> keep) {
+        m_attention->need_weights(keep);
+        return *this;
+    }
 
     std::size_t num_heads() const { return m_num_heads; }
     std::size_t num_hiddens() const { return m_W_o->out_features(); }

@@ -102,7 +102,9 @@ void write_attention_plot(const std::string& path, CharGpt& model, const CharTex
     {
         NoGradGuard no_grad;
         model.eval();
+        nn::need_attention_weights(model, true);  // the heatmap reads them
         model(from_vector(ids, {1, n}));
+        nn::need_attention_weights(model, std::nullopt);
         model.train();
     }
     const std::size_t layer = model.spec().layers - 1;

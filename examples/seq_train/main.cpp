@@ -153,7 +153,9 @@ std::string write_attention_plot(const std::string& path, SeqEncoder& model, con
     {
         NoGradGuard no_grad;
         model.eval();
+        nn::need_attention_weights(model, true);  // the heatmap reads them
         logits = model(one.inputs, one.valid_lens);
+        nn::need_attention_weights(model, std::nullopt);
         model.train();
     }
     const auto input = row_tokens(one.inputs, one.valid_lens, 0);
