@@ -32,9 +32,13 @@ template <class Fill> Tensor build(const char* op, const Shape& shape, TensorOpt
 // Values below `high` (when finite): a double just under it, e.g. 1 - 2^-53, rounds up to
 // exactly `high` in float32 (rand gave 1.0f about once in 2^25 draws); those become the
 // largest T below `high`, but never less than `low`.
-template <class Draw>
+// `then` maps each stored value once more (dropout_mask's keep test).
+struct Same {
+    template <class T> T operator()(T v) const { return v; }
+};
+template <class Draw, class Then = Same>
 Tensor draw(const char* op, const Shape& shape, TensorOptions opts, Draw&& next, double low = -INFINITY,
-            double high = INFINITY) {
+            double high = INFINITY, Then then = {}) {
     if (opts.dtype() != kFloat32 && opts.dtype() != kFloat64)
         throw Error(fmt::format("{}: expected dtype float32 or float64, got {}{}", op, dtype_name(opts.dtype()),
                                 opts.dtype() == kBFloat16 ? " (draw in float32, then convert with .to(kBFloat16))" : ""));
@@ -47,6 +51,7 @@ Tensor draw(const char* op, const Shape& shape, TensorOptions opts, Draw&& next,
         for (auto& v : a) {
             v = static_cast<T>(next());
             if (static_cast<double>(v) >= high && low < high) v = below;
+            v = then(v);
         }
         }
     });
@@ -207,6 +212,18 @@ Tensor tensor(
 
 Tensor rand(const IntList& shape, TensorOptions opts, Generator& gen) {
     return draw("rand", shape.shape("rand"), opts, [&gen] { return gen.next_double(); }, 0.0, 1.0);
+}
+
+Tensor dropout_mask(const IntList& shape, double p, TensorOptions opts, Generator& gen) {
+    if (!(p >= 0.0 && p < 1.0)) throw Error(fmt::format("dropout_mask: p must be in [0, 1), got {}", p));
+    // rand's draws, each compared and scaled in the dtype as ge(u, full({}, p)) and
+    // cast(keep) * (1 / (1 - p)) do it: the same values in one pass.
+    const double scale = 1.0 / (1.0 - p);
+    return draw("dropout_mask", shape.shape("dropout_mask"), opts, [&gen] { return gen.next_double(); }, 0.0, 1.0,
+                [p, scale](auto u) {
+                    using T = decltype(u);
+                    return u >= static_cast<T>(p) ? static_cast<T>(scale) : T(0);
+                });
 }
 
 Tensor randn(const IntList& shape, TensorOptions opts, Generator& gen) {
