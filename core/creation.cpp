@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <random>
 
 #include "core/fill_value.hpp"
 #include "core/call_context.hpp"
@@ -32,13 +33,9 @@ template <class Fill> Tensor build(const char* op, const Shape& shape, TensorOpt
 // Values below `high` (when finite): a double just under it, e.g. 1 - 2^-53, rounds up to
 // exactly `high` in float32 (rand gave 1.0f about once in 2^25 draws); those become the
 // largest T below `high`, but never less than `low`.
-// `then` maps each stored value once more (dropout_mask's keep test).
-struct Same {
-    template <class T> T operator()(T v) const { return v; }
-};
-template <class Draw, class Then = Same>
+template <class Draw>
 Tensor draw(const char* op, const Shape& shape, TensorOptions opts, Draw&& next, double low = -INFINITY,
-            double high = INFINITY, Then then = {}) {
+            double high = INFINITY) {
     if (opts.dtype() != kFloat32 && opts.dtype() != kFloat64)
         throw Error(fmt::format("{}: expected dtype float32 or float64, got {}{}", op, dtype_name(opts.dtype()),
                                 opts.dtype() == kBFloat16 ? " (draw in float32, then convert with .to(kBFloat16))" : ""));
@@ -51,7 +48,6 @@ Tensor draw(const char* op, const Shape& shape, TensorOptions opts, Draw&& next,
         for (auto& v : a) {
             v = static_cast<T>(next());
             if (static_cast<double>(v) >= high && low < high) v = below;
-            v = then(v);
         }
         }
     });
@@ -214,16 +210,35 @@ Tensor rand(const IntList& shape, TensorOptions opts, Generator& gen) {
     return draw("rand", shape.shape("rand"), opts, [&gen] { return gen.next_double(); }, 0.0, 1.0);
 }
 
-Tensor dropout_mask(const IntList& shape, double p, TensorOptions opts, Generator& gen) {
+namespace {
+
+// dropout_mask's values: rand's draw (next_double as T, a value that rounds up to 1 put just
+// below it), kept as `scale` where ≥ p, else 0. flatten compiles the engine's operator() into
+// the loop: called once per value it was most of a dropout's time.
+template <class T>
+__attribute__((flatten)) void fill_dropout(T* out, std::size_t n, std::mt19937_64& engine, T p, T scale) {
+    const T below = std::nextafter(T(1), T(0));
+    for (std::size_t i = 0; i < n; ++i) {
+        T v = static_cast<T>(static_cast<double>(engine() >> 11) * 0x1.0p-53);
+        if (static_cast<double>(v) >= 1.0) v = below;
+        out[i] = static_cast<T>(v >= p) * scale;  // scale or +0 as the select, without a branch to mispredict
+    }
+}
+
+}  // namespace
+
+Tensor dropout_mask(const IntList& shape_arg, double p, TensorOptions opts, Generator& gen) {
     if (!(p >= 0.0 && p < 1.0)) throw Error(fmt::format("dropout_mask: p must be in [0, 1), got {}", p));
+    if (opts.dtype() != kFloat32 && opts.dtype() != kFloat64)
+        throw Error(fmt::format("dropout_mask: expected dtype float32 or float64, got {}", dtype_name(opts.dtype())));
     // rand's draws, each compared and scaled in the dtype as ge(u, full({}, p)) and
     // cast(keep) * (1 / (1 - p)) do it: the same values in one pass.
     const double scale = 1.0 / (1.0 - p);
-    return draw("dropout_mask", shape.shape("dropout_mask"), opts, [&gen] { return gen.next_double(); }, 0.0, 1.0,
-                [p, scale](auto u) {
-                    using T = decltype(u);
-                    return u >= static_cast<T>(p) ? static_cast<T>(scale) : T(0);
-                });
+    return build("dropout_mask", shape_arg.shape("dropout_mask"), opts, [&](auto& a) {
+        using T = typename std::decay_t<decltype(a)>::value_type;
+        if constexpr (std::is_floating_point_v<T>)
+            fill_dropout<T>(a.data(), a.size(), gen.engine(), static_cast<T>(p), static_cast<T>(scale));
+    });
 }
 
 Tensor randn(const IntList& shape, TensorOptions opts, Generator& gen) {
