@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <random>
 
 #include "core/fill_value.hpp"
 #include "core/call_context.hpp"
@@ -207,6 +208,37 @@ Tensor tensor(
 
 Tensor rand(const IntList& shape, TensorOptions opts, Generator& gen) {
     return draw("rand", shape.shape("rand"), opts, [&gen] { return gen.next_double(); }, 0.0, 1.0);
+}
+
+namespace {
+
+// dropout_mask's values: rand's draw (next_double as T, a value that rounds up to 1 put just
+// below it), kept as `scale` where ≥ p, else 0. flatten compiles the engine's operator() into
+// the loop: called once per value it was most of a dropout's time.
+template <class T>
+__attribute__((flatten)) void fill_dropout(T* out, std::size_t n, std::mt19937_64& engine, T p, T scale) {
+    const T below = std::nextafter(T(1), T(0));
+    for (std::size_t i = 0; i < n; ++i) {
+        T v = static_cast<T>(static_cast<double>(engine() >> 11) * 0x1.0p-53);
+        if (static_cast<double>(v) >= 1.0) v = below;
+        out[i] = static_cast<T>(v >= p) * scale;  // scale or +0 as the select, without a branch to mispredict
+    }
+}
+
+}  // namespace
+
+Tensor dropout_mask(const IntList& shape_arg, double p, TensorOptions opts, Generator& gen) {
+    if (!(p >= 0.0 && p < 1.0)) throw Error(fmt::format("dropout_mask: p must be in [0, 1), got {}", p));
+    if (opts.dtype() != kFloat32 && opts.dtype() != kFloat64)
+        throw Error(fmt::format("dropout_mask: expected dtype float32 or float64, got {}", dtype_name(opts.dtype())));
+    // rand's draws, each compared and scaled in the dtype as ge(u, full({}, p)) and
+    // cast(keep) * (1 / (1 - p)) do it: the same values in one pass.
+    const double scale = 1.0 / (1.0 - p);
+    return build("dropout_mask", shape_arg.shape("dropout_mask"), opts, [&](auto& a) {
+        using T = typename std::decay_t<decltype(a)>::value_type;
+        if constexpr (std::is_floating_point_v<T>)
+            fill_dropout<T>(a.data(), a.size(), gen.engine(), static_cast<T>(p), static_cast<T>(scale));
+    });
 }
 
 Tensor randn(const IntList& shape, TensorOptions opts, Generator& gen) {

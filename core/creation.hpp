@@ -37,6 +37,10 @@ Tensor tensor(
 
 /// Uniform in [0, 1).
 Tensor rand(const IntList& shape, TensorOptions opts = {}, Generator& gen = default_generator());
+/// Dropout's scaled keep-mask: 1/(1 − p) where a uniform draw (rand's, the same draws from gen)
+/// is ≥ p, else 0; the values of cast(ge(rand(shape, opts, gen), p), dtype) · (1/(1 − p)) in one
+/// pass. p in [0, 1); float32 or float64.
+Tensor dropout_mask(const IntList& shape, double p, TensorOptions opts = {}, Generator& gen = default_generator());
 /// Standard normal.
 Tensor randn(const IntList& shape, TensorOptions opts = {}, Generator& gen = default_generator());
 /// Uniform in [low, high).

@@ -13,6 +13,7 @@
 #include "core/ops.hpp"
 #include "core/ops_util.hpp"
 #include "core/creation.hpp"
+#include "core/runtime/vec_math.hpp"
 
 namespace xgrad {
 
@@ -26,11 +27,29 @@ constexpr Saves kReadsNone = Saves::none();
 // One unary op: y = fwd(x), an xtensor expression instantiated for float and double, and its
 // gradient formula dx = grad(x, y, g) in ops on Tensors (see Formula in node.hpp), the one copy
 // of the derivative, which both orders run. `reads` must name every tensor grad reads.
-template <class Fwd, class Grad> Tensor unary(const char* op, const Tensor& a, Saves reads, Fwd fwd, Grad grad) {
+// A float32 kernel of runtime/vec_math.hpp, y[i] = f(x[i]) over n elements.
+using FloatKernel = void (*)(const float*, float*, std::size_t);
+
+// y = kernel(x) for float x, split over the pool (each element on its own: the same values for
+// any thread count).
+xt::xarray<float> float_map(const xt::xarray<float>& x, FloatKernel kernel) {
+    xt::xarray<float> y = xt::xarray<float>::from_shape(x.shape());
+    const float* px = x.data();
+    float* py = y.data();
+    parallel_for(x.size(), kElementGrain, [&](std::size_t i0, std::size_t i1) { kernel(px + i0, py + i0, i1 - i0); });
+    return y;
+}
+
+template <class Fwd, class Grad>
+Tensor unary(const char* op, const Tensor& a, Saves reads, Fwd fwd, Grad grad, FloatKernel float_kernel = nullptr) {
     const AllocContext context(op, a.shape());
     return dispatch_floating(op, a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
-        xt::xarray<T> y = fwd(values<T>(a));
+        xt::xarray<T> y;
+        if constexpr (std::is_same_v<T, float>) {
+            if (float_kernel) y = float_map(values<float>(a), float_kernel);
+        }
+        if (float_kernel == nullptr || !std::is_same_v<T, float>) y = fwd(values<T>(a));
         return make_result<T>(
             std::move(y), {a}, op,
             Formula([grad](const GradArgs& in) -> std::vector<Tensor> {
@@ -237,7 +256,14 @@ Tensor neg(const Tensor& a) {
 
 Tensor pow(const Tensor& a, double p) {
     return unary(
-        "pow", a, kReadsX, [p](const auto& x) { return xt::pow(x, static_cast<value_t<decltype(x)>>(p)); },
+        "pow", a, kReadsX,
+        [p](const auto& x) {
+            using T = value_t<decltype(x)>;
+            // squares and cubes as products, as torch computes them (and no libm call per element)
+            if (p == 2.0) return xt::xarray<T>(x * x);
+            if (p == 3.0) return xt::xarray<T>(x * x * x);
+            return xt::xarray<T>(xt::pow(x, static_cast<T>(p)));
+        },
         [p](const Tensor& x, const Tensor&, const Tensor& g) {
             // x^0 is constant: its gradient is 0 even at x = 0, where p·x^(p-1) is 0·inf = NaN.
             if (p == 0) return zeros_like(g);
@@ -248,7 +274,7 @@ Tensor pow(const Tensor& a, double p) {
 Tensor exp(const Tensor& a) {
     return unary(
         "exp", a, kReadsY, [](const auto& x) { return xt::exp(x); },
-        [](const Tensor&, const Tensor& y, const Tensor& g) { return g * y; });
+        [](const Tensor&, const Tensor& y, const Tensor& g) { return g * y; }, vec::exp);
 }
 
 Tensor log(const Tensor& a) {
@@ -266,7 +292,7 @@ Tensor sqrt(const Tensor& a) {
 Tensor tanh(const Tensor& a) {
     return unary(
         "tanh", a, kReadsY, [](const auto& x) { return xt::tanh(x); },
-        [](const Tensor&, const Tensor& y, const Tensor& g) { return g * (1.0 - y * y); });
+        [](const Tensor&, const Tensor& y, const Tensor& g) { return g * (1.0 - y * y); }, vec::tanh);
 }
 
 Tensor sigmoid(const Tensor& a) {
@@ -276,7 +302,7 @@ Tensor sigmoid(const Tensor& a) {
             using T = value_t<decltype(x)>;
             return static_cast<T>(1) / (static_cast<T>(1) + xt::exp(-x));
         },
-        [](const Tensor&, const Tensor& y, const Tensor& g) { return g * y * (1.0 - y); });
+        [](const Tensor&, const Tensor& y, const Tensor& g) { return g * y * (1.0 - y); }, vec::sigmoid);
 }
 
 Tensor relu(const Tensor& a) {
@@ -338,7 +364,7 @@ Tensor gelu(const Tensor& a) {
             using T = value_t<decltype(x)>;
             return static_cast<T>(0.5) * x * (static_cast<T>(1) + xt::erf(x * static_cast<T>(M_SQRT1_2)));
         },
-        [](const Tensor& x, const Tensor&, const Tensor& g) { return gelu_backward(g, x); });
+        [](const Tensor& x, const Tensor&, const Tensor& g) { return gelu_backward(g, x); }, vec::gelu);
 }
 
 Tensor gelu_backward(const Tensor& g, const Tensor& x) {
@@ -351,9 +377,20 @@ Tensor gelu_backward(const Tensor& g, const Tensor& x) {
     return dispatch_floating("gelu_backward", x.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         const auto& xv = values<T>(x);
-        auto cdf = static_cast<T>(0.5) * (static_cast<T>(1) + xt::erf(xv * static_cast<T>(M_SQRT1_2)));
-        auto pdf = xt::exp(static_cast<T>(-0.5) * xv * xv) * static_cast<T>(0.5 * M_2_SQRTPI * M_SQRT1_2);
-        xt::xarray<T> d = values<T>(g) * (cdf + xv * pdf);
+        xt::xarray<T> d;
+        if constexpr (std::is_same_v<T, float>) {
+            // the same formula, vectorised (runtime/vec_math.hpp)
+            d = xt::xarray<float>::from_shape(xv.shape());
+            const float *px = xv.data(), *pg = values<float>(g).data();
+            float* pd = d.data();
+            parallel_for(xv.size(), kElementGrain, [&](std::size_t i0, std::size_t i1) {
+                vec::gelu_backward(pg + i0, px + i0, pd + i0, i1 - i0);
+            });
+        } else {
+            auto cdf = static_cast<T>(0.5) * (static_cast<T>(1) + xt::erf(xv * static_cast<T>(M_SQRT1_2)));
+            auto pdf = xt::exp(static_cast<T>(-0.5) * xv * xv) * static_cast<T>(0.5 * M_2_SQRTPI * M_SQRT1_2);
+            d = values<T>(g) * (cdf + xv * pdf);
+        }
         return make_result<T>(
             std::move(d), {g, x}, "gelu_backward",
             Formula([](const GradArgs& in) -> std::vector<Tensor> {

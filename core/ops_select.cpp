@@ -3,6 +3,7 @@
 #include "core/fill_value.hpp"
 #include "core/ops.hpp"
 #include "core/ops_util.hpp"
+#include "core/runtime/kernel_loops.hpp"
 
 namespace xgrad {
 
@@ -12,6 +13,60 @@ void check_bool(const char* op, const char* what, const Tensor& t) {
     if (t.dtype() != kBool)
         throw Error(fmt::format("{}: {} must be a bool tensor, got {} (make one with a comparison such as gt)",
                                 op, what, dtype_name(t.dtype())));
+}
+
+// How each of several operands is read into a result of shape `out` seen as (rows, cols) (the
+// Steps of broadcast.hpp), when every one is full, a scalar, or one same leading or trailing
+// block: the split of the first operand that has one, tried on all.
+std::optional<std::pair<std::pair<std::size_t, std::size_t>, std::vector<Steps>>>
+plan_operands(const std::vector<const Shape*>& shapes, const Shape& out) {
+    for (const Shape* s : shapes) {
+        const auto split = split_for(*s, out);
+        if (!split) return std::nullopt;
+        std::vector<Steps> steps;
+        for (const Shape* t : shapes) {
+            const auto st = steps_for(*t, out, split->first, split->second);
+            if (!st) break;
+            steps.push_back(*st);
+        }
+        if (steps.size() == shapes.size()) return std::make_pair(*split, steps);
+    }
+    return std::nullopt;
+}
+
+// y[r, c] = m[r, c] ? a[r, c] : b[r, c] over the (rows, cols) split, each read by its Steps:
+// a plain loop on the pool, the column steps (0 or 1) constants so that it vectorises.
+template <class T>
+void select_loop(std::size_t rows, std::size_t cols, const bool* m, Steps sm, const T* a, Steps sa, const T* b, Steps sb,
+                 T* y) {
+    auto run = [&](auto cm, auto ca, auto cb) {
+        parallel_for(rows * cols, kElementGrain, [&](std::size_t begin, std::size_t end) {
+            std::size_t r = begin / cols, c0 = begin % cols;
+            for (std::size_t i = begin; i < end; ++r, c0 = 0) {
+                const std::size_t c1 = std::min(cols, c0 + (end - i));
+                const bool* pm = m + r * sm.row;
+                const T* pa = a + r * sa.row;
+                const T* pb = b + r * sb.row;
+                T* py = y + r * cols;
+                for (std::size_t c = c0; c < c1; ++c) {
+                    const T u = pa[c * ca], v = pb[c * cb];  // both read, so the loop has no branch
+                    py[c] = pm[c * cm] ? u : v;
+                }
+                i += c1 - c0;
+            }
+        });
+    };
+    using zero = std::integral_constant<std::size_t, 0>;
+    using one = std::integral_constant<std::size_t, 1>;
+    // the mask and the operand that is not a scalar fill are the common cases
+    with_flag(sm.col != 0, [&](auto mf) {
+        with_flag(sa.col != 0, [&](auto af) {
+            with_flag(sb.col != 0, [&](auto bf) {
+                run(std::conditional_t<decltype(mf)::value, one, zero>{}, std::conditional_t<decltype(af)::value, one, zero>{},
+                    std::conditional_t<decltype(bf)::value, one, zero>{});
+            });
+        });
+    });
 }
 
 }  // namespace
@@ -28,7 +83,15 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
     const AllocContext context("where", shape);
     return dispatch_computable("where", a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
-        xt::xarray<T> y = xt::where(values<bool>(cond), values<T>(a), values<T>(b));
+        xt::xarray<T> y;
+        if (const auto plan = plan_operands({&cond.shape(), &a.shape(), &b.shape()}, shape)) {
+            y = xt::xarray<T>::from_shape(shape);
+            const auto& [split, st] = *plan;
+            select_loop<T>(split.first, split.second, values<bool>(cond).data(), st[0], values<T>(a).data(), st[1],
+                           values<T>(b).data(), st[2], y.data());
+        } else {
+            y = xt::where(values<bool>(cond), values<T>(a), values<T>(b));
+        }
         return make_any_result<T>(
             std::move(y), {cond, a, b}, "where",
             Formula([](const GradArgs& in) -> std::vector<Tensor> {
@@ -61,7 +124,15 @@ Tensor masked_fill(const char* op, const Tensor& a, const Tensor& mask, const Sc
         // An integer value as it is (an int64 keeps all 64 bits), a floating one converted
         // (into int64 truncated; check_fill_value made sure it fits).
         const T fill = value.kind() == kFloat64 ? static_cast<T>(value.to_double()) : static_cast<T>(value.to_int64());
-        xt::xarray<T> y = xt::where(values<bool>(mask), fill, values<T>(a));
+        xt::xarray<T> y;
+        if (const auto plan = plan_operands({&mask.shape(), &a.shape()}, a.shape())) {
+            y = xt::xarray<T>::from_shape(a.shape());
+            const auto& [split, st] = *plan;
+            select_loop<T>(split.first, split.second, values<bool>(mask).data(), st[0], &fill, Steps{0, 0},
+                           values<T>(a).data(), st[1], y.data());
+        } else {
+            y = xt::where(values<bool>(mask), fill, values<T>(a));
+        }
         // The filled positions get no gradient: masked_fill(g, mask, 0), which is also its
         // own gradient.
         return make_any_result<T>(std::move(y), {a, mask}, "masked_fill",

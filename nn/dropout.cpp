@@ -24,8 +24,7 @@ Tensor Dropout::forward(const Tensor& x) {
         if (!is_training() || m_p == 0.0) return x;
         // keep where u >= p, so that P(keep) = 1 - p; the scaled mask is a constant of the graph.
         Generator& gen = m_gen ? *m_gen : default_generator();
-        const Tensor keep = ge(rand(x.shape(), x.dtype(), gen), full({}, m_p, x.dtype()));
-        return x * (cast(keep, x.dtype()) * (1.0 / (1.0 - m_p)));
+        return x * dropout_mask(x.shape(), m_p, x.dtype(), gen);
     });
 }
 

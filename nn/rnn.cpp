@@ -80,8 +80,7 @@ Tensor state_or_zeros(const char* who, const char* arg, const Tensor& given, con
 // thread's default generator.
 Tensor dropout_between_layers(const Tensor& x, double p) {
     if (p >= 1.0) return x * 0.0;
-    const Tensor keep = ge(rand(x.shape(), x.dtype()), full({}, p, x.dtype()));
-    return x * (cast(keep, x.dtype()) * (1.0 / (1.0 - p)));
+    return x * dropout_mask(x.shape(), p, x.dtype());
 }
 
 }  // namespace

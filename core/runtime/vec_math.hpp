@@ -33,4 +33,22 @@ float max_of(const float* x, std::size_t n);
 /// NaN. d may not overlap y or g.
 void softmax_grad(const float* y, const float* g, float* d, std::size_t n, std::size_t L);
 
+/// Elementwise float kernels for the ops of the same names (ops_elementwise.cpp), y may be x:
+/// - exp: within 2 ulp of std::exp for normal results (denormal ones to their own ulp); +inf
+///   above ln(FLT_MAX), +0 far below, NaN for NaN.
+/// - erf: within 2 ulp of std::erf; ±1 for ±inf; ±0 for ±0.
+/// - tanh: Cephes' tanhf (its polynomial below |x| = 0.625, 1 − 2/(e^{2|x|} + 1) above).
+/// - sigmoid: 1/(1 + e^(−x)) with exp above.
+/// - gelu: ½x(1 + erf(x/√2)), the erf above; gelu_backward: g·(Φ(x) + x·φ(x)) in the order
+///   ops_elementwise's double path computes it.
+/// Each compiled for every SIMD level with the same bits (simd_dispatch.hpp); a NaN result is
+/// always the same quiet NaN. Callers split long arrays over the pool: the result of each
+/// element depends on that element only.
+void exp(const float* x, float* y, std::size_t n);
+void erf(const float* x, float* y, std::size_t n);
+void tanh(const float* x, float* y, std::size_t n);
+void sigmoid(const float* x, float* y, std::size_t n);
+void gelu(const float* x, float* y, std::size_t n);
+void gelu_backward(const float* g, const float* x, float* d, std::size_t n);
+
 }  // namespace xgrad::vec

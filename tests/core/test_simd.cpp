@@ -1,4 +1,4 @@
-// The SIMD levels (core/runtime/simd.hpp): each loop compiled for baseline x86-64 and for
+// The SIMD levels (core/runtime/simd.hpp): each loop compiled for baseline x86-64, AVX2 and
 // AVX-512 gives the same bits on every input, and XGRAD_SIMD picks the level.
 #include "core/runtime/simd.hpp"
 
@@ -26,12 +26,14 @@ std::uint32_t bits(float f) { return __builtin_bit_cast(std::uint32_t, f); }
 float from_bits(std::uint32_t u) { return __builtin_bit_cast(float, u); }
 
 /// run(level) on each level this CPU runs, baseline first, the level put back after. Where there
-/// is no AVX-512 it warns that the levels are not compared here, and runs the baseline alone.
+/// is no AVX2 it warns that the levels are not compared here, and runs the baseline alone.
 template <class Run> int on_each_level(Run run) {
     std::vector<SimdLevel> levels = {SimdLevel::Baseline};
-    if (simd_level_supported() == SimdLevel::Avx512) levels.push_back(SimdLevel::Avx512);
-    else if (static bool warned = false; !std::exchange(warned, true))  // once per test case
-        WARN("this CPU has no AVX-512: the comparison with the baseline loops is skipped");
+    for (SimdLevel level : {SimdLevel::Avx2, SimdLevel::Avx512})
+        if (simd_level_runs(level)) levels.push_back(level);
+    if (levels.size() == 1)
+        if (static bool warned = false; !std::exchange(warned, true))  // once per test case
+            WARN("this CPU has no AVX2: the comparison with the baseline loops is skipped");
     struct Restore {
         SimdLevel level = simd_level();
         ~Restore() { set_simd_level(level); }
@@ -42,6 +44,10 @@ template <class Run> int on_each_level(Run run) {
     }
     return static_cast<int>(levels.size());
 }
+
+/// Where a level's results go in the tests' arrays: on_each_level's levels are a prefix of
+/// baseline, AVX2, AVX-512 (every AVX-512 CPU has AVX2), so slots 0 .. levels − 1.
+int slot(SimdLevel level) { return level == SimdLevel::Baseline ? 0 : level == SimdLevel::Avx2 ? 1 : 2; }
 
 /// The first index where a and b differ in their bits, or -1.
 template <class T> long first_difference(const std::vector<T>& a, const std::vector<T>& b) {
@@ -64,20 +70,30 @@ float hostile(std::mt19937& gen) {
 TEST_CASE("set_simd_level refuses what the CPU cannot run, and the level names", "[simd]") {
     CHECK(std::string(simd_level_name(SimdLevel::Baseline)) == "baseline");
     CHECK(std::string(simd_level_name(SimdLevel::Avx512)) == "avx512");
+    CHECK(std::string(simd_level_name(SimdLevel::Avx2)) == "avx2");
     CHECK(parse_simd_setting("baseline") == SimdLevel::Baseline);
     CHECK(parse_simd_setting("auto") == simd_level_supported());
     // Every name simd_level_name prints is a value XGRAD_SIMD takes, where the CPU runs it.
-    for (SimdLevel level : {SimdLevel::Baseline, SimdLevel::Avx512}) {
+    for (SimdLevel level : {SimdLevel::Baseline, SimdLevel::Avx2, SimdLevel::Avx512}) {
         CHECK(parse_simd_setting(simd_level_name(level), "XGRAD_SIMD", SimdLevel::Avx512) == level);
-        if (level <= simd_level_supported()) CHECK(parse_simd_setting(simd_level_name(level)) == level);
+        if (simd_level_runs(level)) CHECK(parse_simd_setting(simd_level_name(level)) == level);
     }
+    // an AVX-512 CPU runs the AVX2 loops too; an AVX2 one not the AVX-512 ones
+    CHECK(simd_level_runs(SimdLevel::Avx2, SimdLevel::Avx512));
+    CHECK_FALSE(simd_level_runs(SimdLevel::Avx512, SimdLevel::Avx2));
+    CHECK(parse_simd_setting("avx2", "XGRAD_SIMD", SimdLevel::Avx2) == SimdLevel::Avx2);
+    CHECK_THROWS_WITH(parse_simd_setting("avx512", "XGRAD_SIMD", SimdLevel::Avx2),
+                      "XGRAD_SIMD: 'avx512' asks for AVX-512, but this CPU (or its OS) has no AVX512F, BW, VL and DQ "
+                      "(auto, baseline or avx2 run here)");
+    CHECK_THROWS_WITH(parse_simd_setting("avx2", "XGRAD_SIMD", SimdLevel::Baseline),
+                      "XGRAD_SIMD: 'avx2' asks for AVX2, but this CPU (or its OS) has no AVX2 (auto or baseline run here)");
     CHECK(parse_simd_setting("auto", "XGRAD_SIMD", SimdLevel::Baseline) == SimdLevel::Baseline);
     CHECK_THROWS_WITH(parse_simd_setting("avx512", "XGRAD_SIMD", SimdLevel::Baseline),
                       "XGRAD_SIMD: 'avx512' asks for AVX-512, but this CPU (or its OS) has no AVX512F, BW, VL and DQ "
                       "(auto or baseline run here)");
-    for (const char* bad : {"", "AUTO", "AVX512", "avx2", "baseline "})
+    for (const char* bad : {"", "AUTO", "AVX512", "avx", "AVX2", "baseline "})
         CHECK_THROWS_WITH(parse_simd_setting(bad),
-                          "XGRAD_SIMD: expected auto, baseline or avx512, got '" + std::string(bad) + "'");
+                          "XGRAD_SIMD: expected auto, baseline, avx2 or avx512, got '" + std::string(bad) + "'");
     CHECK_THROWS_AS(set_simd_level(static_cast<SimdLevel>(7)), Error);
     if (simd_level_supported() == SimdLevel::Baseline) {
         CHECK_THROWS_WITH(set_simd_level(SimdLevel::Avx512), Catch::Contains("no AVX512F"));
@@ -136,10 +152,10 @@ TEST_CASE("bf16 conversions: every length up to 70 at every alignment, same bits
     }
     for (std::size_t offset = 0; offset < 4; ++offset)
         for (std::size_t n = 0; n <= 70; ++n) {
-            std::vector<std::uint16_t> to_half[2];
-            std::vector<float> to_float[2];
+            std::vector<std::uint16_t> to_half[3];
+            std::vector<float> to_float[3];
             const int levels = on_each_level([&](SimdLevel level) {
-                const int l = static_cast<int>(level);
+                const int l = slot(level);
                 to_half[l].assign(n + 2, 0xabcd);  // the two past n must stay untouched
                 to_float[l].assign(n + 2, 1.5f);
                 bf16_from_float(f.data() + offset, to_half[l].data(), n);
@@ -152,9 +168,9 @@ TEST_CASE("bf16 conversions: every length up to 70 at every alignment, same bits
             }
             CHECK((to_half[0][n] == 0xabcd && to_half[0][n + 1] == 0xabcd));
             CHECK((to_float[0][n] == 1.5f && to_float[0][n + 1] == 1.5f));
-            if (levels == 2) {
-                CHECK(first_difference(to_half[0], to_half[1]) == -1);
-                CHECK(first_difference(to_float[0], to_float[1]) == -1);
+            for (int l = 1; l < levels; ++l) {
+                CHECK(first_difference(to_half[0], to_half[l]) == -1);
+                CHECK(first_difference(to_float[0], to_float[l]) == -1);
             }
         }
 }
@@ -179,10 +195,10 @@ TEST_CASE("exp_shifted_sum: same y and sum on both levels for every length up to
                 for (float& v : x) v = from_bits(static_cast<std::uint32_t>(gen()));
             const float row_max = n > 0 ? vec::max_of(x.data(), n) : 0.0f;
             for (float m : {row_max, row_max + 3.0f, 0.0f, NAN, inf, -inf}) {
-                std::vector<float> y[2], in_place[2];
-                float sum[2], sum_in_place[2];
+                std::vector<float> y[3], in_place[3];
+                float sum[3], sum_in_place[3];
                 const int levels = on_each_level([&](SimdLevel level) {
-                    const int l = static_cast<int>(level);
+                    const int l = slot(level);
                     y[l].assign(n, -1.0f);
                     sum[l] = vec::exp_shifted_sum(x.data(), m, y[l].data(), n);
                     in_place[l] = x;  // softmax_prefix writes y over x
@@ -191,11 +207,11 @@ TEST_CASE("exp_shifted_sum: same y and sum on both levels for every length up to
                 INFO("kind " << kind << ", n " << n << ", m " << m);
                 CHECK(first_difference(y[0], in_place[0]) == -1);
                 CHECK(bits(sum[0]) == bits(sum_in_place[0]));
-                if (levels == 2) {
-                    CHECK(first_difference(y[0], y[1]) == -1);
-                    CHECK(bits(sum[0]) == bits(sum[1]));
-                    CHECK(first_difference(in_place[0], in_place[1]) == -1);
-                    CHECK(bits(sum_in_place[0]) == bits(sum_in_place[1]));
+                for (int l = 1; l < levels; ++l) {
+                    CHECK(first_difference(y[0], y[l]) == -1);
+                    CHECK(bits(sum[0]) == bits(sum[l]));
+                    CHECK(first_difference(in_place[0], in_place[l]) == -1);
+                    CHECK(bits(sum_in_place[0]) == bits(sum_in_place[l]));
                 }
             }
         }
@@ -220,9 +236,9 @@ TEST_CASE("exp_shifted_rows: the bits of exp_shifted_sum row by row, on both lev
                 std::vector<float> want(x.size(), sentinel), want_sum(rows);
                 for (std::size_t i = 0; i < rows; ++i)
                     want_sum[i] = vec::exp_shifted_sum(x.data() + i * stride, m[i], want.data() + i * stride, len[i]);
-                std::vector<float> y[2], in_place[2], sum[2], sum_in_place[2];
+                std::vector<float> y[3], in_place[3], sum[3], sum_in_place[3];
                 const int levels = on_each_level([&](SimdLevel level) {
-                    const int l = static_cast<int>(level);
+                    const int l = slot(level);
                     y[l].assign(x.size(), sentinel);
                     sum[l].assign(rows, 0.0f);
                     vec::exp_shifted_rows(x.data(), stride, m.data(), len.data(), y[l].data(), sum[l].data(), rows);
@@ -271,15 +287,13 @@ TEST_CASE("max_of: same bits on both levels, and std::max's in eight lanes, for 
                     for (float& v : x) v = gen() % 2 ? 0.0f : -0.0f;
                 if (kind == 3)
                     for (float& v : x) v = from_bits(static_cast<std::uint32_t>(gen()));
-                float m[2];
+                float m[3];
                 const int levels = on_each_level([&](SimdLevel level) {
-                    m[static_cast<int>(level)] = vec::max_of(x.data(), n);
+                    m[slot(level)] = vec::max_of(x.data(), n);
                 });
                 INFO("kind " << kind << ", n " << n);
                 CHECK(bits(m[0]) == bits(eight_lanes(x)));
-                if (levels == 2) {
-                    CHECK(bits(m[0]) == bits(m[1]));
-                }
+                for (int l = 1; l < levels; ++l) CHECK(bits(m[0]) == bits(m[l]));
             }
 }
 
@@ -292,9 +306,9 @@ TEST_CASE("softmax_grad: same bits on both levels, lane_sum's order, every lengt
                 std::vector<float> y(n), g(n);
                 for (std::size_t j = 0; j < n; ++j) y[j] = value(gen), g[j] = value(gen);
                 if (kind == 1 && n > 0) y[gen() % n] = hostile(gen), g[gen() % n] = hostile(gen);
-                std::vector<float> d[2];
+                std::vector<float> d[3];
                 const int levels = on_each_level([&](SimdLevel level) {
-                    auto& out = d[static_cast<int>(level)];
+                    auto& out = d[slot(level)];
                     out.assign(n, 7.0f);
                     vec::softmax_grad(y.data(), g.data(), out.data(), n, L);
                 });
@@ -306,8 +320,36 @@ TEST_CASE("softmax_grad: same bits on both levels, lane_sum's order, every lengt
                 }
                 INFO("kind " << kind << ", n " << n << ", L " << L);
                 CHECK(first_difference(want, d[0]) == -1);
-                if (levels == 2) CHECK(first_difference(d[0], d[1]) == -1);
+                for (int l = 1; l < levels; ++l) CHECK(first_difference(d[0], d[l]) == -1);
             }
+}
+
+TEST_CASE("exp, erf, tanh, sigmoid, gelu, gelu_backward: same bits on every level, every length up to 70 and hostile values", "[simd][vec_math]") {
+    std::mt19937 gen(13);
+    std::uniform_real_distribution<float> value(-12.0f, 12.0f);
+    using Unary = void (*)(const float*, float*, std::size_t);
+    const Unary unary[] = {vec::exp, vec::erf, vec::tanh, vec::sigmoid, vec::gelu};
+    for (int kind = 0; kind < 3; ++kind)
+        for (std::size_t n = 0; n <= 70; ++n) {
+            std::vector<float> x(n), g(n);
+            for (std::size_t j = 0; j < n; ++j) x[j] = value(gen), g[j] = value(gen);
+            if (kind == 1)
+                for (std::size_t j = 0; j < n; j += 3) x[j] = hostile(gen), g[(j + 1) % n] = hostile(gen);
+            if (kind == 2)
+                for (float& v : x) v = from_bits(static_cast<std::uint32_t>(gen()));
+            for (std::size_t k = 0; k <= std::size(unary); ++k) {
+                std::vector<float> y[3];
+                const int levels = on_each_level([&](SimdLevel level) {
+                    auto& out = y[slot(level)];
+                    out.assign(n + 1, 7.0f);  // the one past n must stay untouched
+                    if (k < std::size(unary)) unary[k](x.data(), out.data(), n);
+                    else vec::gelu_backward(g.data(), x.data(), out.data(), n);
+                });
+                INFO("kernel " << k << ", kind " << kind << ", n " << n);
+                CHECK(y[0][n] == 7.0f);
+                for (int l = 1; l < levels; ++l) CHECK(first_difference(y[0], y[l]) == -1);
+            }
+        }
 }
 
 // Run by the next test in a child process, with XGRAD_SIMD set: the level it made of it, and a
@@ -340,8 +382,16 @@ TEST_CASE("XGRAD_SIMD picks the level in a fresh process, and a bad value is an 
     REQUIRE(baseline.find("row=") != std::string::npos);
     REQUIRE(automatic.find("row=") != std::string::npos);
     CHECK(row(baseline) == row(automatic));
-    CHECK_THAT(run("avx2"), Catch::Contains("error=XGRAD_SIMD: expected auto, baseline or avx512, got 'avx2'"));
+    CHECK_THAT(run("avx"), Catch::Contains("error=XGRAD_SIMD: expected auto, baseline, avx2 or avx512, got 'avx'"));
     // the level by the name it prints: taken where the CPU runs it, refused with the reason elsewhere
+    const std::string avx2 = run("avx2");
+    if (simd_level_runs(SimdLevel::Avx2)) {
+        CHECK_THAT(avx2, Catch::Contains("simd=avx2\n"));
+        REQUIRE(avx2.find("row=") != std::string::npos);
+        CHECK(row(avx2) == row(baseline));
+    } else {
+        CHECK_THAT(avx2, Catch::Contains("error=XGRAD_SIMD: 'avx2' asks for AVX2, but this CPU"));
+    }
     const std::string avx512 = run("avx512");
     if (simd_level_supported() == SimdLevel::Avx512) {
         CHECK_THAT(avx512, Catch::Contains("simd=avx512\n"));
