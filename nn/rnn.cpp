@@ -1,6 +1,7 @@
 #include "rnn.hpp"
 
 #include <cmath>
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -140,8 +141,11 @@ std::tuple<Tensor, Tensor, Tensor> RecurrentBase::run(const Tensor& input, const
         if (is_lstm) c_init = unsqueeze(c_init, 1);
     }
 
-    // Per step, which sequences are still running (t < length), when some stop early.
+    // Per step, which sequences are still running (t < length), when some stop early: as
+    // numbers for the fused GRU and LSTM sequences, as masks for RNN's steps.
     std::vector<Tensor> running;
+    std::vector<std::int64_t> short_lengths;
+    const bool fused = m_kind == RecurrentKind::gru || is_lstm;
     if (lengths.defined()) {
         if (lengths.dtype() != kInt64 || lengths.dim() != 1 || lengths.size(0) != B)
             throw Error(fmt::format("{}: lengths must be int64 of shape ({},), one per sequence, got {} {}", who, B,
@@ -154,7 +158,8 @@ std::tuple<Tensor, Tensor, Tensor> RecurrentBase::run(const Tensor& input, const
                                         len[b], T, T));
             any_short = any_short || len[b] < static_cast<std::int64_t>(T);
         }
-        if (any_short) {
+        if (any_short && fused) short_lengths = len;
+        if (any_short && !fused) {
             const Tensor len_col = reshape(lengths, {static_cast<long>(B), 1});
             for (std::size_t t = 0; t < T; ++t) running.push_back(gt(len_col, static_cast<std::int64_t>(t)));
         }
@@ -180,10 +185,20 @@ std::tuple<Tensor, Tensor, Tensor> RecurrentBase::run(const Tensor& input, const
             if (has_bias)
                 xi = xi + (hidden_bias_per_step ? parameter("bias_ih" + suffix)
                                                 : parameter("bias_ih" + suffix) + parameter("bias_hh" + suffix));
-            // Step t reads its own slice; one op makes them all.
-            const std::vector<Tensor> xi_steps = unbind(xi, 0);
             Tensor h = h_rows[k * D + d];
             Tensor c = is_lstm ? c_rows[k * D + d] : Tensor();
+            if (fused) {
+                // The whole direction as one op: every step's hidden product and gates.
+                const std::vector<Tensor> seq = recurrent_sequence(
+                    is_lstm ? SequenceCell::lstm : SequenceCell::gru, xi, h, c, w_hh,
+                    hidden_bias_per_step ? parameter("bias_hh" + suffix) : Tensor(), short_lengths, d == 1);
+                directions.push_back(seq[0]);
+                h_n.push_back(seq[1]);
+                if (is_lstm) c_n.push_back(seq[2]);
+                continue;
+            }
+            // Step t reads its own slice; one op makes them all.
+            const std::vector<Tensor> xi_steps = unbind(xi, 0);
             std::vector<Tensor> steps(T);
             for (std::size_t s = 0; s < T; ++s) {
                 const std::size_t t = d == 0 ? s : T - 1 - s;

@@ -499,3 +499,41 @@ TEST_CASE("The float32 steps are float32's rounding of the float64 ones", "[recu
     const Tensor small32 = small.to(kFloat32), c0 = zeros({B, H});
     CHECK(rel(lstm_cell(small32, c0), lstm_cell(small32.to(kFloat64), c0.to(kFloat64))) < 1e-6);
 }
+
+TEST_CASE("A GRU or LSTM direction runs as one fused sequence op", "[recurrent][gradcheck]") {
+    Generator gen(7);
+    nn::GRU gru(3, 4, 1, gen);
+    nn::LSTM lstm(3, 4, 1, gen);
+    const Tensor x = randn({5, 2, 3}, kFloat32, gen);
+    CHECK(std::string(std::get<0>(gru(x)).op_name()) == "recurrent_sequence");
+    CHECK(std::string(std::get<0>(lstm(x)).op_name()) == "recurrent_sequence");
+
+    // The op alone, both cells, both directions, with and without lengths and b_hh.
+    const std::vector<std::int64_t> lengths{3, 0};
+    for (const bool reverse : {false, true})
+        for (const bool cut : {false, true}) {
+            const std::vector<std::int64_t> len = cut ? lengths : std::vector<std::int64_t>{};
+            INFO("reverse " << reverse << ", lengths " << cut);
+            REQUIRE_GRADCHECK([&](const std::vector<Tensor>& in) {
+                const auto out = recurrent_sequence(SequenceCell::gru, in[0], in[1], Tensor(), in[2], in[3], len, reverse);
+                return concat({reshape(out[0], {-1}), reshape(out[1], {-1})}, 0);
+            }, {param({3, 2, 6}, -1, 1, 20), param({2, 2}, -1, 1, 21), param({6, 2}, -1, 1, 22), param({6}, -1, 1, 23)}, "gru sequence");
+            REQUIRE_GRADGRADCHECK([&](const std::vector<Tensor>& in) {
+                const auto out = recurrent_sequence(SequenceCell::lstm, in[0], in[1], in[2], in[3], Tensor(), len, reverse);
+                return concat({reshape(out[0], {-1}), reshape(out[1], {-1}), reshape(out[2], {-1})}, 0);
+            }, {param({3, 2, 8}, -1, 1, 24), param({2, 2}, -1, 1, 25), param({2, 2}, -1, 1, 26), param({8, 2}, -1, 1, 27)}, "lstm sequence");
+        }
+    REQUIRE_GRADGRADCHECK([&](const std::vector<Tensor>& in) {
+        return recurrent_sequence(SequenceCell::gru, in[0], in[1], Tensor(), in[2], in[3], lengths, true)[0];
+    }, {param({3, 2, 6}, -1, 1, 28), param({2, 2}, -1, 1, 29), param({6, 2}, -1, 1, 30), param({6}, -1, 1, 31)}, "gru sequence, reverse, lengths");
+
+    const Tensor xi = zeros({3, 2, 6}), h = zeros({2, 2}), w = zeros({6, 2});
+    CHECK_THROWS_WITH(recurrent_sequence(SequenceCell::gru, xi, h, Tensor(), zeros({6, 3}), Tensor(), {}, false),
+                      Catch::Contains("recurrent_sequence: w_hh must have shape (6, 2), got (6, 3)"));
+    CHECK_THROWS_WITH(recurrent_sequence(SequenceCell::gru, xi, h, Tensor(), w, Tensor(), {4, 0}, false),
+                      Catch::Contains("recurrent_sequence: lengths[0] = 4 is outside [0, 3]"));
+    CHECK_THROWS_WITH(recurrent_sequence(SequenceCell::lstm, xi, h, h, w, Tensor(), {}, false),
+                      Catch::Contains("recurrent_sequence: xi must be (T, batch, 4·hidden), got (3, 2, 6)"));
+    CHECK_THROWS_WITH(recurrent_sequence(SequenceCell::gru, zeros({0, 2, 6}), h, Tensor(), w, Tensor(), {}, false),
+                      Catch::Contains("recurrent_sequence: xi has no steps"));
+}
