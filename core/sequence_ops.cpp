@@ -19,6 +19,7 @@
 #include "core/creation.hpp"
 #include "core/runtime/alloc.hpp"
 #include "core/runtime/blas.hpp"
+#include "core/runtime/packed_gemm.hpp"
 #include "core/runtime/parallel.hpp"
 #include "core/runtime/vec_math.hpp"
 
@@ -108,9 +109,11 @@ std::pair<std::size_t, std::size_t> cell_dims(const char* op, const Tensor& gate
     return {B, H};
 }
 
-// Runs f(b) for every batch row, split over the pool when the step is large enough.
+// Runs f(b) for every batch row, split over the pool when the step is large enough: a row
+// evaluates σ or tanh on 3 or 4 gates of H, so a chunk of kElementGrain / 4 hidden units is
+// about as much work as kElementGrain elements of a plain elementwise op.
 template <class F> void for_rows(std::size_t B, std::size_t H, F&& f) {
-    parallel_for(B, std::max<std::size_t>(1, kElementGrain / std::max<std::size_t>(H, 1)),
+    parallel_for(B, std::max<std::size_t>(1, kElementGrain / 4 / std::max<std::size_t>(H, 1)),
                  [&](std::size_t b0, std::size_t b1) {
                      for (std::size_t b = b0; b < b1; ++b) f(b);
                  });
@@ -455,6 +458,29 @@ SequenceDims sequence_dims(const char* op, SequenceCell cell, const Tensor& xi, 
     return {T, B, H, G};
 }
 
+// The per-step product by W_hh, C (=|+=) A·op(W) with A m×k: float32 through W packed once for
+// all steps (runtime/packed_gemm.hpp) where the CPU runs that kernel, else through blas::gemm.
+template <class E> class StepProduct {
+public:
+    StepProduct(const E* w, bool transpose, std::size_t k, std::size_t n)
+        : m_w(w), m_transpose(transpose), m_k(k), m_n(n) {
+        if constexpr (std::is_same_v<E, float>)
+            if (PackedMatrix::available()) m_packed.emplace(w, transpose ? k : n, transpose, k, n);
+    }
+    void operator()(const E* a, std::size_t m, E* c, bool accumulate) const {
+        if constexpr (std::is_same_v<E, float>)
+            if (m_packed) return m_packed->multiply(a, m_k, m, c, m_n, accumulate);
+        blas::gemm<E>(false, m_transpose, m, m_n, m_k, E(1), a, m_k, m_w, m_transpose ? m_k : m_n,
+                      accumulate ? E(1) : E(0), c, m_n);
+    }
+
+private:
+    const E* m_w;
+    bool m_transpose;
+    std::size_t m_k, m_n;
+    std::optional<PackedMatrix> m_packed;
+};
+
 // Whether row b runs the step at time t.
 inline bool runs(const std::vector<std::int64_t>& lengths, std::size_t b, std::size_t t) {
     return lengths.empty() || static_cast<std::int64_t>(t) < lengths[b];
@@ -477,6 +503,7 @@ std::vector<Tensor> sequence_forward(SequenceCell cell, const SequenceDims& d, c
     xt::xarray<E> N = xt::xarray<E>::from_shape({lstm ? 0 : T, B, H});
     std::vector<E> gh(B * G * H);
     const std::size_t BH = B * H, first = reverse ? T - 1 : 0;
+    const StepProduct<E> hidden_product(W, true, H, G * H);
     std::copy_n(values<E>(h0).data(), BH, P.data() + first * BH);
     if (lstm) std::copy_n(values<E>(c0).data(), BH, C.data() + first * BH);
     for (std::size_t s = 0; s < T && B > 0; ++s) {
@@ -486,7 +513,7 @@ std::vector<Tensor> sequence_forward(SequenceCell cell, const SequenceDims& d, c
         E* h1 = last ? hn.data() : P.data() + next * BH;
         E* y = Y.data() + t * BH;
         // gh = h·W_hhᵀ : (B, H)·(H, G·H) → (B, G·H)
-        blas::gemm<E>(false, true, B, G * H, H, E(1), h, H, W, H, E(0), gh.data(), G * H);
+        hidden_product(h, B, gh.data(), false);
         if (lstm) {
             const E* c = C.data() + t * BH;
             E* c1 = last ? cn.data() : C.data() + next * BH;
@@ -548,13 +575,17 @@ std::vector<Tensor> sequence_backward(SequenceCell cell, const SequenceDims& d, 
         return i < grads.size() && grads[i].defined() ? xt::xarray<E>(values<E>(grads[i]))
                                                       : xt::xarray<E>(xt::zeros<E>(shape));
     };
-    const xt::xarray<E> gY = grad_or_zeros(0, {T, B, H});
+    // The output's gradient is read in place (the states' are copied: the pass updates them).
+    const bool output_grad = !grads.empty() && grads[0].defined();
+    const xt::xarray<E> no_output_grad = output_grad ? xt::xarray<E>() : xt::xarray<E>(xt::zeros<E>({T, B, H}));
+    const E* gY = output_grad ? values<E>(grads[0]).data() : no_output_grad.data();
     xt::xarray<E> dh = grad_or_zeros(1, {B, H});
     xt::xarray<E> dc = lstm ? grad_or_zeros(2, {B, H}) : xt::xarray<E>();
     // dX: the gradient of xi; dG: of the hidden part gh (for LSTM the same).
     xt::xarray<E> dX = xt::xarray<E>::from_shape({T, B, GH});
     xt::xarray<E> dGh = lstm ? xt::xarray<E>() : xt::xarray<E>::from_shape({T, B, GH});
     E* dG = lstm ? dX.data() : dGh.data();
+    const StepProduct<E> back_product(W, false, GH, H);
     for (std::size_t s = 0; s < T && B > 0; ++s) {
         const std::size_t t = reverse ? s : T - 1 - s;
         for_rows(B, H, [&](std::size_t b) {
@@ -567,7 +598,7 @@ std::vector<Tensor> sequence_backward(SequenceCell cell, const SequenceDims& d, 
                 if (!lstm) std::fill_n(dg, GH, E(0));
                 return;
             }
-            const E* gy = gY.data() + row * H;
+            const E* gy = gY + row * H;
             if (lstm) {
                 const E *sg = S + row * 5 * H, *c0 = C + row * H;
                 E* dcb = dc.data() + b * H;
@@ -598,7 +629,7 @@ std::vector<Tensor> sequence_backward(SequenceCell cell, const SequenceDims& d, 
             }
         });
         // dh += dG_t·W_hh : (B, G·H)·(G·H, H) → (B, H)
-        blas::gemm<E>(false, false, B, H, GH, E(1), dG + t * B * GH, GH, W, H, E(1), dh.data(), H);
+        back_product(dG + t * B * GH, B, dh.data(), true);
     }
     xt::xarray<E> dW = xt::zeros<E>({GH, H});
     // dW_hh = dGᵀ·P : (G·H, T·B)·(T·B, H) → (G·H, H), every step in one product
