@@ -537,3 +537,62 @@ TEST_CASE("A GRU or LSTM direction runs as one fused sequence op", "[recurrent][
     CHECK_THROWS_WITH(recurrent_sequence(SequenceCell::gru, zeros({0, 2, 6}), h, Tensor(), w, Tensor(), {}, false),
                       Catch::Contains("recurrent_sequence: xi has no steps"));
 }
+
+TEST_CASE("LSTM with proj_size gives torch's outputs, states, gradients, names and checks", "[recurrent][proj]") {
+    SECTION("two layers, bidirectional, initial state, variable lengths") {
+        nn::LSTM lstm(nn::LSTMOptions(3, 5).num_layers(2).bidirectional(true).proj_size(2));
+        check_against_torch(lstm, "lstm_proj");
+    }
+    SECTION("one layer, batch_first, no initial state") {
+        nn::LSTM lstm(nn::LSTMOptions(2, 4).batch_first(true).proj_size(3));
+        check_against_torch(lstm, "lstm_proj_plain");
+    }
+    SECTION("names, shapes, draws and printing as torch's") {
+        nn::LSTM lstm(nn::LSTMOptions(3, 5).num_layers(2).bidirectional(true).proj_size(2));
+        std::vector<std::string> names;
+        for (const auto& [n, p] : lstm.named_parameters()) names.push_back(n);
+        CHECK(std::vector<std::string>(names.begin(), names.begin() + 6) ==
+              std::vector<std::string>{"weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0", "weight_hr_l0",
+                                       "weight_ih_l0_reverse"});
+        CHECK(names.size() == 20);
+        CHECK(lstm.parameter("weight_hh_l0").shape() == Shape{20, 2});
+        CHECK(lstm.parameter("weight_hr_l1_reverse").shape() == Shape{2, 5});
+        CHECK(lstm.parameter("weight_ih_l1").shape() == Shape{20, 4});
+        const double bound = 1.0 / std::sqrt(5.0);
+        for (const auto& p : lstm.parameters())
+            for (double v : vals(p)) REQUIRE((v >= -bound && v < bound));
+        CHECK(nn::to_string(lstm) == "LSTM(3, 5, proj_size=2, num_layers=2, bidirectional=True)");
+        auto [out, state] = lstm(randn({4, 3, 3}));
+        CHECK(out.shape() == Shape{4, 3, 4});
+        CHECK(std::get<0>(state).shape() == Shape{4, 3, 2});
+        CHECK(std::get<1>(state).shape() == Shape{4, 3, 5});
+        // Unbatched.
+        auto [out1, state1] = lstm(randn({4, 3}));
+        CHECK(out1.shape() == Shape{4, 4});
+        CHECK(std::get<0>(state1).shape() == Shape{4, 2});
+    }
+    SECTION("torch's refusals") {
+        CHECK_THROWS_WITH(nn::LSTM(nn::LSTMOptions(3, 5).proj_size(5)),
+                          Catch::Contains("LSTM: proj_size must be smaller than hidden_size (5), got 5"));
+        CHECK_THROWS_WITH(nn::GRU(nn::GRUOptions(3, 5).proj_size(2)),
+                          Catch::Contains("GRU: proj_size is only supported for LSTM, not RNN or GRU"));
+        CHECK_THROWS_WITH(nn::RNN(nn::RNNOptions(3, 5).proj_size(2)), Catch::Contains("RNN: proj_size is only"));
+        nn::LSTM lstm(nn::LSTMOptions(3, 5).proj_size(2));
+        CHECK_THROWS_WITH(lstm(randn({2, 3, 3}), zeros({1, 3, 5}), zeros({1, 3, 5})),
+                          Catch::Contains("LSTM: h0 must have shape (1, 3, 2), got (1, 3, 5)"));
+        CHECK_THROWS_WITH(lstm(randn({2, 3, 3}), zeros({1, 3, 2}), zeros({1, 3, 2})),
+                          Catch::Contains("LSTM: c0 must have shape (1, 3, 5), got (1, 3, 2)"));
+    }
+    SECTION("gradgradcheck in double") {
+        Generator gen(8);
+        nn::LSTM lstm(nn::LSTMOptions(2, 3).proj_size(2), gen);
+        lstm.to(kFloat64);
+        const Tensor lengths = from_vector(std::vector<std::int64_t>{2, 1}, {2});
+        REQUIRE_MODULE_GRADGRADCHECK(lstm, {param({2, 2, 2}, -1, 1, 13)},
+                                     [&](const std::vector<Tensor>& in) {
+                                         auto [out, state] = lstm(in[0], std::tuple<Tensor, Tensor>{}, lengths);
+                                         return concat({reshape(out, {-1}), reshape(std::get<1>(state), {-1})}, 0);
+                                     },
+                                     "LSTM proj");
+    }
+}
