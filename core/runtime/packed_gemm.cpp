@@ -60,17 +60,26 @@ void panels(const float* a, std::size_t lda, std::size_t m, const float* data, s
         const float* panel = data + p * k * kPanel;
         const std::size_t cols = std::min(kPanel, n - p * kPanel);
         float* cp = c + p * kPanel;
+        // Blocks of 6 rows; a tail of 1 or 2 rows (which streams the panel for few sums) takes
+        // the last block with it as 4 + 3 or 4 + 4 rows.
+        std::size_t full = m / kRows, rest = m % kRows;
+        if ((rest == 1 || rest == 2) && full > 0) --full, rest += kRows;
         std::size_t i = 0;
-        for (; i + kRows <= m; i += kRows) block<kRows>(a + i * lda, lda, panel, k, cp + i * ldc, ldc, cols, accumulate);
-        const float* ai = a + i * lda;
-        float* ci = cp + i * ldc;
-        switch (m - i) {
-            case 1: block<1>(ai, lda, panel, k, ci, ldc, cols, accumulate); break;
-            case 2: block<2>(ai, lda, panel, k, ci, ldc, cols, accumulate); break;
-            case 3: block<3>(ai, lda, panel, k, ci, ldc, cols, accumulate); break;
-            case 4: block<4>(ai, lda, panel, k, ci, ldc, cols, accumulate); break;
-            case 5: block<5>(ai, lda, panel, k, ci, ldc, cols, accumulate); break;
-            default: break;
+        for (; i < full * kRows; i += kRows) block<kRows>(a + i * lda, lda, panel, k, cp + i * ldc, ldc, cols, accumulate);
+        while (rest > 0) {
+            const std::size_t rows = rest > kRows ? 4 : rest;
+            const float* ai = a + i * lda;
+            float* ci = cp + i * ldc;
+            switch (rows) {
+                case 1: block<1>(ai, lda, panel, k, ci, ldc, cols, accumulate); break;
+                case 2: block<2>(ai, lda, panel, k, ci, ldc, cols, accumulate); break;
+                case 3: block<3>(ai, lda, panel, k, ci, ldc, cols, accumulate); break;
+                case 4: block<4>(ai, lda, panel, k, ci, ldc, cols, accumulate); break;
+                case 5: block<5>(ai, lda, panel, k, ci, ldc, cols, accumulate); break;
+                default: block<6>(ai, lda, panel, k, ci, ldc, cols, accumulate); break;
+            }
+            i += rows;
+            rest -= rows;
         }
     }
 }
