@@ -10,6 +10,10 @@
 
 #include <fmt/format.h>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
 #include "core/autograd_function.hpp"
 #include "core/broadcast.hpp"
 #include "core/dispatch.hpp"
@@ -137,10 +141,39 @@ void sigmoid_n(const float* a, float* y, std::size_t n, float* u) {
 // y[k] = tanh(a[k]) for n floats, as Cephes' tanhf: its odd polynomial below |a| = 0.625 (no
 // cancellation near 0), 1 − 2/(e^{2|a|} + 1) with a's sign above, the exps as one SIMD pass.
 // u: n floats of scratch.
+#if defined(__x86_64__) && defined(__GNUC__)
+// tanh_n's last pass, 8 floats at a time where the CPU has AVX2: the same operations in the same
+// order as the scalar loop (no FMA), so the same bits; returns how many it did. The scalar
+// loop's select compiles to a branch, which kept it from vectorising.
+__attribute__((target("avx2"))) std::size_t tanh_finish_avx2(const float* a, float* y, std::size_t n) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f), two = _mm256_set1_ps(2.0f);
+    const __m256 edge = _mm256_set1_ps(0.625f);
+    std::size_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        const __m256 x = _mm256_loadu_ps(a + k), s = _mm256_mul_ps(x, x);
+        __m256 p = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(-5.70498872745e-3f), s), _mm256_set1_ps(2.06390887954e-2f));
+        p = _mm256_sub_ps(_mm256_mul_ps(p, s), _mm256_set1_ps(5.37397155531e-2f));
+        p = _mm256_add_ps(_mm256_mul_ps(p, s), _mm256_set1_ps(1.33314422036e-1f));
+        p = _mm256_sub_ps(_mm256_mul_ps(p, s), _mm256_set1_ps(3.33332819422e-1f));
+        p = _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(p, s), x), x);
+        const __m256 mag = _mm256_sub_ps(one, _mm256_div_ps(two, _mm256_add_ps(_mm256_loadu_ps(y + k), one)));
+        const __m256 big = _mm256_or_ps(_mm256_andnot_ps(sign, mag), _mm256_and_ps(sign, x));
+        const __m256 small = _mm256_cmp_ps(_mm256_andnot_ps(sign, x), edge, _CMP_LT_OQ);
+        _mm256_storeu_ps(y + k, _mm256_blendv_ps(big, p, small));
+    }
+    return k;
+}
+#endif
+
 void tanh_n(const float* a, float* y, std::size_t n, float* u) {
     for (std::size_t k = 0; k < n; ++k) u[k] = 2.0f * std::abs(a[k]);
     vec::exp_shifted_sum(u, 0.0f, y, n);
-    for (std::size_t k = 0; k < n; ++k) {
+    std::size_t done = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+    static const bool avx2 = __builtin_cpu_supports("avx2");
+    if (avx2) done = tanh_finish_avx2(a, y, n);
+#endif
+    for (std::size_t k = done; k < n; ++k) {
         const float x = a[k], s = x * x;
         const float poly = ((((-5.70498872745e-3f * s + 2.06390887954e-2f) * s - 5.37397155531e-2f) * s +
                              1.33314422036e-1f) * s - 3.33332819422e-1f) * s * x + x;
