@@ -66,9 +66,10 @@ using LSTMOptions = RecurrentOptions;
 ///
 /// The steps: each layer's input products for all steps and all gates are one product
 /// (T·batch, in)·(in, G·hidden) up front (with both biases for RNN and LSTM), and each step one
-/// product (batch, hidden)·(hidden, G·hidden) for all gates, followed by one fused op for GRU's
-/// and LSTM's gate arithmetic (gru_cell, lstm_cell in core/sequence_ops.hpp). An input with no
-/// steps (T = 0) is refused, as torch refuses it.
+/// product (batch, hidden)·(hidden, G·hidden) for all gates and the gate arithmetic. A GRU or
+/// LSTM direction runs all its steps as one op (recurrent_sequence in core/sequence_ops.hpp,
+/// W_hh's gradient one product over all steps); RNN and LSTM with proj_size record each step
+/// (LSTM's through lstm_cell). An input with no steps (T = 0) is refused, as torch refuses it.
 class RecurrentBase : public Module {
 public:
     const RecurrentOptions& options() const { return m_options; }
