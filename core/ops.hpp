@@ -7,6 +7,7 @@
 /// needs float32 or float64 inputs of one dtype and throws xgrad::Error otherwise.
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/attention_mask.hpp"
@@ -349,6 +350,14 @@ Tensor gather(const Tensor& a, long axis, const Tensor& index);
 Tensor scatter(const Tensor& a, long axis, const Tensor& index, const Tensor& src);
 /// scatter with one value (cast to a's dtype) at every position of index.
 Tensor scatter(const Tensor& a, long axis, const Tensor& index, Scalar value);
+/// torch.scatter with reduce = "add" or "multiply" (torch 1.13's reduce=): each value of src (or
+/// `value`) is added to or multiplied into out[i][index[i][j]], repeated indices each in turn
+/// (bool: or, and); the same checks as scatter. Any other reduce is refused, as torch refuses
+/// it; bfloat16 is refused (no arithmetic on bfloat16). As in torch 1.13 it has no derivative:
+/// a result made from a tensor that requires grad records the op, and a backward through it
+/// throws an xgrad::Error naming the call ("derivative for aten::scatter is not implemented").
+Tensor scatter(const Tensor& a, long axis, const Tensor& index, const Tensor& src, const std::string& reduce);
+Tensor scatter(const Tensor& a, long axis, const Tensor& index, Scalar value, const std::string& reduce);
 /// torch.scatter_add: scatter that adds, out[i][index[i][j]] += src[i][j], repeated indices
 /// adding each, in index order. Backward: a gets g, src gets gather(g, axis, index).
 Tensor scatter_add(const Tensor& a, long axis, const Tensor& index, const Tensor& src);

@@ -2,6 +2,7 @@
 // (t[i], t.index({...}), index_put_). Any dtype forward;
 // float inputs get gradients, which scatter-add back (repeated picks sum).
 #include <algorithm>
+#include <type_traits>
 
 #include "core/call_context.hpp"
 #include "core/creation.hpp"
@@ -841,6 +842,109 @@ const Tensor& Tensor::scatter_(long axis, const Tensor& index, Scalar value) con
     const ScatterPlan p = plan_scatter("scatter_", *this, axis, index, nullptr);
     check_fill_value("scatter_", "value", value, dtype());
     return put_in_place("scatter_", *this, p.into, index.shape(), scalar_tensor(value), false);
+}
+
+namespace {
+
+enum class ScatterReduce { add, multiply };
+
+ScatterReduce parse_reduce(const char* op, const std::string& reduce) {
+    if (reduce == "add") return ScatterReduce::add;
+    if (reduce == "multiply") return ScatterReduce::multiply;
+    throw Error(fmt::format("{}: reduce must be \"add\" or \"multiply\", got \"{}\"", op, reduce));
+}
+
+// a with the values v (one per offset, a's dtype) added or multiplied in at the flat offsets
+// `at`, in order. Recorded from `inputs` with a gradient that throws, as torch 1.13 has none.
+Tensor scatter_reduced(const char* op, const Tensor& a, const FlatOffsets& at, const Tensor& v, ScatterReduce reduce,
+                       std::vector<Tensor> inputs) {
+    if (a.dtype() == kBFloat16)
+        throw Error(fmt::format("{}: reducing into a bfloat16 tensor (no arithmetic on bfloat16; convert to float32)",
+                                op));
+    const AllocContext context(op, a.shape());
+    return dispatch_all(a.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        xt::xarray<T> y = values<T>(a);
+        if constexpr (!std::is_same_v<T, bfloat16>) {  // refused above
+            const std::vector<std::size_t>& offsets = *at;
+            const T* src = values<T>(v).data();
+            for (std::size_t k = 0; k < offsets.size(); ++k) {
+                T& out = y.data()[offsets[k]];
+                if constexpr (std::is_same_v<T, bool>)
+                    out = reduce == ScatterReduce::add ? (out || src[k]) : (out && src[k]);
+                else
+                    out = reduce == ScatterReduce::add ? out + src[k] : out * src[k];
+            }
+        }
+        return make_any_result<T>(std::move(y), std::move(inputs), op, Formula([op](const GradArgs&) -> std::vector<Tensor> {
+            throw Error(fmt::format("{}: with reduce it has no derivative (torch 1.13: \"derivative for aten::scatter "
+                                    "is not implemented\")",
+                                    op));
+        }), Saves::none());
+    });
+}
+
+// The values scatter with reduce writes: src's picks or `value`, fitted to index's shape, as
+// plain values (the op records its inputs itself).
+Tensor reduce_values(const char* op, const Tensor& a, const ScatterPlan& p, const Tensor& index, const Tensor* src,
+                     const Tensor& value) {
+    NoGradGuard no_grad;
+    return src ? take_flat(op, *src, p.from, index.shape())
+               : as_call(op, [&] { return fit_value(value, index.shape(), a.dtype()); });
+}
+
+// scatter_ with reduce: recorded (through the out-of-place op, whose gradient throws) when
+// gradients are on and self or src requires grad, else written into self's values.
+const Tensor& scatter_reduce_in_place(const Tensor& self, long axis, const Tensor& index, const Tensor* src,
+                                      const Tensor& value, const std::string& reduce) {
+    constexpr const char* op = "scatter_";
+    const ScatterReduce r = parse_reduce(op, reduce);
+    const ScatterPlan p = plan_scatter(op, self, axis, index, src);
+    const Tensor v = reduce_values(op, self, p, index, src, value);
+    if (grad_enabled() && (self.requires_grad() || (src && src->requires_grad()))) {
+        check_in_place_leaf(op, self);
+        return record_in_place(op, self, src ? std::vector<Tensor>{*src} : std::vector<Tensor>{},
+                               [&](const Tensor& old, const std::vector<Tensor>& others) {
+                                   std::vector<Tensor> inputs{old};
+                                   inputs.insert(inputs.end(), others.begin(), others.end());
+                                   return scatter_reduced(op, old, p.into, v, r, inputs);
+                               });
+    }
+    Tensor out;
+    {
+        NoGradGuard no_grad;
+        out = scatter_reduced(op, self, p.into, v, r, {});
+    }
+    dispatch_all(self.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        std::copy_n(out.const_data_ptr<T>(), out.numel(), self.mutable_data_ptr<T>());  // bumps the version
+    });
+    return self;
+}
+
+}  // namespace
+
+Tensor scatter(const Tensor& a, long axis, const Tensor& index, const Tensor& src, const std::string& reduce) {
+    const ScatterReduce r = parse_reduce("scatter", reduce);
+    const ScatterPlan p = plan_scatter("scatter", a, axis, index, &src);
+    return scatter_reduced("scatter", a, p.into, reduce_values("scatter", a, p, index, &src, Tensor()), r, {a, src});
+}
+
+Tensor scatter(const Tensor& a, long axis, const Tensor& index, Scalar value, const std::string& reduce) {
+    const ScatterReduce r = parse_reduce("scatter", reduce);
+    const ScatterPlan p = plan_scatter("scatter", a, axis, index, nullptr);
+    check_fill_value("scatter", "value", value, a.dtype());
+    return scatter_reduced("scatter", a, p.into, reduce_values("scatter", a, p, index, nullptr, scalar_tensor(value)), r,
+                           {a});
+}
+
+const Tensor& Tensor::scatter_(long axis, const Tensor& index, const Tensor& src, const std::string& reduce) const {
+    return scatter_reduce_in_place(*this, axis, index, &src, Tensor(), reduce);
+}
+
+const Tensor& Tensor::scatter_(long axis, const Tensor& index, Scalar value, const std::string& reduce) const {
+    if (defined()) check_fill_value("scatter_", "value", value, dtype());
+    return scatter_reduce_in_place(*this, axis, index, nullptr, scalar_tensor(value), reduce);
 }
 
 const Tensor& Tensor::scatter_add_(long axis, const Tensor& index, const Tensor& src) const {

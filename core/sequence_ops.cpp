@@ -3,11 +3,16 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
 
 #include <fmt/format.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 
 #include "core/autograd_function.hpp"
 #include "core/broadcast.hpp"
@@ -15,7 +20,10 @@
 #include "core/error.hpp"
 #include "core/node.hpp"
 #include "core/ops.hpp"
+#include "core/creation.hpp"
 #include "core/runtime/alloc.hpp"
+#include "core/runtime/blas.hpp"
+#include "core/runtime/packed_gemm.hpp"
 #include "core/runtime/parallel.hpp"
 #include "core/runtime/vec_math.hpp"
 
@@ -105,9 +113,11 @@ std::pair<std::size_t, std::size_t> cell_dims(const char* op, const Tensor& gate
     return {B, H};
 }
 
-// Runs f(b) for every batch row, split over the pool when the step is large enough.
+// Runs f(b) for every batch row, split over the pool when the step is large enough: a row
+// evaluates σ or tanh on 3 or 4 gates of H, so a chunk of kElementGrain / 4 hidden units is
+// about as much work as kElementGrain elements of a plain elementwise op.
 template <class F> void for_rows(std::size_t B, std::size_t H, F&& f) {
-    parallel_for(B, std::max<std::size_t>(1, kElementGrain / std::max<std::size_t>(H, 1)),
+    parallel_for(B, std::max<std::size_t>(1, kElementGrain / 4 / std::max<std::size_t>(H, 1)),
                  [&](std::size_t b0, std::size_t b1) {
                      for (std::size_t b = b0; b < b1; ++b) f(b);
                  });
@@ -131,10 +141,39 @@ void sigmoid_n(const float* a, float* y, std::size_t n, float* u) {
 // y[k] = tanh(a[k]) for n floats, as Cephes' tanhf: its odd polynomial below |a| = 0.625 (no
 // cancellation near 0), 1 − 2/(e^{2|a|} + 1) with a's sign above, the exps as one SIMD pass.
 // u: n floats of scratch.
+#if defined(__x86_64__) && defined(__GNUC__)
+// tanh_n's last pass, 8 floats at a time where the CPU has AVX2: the same operations in the same
+// order as the scalar loop (no FMA), so the same bits; returns how many it did. The scalar
+// loop's select compiles to a branch, which kept it from vectorising.
+__attribute__((target("avx2"))) std::size_t tanh_finish_avx2(const float* a, float* y, std::size_t n) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f), two = _mm256_set1_ps(2.0f);
+    const __m256 edge = _mm256_set1_ps(0.625f);
+    std::size_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        const __m256 x = _mm256_loadu_ps(a + k), s = _mm256_mul_ps(x, x);
+        __m256 p = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(-5.70498872745e-3f), s), _mm256_set1_ps(2.06390887954e-2f));
+        p = _mm256_sub_ps(_mm256_mul_ps(p, s), _mm256_set1_ps(5.37397155531e-2f));
+        p = _mm256_add_ps(_mm256_mul_ps(p, s), _mm256_set1_ps(1.33314422036e-1f));
+        p = _mm256_sub_ps(_mm256_mul_ps(p, s), _mm256_set1_ps(3.33332819422e-1f));
+        p = _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(p, s), x), x);
+        const __m256 mag = _mm256_sub_ps(one, _mm256_div_ps(two, _mm256_add_ps(_mm256_loadu_ps(y + k), one)));
+        const __m256 big = _mm256_or_ps(_mm256_andnot_ps(sign, mag), _mm256_and_ps(sign, x));
+        const __m256 small = _mm256_cmp_ps(_mm256_andnot_ps(sign, x), edge, _CMP_LT_OQ);
+        _mm256_storeu_ps(y + k, _mm256_blendv_ps(big, p, small));
+    }
+    return k;
+}
+#endif
+
 void tanh_n(const float* a, float* y, std::size_t n, float* u) {
     for (std::size_t k = 0; k < n; ++k) u[k] = 2.0f * std::abs(a[k]);
     vec::exp_shifted_sum(u, 0.0f, y, n);
-    for (std::size_t k = 0; k < n; ++k) {
+    std::size_t done = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+    static const bool avx2 = __builtin_cpu_supports("avx2");
+    if (avx2) done = tanh_finish_avx2(a, y, n);
+#endif
+    for (std::size_t k = done; k < n; ++k) {
         const float x = a[k], s = x * x;
         const float poly = ((((-5.70498872745e-3f * s + 2.06390887954e-2f) * s - 5.37397155531e-2f) * s +
                              1.33314422036e-1f) * s - 3.33332819422e-1f) * s * x + x;
@@ -164,9 +203,9 @@ template <class T> void gru_row(const T* i, const T* j, const T* x, T* y, T* s, 
     }
 }
 
-// One LSTM row: y = [h' | c'] (2H), s = [i | f | g | o | tanh(c')] (5H) from a's row g (4H).
-template <class T> void lstm_row(const T* g, const T* c0, T* y, T* s, std::size_t H) {
-    T* c1 = y + H;
+// One LSTM row: h' into y, c' into c1 (H each), s = [i | f | g | o | tanh(c')] (5H) from a's row
+// g (4H).
+template <class T> void lstm_row(const T* g, const T* c0, T* y, T* c1, T* s, std::size_t H) {
     if constexpr (std::is_same_v<T, float>) {
         // i, f as one σ pass, o another (they are not adjacent in a), g and tanh(c') a tanh each.
         float* u = scratch(2 * H);
@@ -204,8 +243,20 @@ bool recording(const std::vector<const Tensor*>& inputs) {
     return false;
 }
 
-Tensor gru_cell_backward(const Tensor& g, const Tensor& gi, const Tensor& gh, const Tensor& h, const Gates& gates);
-Tensor lstm_cell_backward(const Tensor& G, const Tensor& a, const Tensor& c, const Gates& gates);
+// The gates a forward step kept, or (none kept: a backward the fused sequence writes in ops)
+// the same computed now by `compute` into a (B, width) buffer that `gates` then holds.
+template <class T, class F> const T* gates_or_computed(Gates& gates, std::size_t B, std::size_t width, F&& compute) {
+    if (!gates) {
+        auto fresh = std::make_shared<Storage>(xt::xarray<T>::from_shape({B, width}));
+        compute(std::get<xt::xarray<T>>(*fresh).data());
+        gates = std::move(fresh);
+    }
+    return std::get<xt::xarray<T>>(*gates).data();
+}
+
+// The steps' backward ops (below); `gates` may be empty, and is then computed from the inputs.
+Tensor gru_cell_backward(const Tensor& g, const Tensor& gi, const Tensor& gh, const Tensor& h, Gates gates);
+Tensor lstm_cell_backward(const Tensor& G, const Tensor& a, const Tensor& c, Gates gates);
 
 }  // namespace
 
@@ -249,7 +300,9 @@ Tensor lstm_cell(const Tensor& a, const Tensor& c) {
         // i, f, g, o and tanh(c'): (batch, 5·hidden), kept for the backward when the step records.
         auto gates = std::make_shared<Storage>(xt::xarray<T>::from_shape({B, 5 * H}));
         T* ps = std::get<xt::xarray<T>>(*gates).data();
-        for_rows(B, H, [&](std::size_t b) { lstm_row(pa + b * 4 * H, pc + b * H, po + b * 2 * H, ps + b * 5 * H, H); });
+        for_rows(B, H, [&](std::size_t b) {
+            lstm_row(pa + b * 4 * H, pc + b * H, po + b * 2 * H, po + b * 2 * H + H, ps + b * 5 * H, H);
+        });
         const Gates saved = recording({&a, &c}) ? Gates(std::move(gates)) : Gates();
         return make_result<T>(std::move(out), {a, c}, op, Formula([H = H, gates = saved](const GradArgs& in) -> std::vector<Tensor> {
             // [da | dc] from one pass.
@@ -269,7 +322,7 @@ namespace {
 // Qi, Qh, Qd, the scalar Σ Q⊙P is D·K + Bz·g(h − n)s_z + Qd·g·z with A = Qi_r + Qh_r,
 // Bz = Qi_z + Qh_z, K = A·gh_n·s_r + Qi_n + Qh_n·r, s_r = r(1 − r), s_z = z(1 − z); its partial
 // derivatives follow, chained through n = tanh(gi_n + r·gh_n), r and z.
-Tensor gru_cell_backward(const Tensor& g, const Tensor& gi, const Tensor& gh, const Tensor& h, const Gates& gates) {
+Tensor gru_cell_backward(const Tensor& g, const Tensor& gi, const Tensor& gh, const Tensor& h, Gates gates) {
     constexpr const char* op = "gru_cell_backward";
     const auto [B, H] = cell_dims(op, gi, 3, {{"gh", &gh, 3}, {"h", &h, 1}, {"gradient", &g, 1}});
     const AllocContext context(op, Shape{B, 7 * H});
@@ -278,7 +331,12 @@ Tensor gru_cell_backward(const Tensor& g, const Tensor& gi, const Tensor& gh, co
         const T *pg = values<T>(g).data(), *ph = values<T>(gh).data(), *px = values<T>(h).data();
         xt::xarray<T> out = xt::xarray<T>::from_shape({B, 7 * H});
         T* po = out.data();
-        const T* ps = std::get<xt::xarray<T>>(*gates).data();
+        const T* ps = gates_or_computed<T>(gates, B, 3 * H, [&](T* s) {
+            const T* pi = values<T>(gi).data();
+            std::vector<T> y(H);
+            for (std::size_t b = 0; b < B; ++b)
+                gru_row(pi + b * 3 * H, ph + b * 3 * H, px + b * H, y.data(), s + b * 3 * H, H);
+        });
         for_rows(B, H, [&](std::size_t b) {
             const T *j = ph + b * 3 * H, *x = px + b * H, *gb = pg + b * H;
             T* d = po + b * 7 * H;
@@ -326,7 +384,7 @@ Tensor gru_cell_backward(const Tensor& g, const Tensor& gi, const Tensor& gh, co
 //   da = [dc'·g·s_i, dc'·c·s_f, dc'·i(1 − g²), Gh·tc·s_o],  dc = dc'·f.
 // Its own gradient is composed: Σ Q⊙P = dc'·M + Qo·Gh·tc·s_o with
 // M = Qi·g·s_i + Qf·c·s_f + Qg·i·(1 − g²) + Qc·f, differentiated through c' = f·c + i·g.
-Tensor lstm_cell_backward(const Tensor& G, const Tensor& a, const Tensor& c, const Gates& gates) {
+Tensor lstm_cell_backward(const Tensor& G, const Tensor& a, const Tensor& c, Gates gates) {
     constexpr const char* op = "lstm_cell_backward";
     const auto [B, H] = cell_dims(op, a, 4, {{"c", &c, 1}, {"gradient", &G, 2}});
     const AllocContext context(op, Shape{B, 5 * H});
@@ -335,7 +393,12 @@ Tensor lstm_cell_backward(const Tensor& G, const Tensor& a, const Tensor& c, con
         const T *pG = values<T>(G).data(), *pc = values<T>(c).data();
         xt::xarray<T> out = xt::xarray<T>::from_shape({B, 5 * H});
         T* po = out.data();
-        const T* ps = std::get<xt::xarray<T>>(*gates).data();
+        const T* ps = gates_or_computed<T>(gates, B, 5 * H, [&](T* s) {
+            const T* pa = values<T>(a).data();
+            std::vector<T> y(2 * H);
+            for (std::size_t b = 0; b < B; ++b)
+                lstm_row(pa + b * 4 * H, pc + b * H, y.data(), y.data() + H, s + b * 5 * H, H);
+        });
         for_rows(B, H, [&](std::size_t b) {
             const T *c0 = pc + b * H, *Gh = pG + b * 2 * H, *Gc = Gh + H;
             T* d = po + b * 5 * H;
@@ -377,5 +440,381 @@ Tensor lstm_cell_backward(const Tensor& G, const Tensor& a, const Tensor& c, con
 }
 
 }  // namespace
+
+}  // namespace xgrad
+
+// --- the fused GRU and LSTM sequences ------------------------------------------------------
+
+namespace xgrad {
+
+namespace {
+
+// What a sequence's forward keeps for its fast backward, all indexed by the time t of the step
+// that reads them: P (T, B, H) the state h each step starts from, C (T, B, H) LSTM's c, S the
+// gates (GRU r, z, n: 3H; LSTM i, f, g, o, tanh(c'): 5H), N (T, B, H) GRU's hidden part of n,
+// W_hn·h + b_hn.
+struct SequenceWork {
+    Storage P, C, S, N;
+};
+
+// The sizes of one call, checked.
+struct SequenceDims {
+    std::size_t T, B, H, G;
+};
+
+SequenceDims sequence_dims(const char* op, SequenceCell cell, const Tensor& xi, const Tensor& h0, const Tensor& c0,
+                           const Tensor& w_hh, const Tensor& b_hh, const std::vector<std::int64_t>& lengths) {
+    const std::size_t G = cell == SequenceCell::gru ? 3 : 4;
+    if (!xi.defined() || xi.dim() != 3 || xi.size(2) % G != 0 || xi.size(2) == 0)
+        throw Error(fmt::format("{}: xi must be (T, batch, {}·hidden), got {}", op, G,
+                                xi.defined() ? shape_str(xi.shape()) : std::string("an undefined tensor")));
+    const std::size_t T = xi.size(0), B = xi.size(1), H = xi.size(2) / G;
+    if (T == 0) throw Error(fmt::format("{}: xi has no steps (T = 0)", op));
+    auto check = [&](const char* name, const Tensor& t, const Shape& shape) {
+        if (!t.defined()) throw Error(fmt::format("{}: {} is undefined", op, name));
+        check_same_dtype(op, xi, t);
+        if (t.shape() != shape)
+            throw Error(fmt::format("{}: {} must have shape {}, got {}", op, name, shape_str(shape), shape_str(t.shape())));
+    };
+    check("h0", h0, {B, H});
+    if (cell == SequenceCell::lstm) check("c0", c0, {B, H});
+    else if (c0.defined()) throw Error(fmt::format("{}: a GRU has no c0, got one", op));
+    check("w_hh", w_hh, {G * H, H});
+    if (b_hh.defined()) check("b_hh", b_hh, {G * H});
+    if (!lengths.empty()) {
+        if (lengths.size() != B)
+            throw Error(fmt::format("{}: lengths must give one per batch row ({}), got {}", op, B, lengths.size()));
+        for (std::size_t b = 0; b < B; ++b)
+            if (lengths[b] < 0 || lengths[b] > static_cast<std::int64_t>(T))
+                throw Error(fmt::format("{}: lengths[{}] = {} is outside [0, {}]", op, b, lengths[b], T));
+    }
+    return {T, B, H, G};
+}
+
+// The per-step product by W_hh, C (=|+=) A·op(W) with A m×k: float32 through W packed once for
+// all steps (runtime/packed_gemm.hpp) where the CPU runs that kernel, else through blas::gemm.
+template <class E> class StepProduct {
+public:
+    StepProduct(const E* w, bool transpose, std::size_t k, std::size_t n)
+        : m_w(w), m_transpose(transpose), m_k(k), m_n(n) {
+        if constexpr (std::is_same_v<E, float>)
+            if (PackedMatrix::available()) m_packed.emplace(w, transpose ? k : n, transpose, k, n);
+    }
+    void operator()(const E* a, std::size_t m, E* c, bool accumulate) const {
+        if constexpr (std::is_same_v<E, float>)
+            if (m_packed) return m_packed->multiply(a, m_k, m, c, m_n, accumulate);
+        blas::gemm<E>(false, m_transpose, m, m_n, m_k, E(1), a, m_k, m_w, m_transpose ? m_k : m_n,
+                      accumulate ? E(1) : E(0), c, m_n);
+    }
+
+private:
+    const E* m_w;
+    bool m_transpose;
+    std::size_t m_k, m_n;
+    std::optional<PackedMatrix> m_packed;
+};
+
+// Whether row b runs the step at time t.
+inline bool runs(const std::vector<std::int64_t>& lengths, std::size_t b, std::size_t t) {
+    return lengths.empty() || static_cast<std::int64_t>(t) < lengths[b];
+}
+
+// The forward pass: {output, h_n, c_n (LSTM)}, and the work for the backward when `work` is
+// given. Per step: gh = h·W_hhᵀ (one product for all gates), then each row's fused gates.
+template <class E>
+std::vector<Tensor> sequence_forward(SequenceCell cell, const SequenceDims& d, const Tensor& xi, const Tensor& h0,
+                                     const Tensor& c0, const Tensor& w_hh, const Tensor& b_hh,
+                                     const std::vector<std::int64_t>& lengths, bool reverse, SequenceWork* work) {
+    const auto [T, B, H, G] = d;
+    const bool lstm = cell == SequenceCell::lstm;
+    const E *X = values<E>(xi).data(), *W = values<E>(w_hh).data();
+    const E* bias = b_hh.defined() ? values<E>(b_hh).data() : nullptr;
+    xt::xarray<E> Y = xt::xarray<E>::from_shape({T, B, H}), hn = xt::xarray<E>::from_shape({B, H});
+    xt::xarray<E> cn = xt::xarray<E>::from_shape({lstm ? B : 0, H});
+    xt::xarray<E> P = xt::xarray<E>::from_shape({T, B, H}), C = xt::xarray<E>::from_shape({lstm ? T : 0, B, H});
+    xt::xarray<E> S = xt::xarray<E>::from_shape({T, B, (lstm ? 5 : 3) * H});
+    xt::xarray<E> N = xt::xarray<E>::from_shape({lstm ? 0 : T, B, H});
+    std::vector<E> gh(B * G * H);
+    const std::size_t BH = B * H, first = reverse ? T - 1 : 0;
+    const StepProduct<E> hidden_product(W, true, H, G * H);
+    std::copy_n(values<E>(h0).data(), BH, P.data() + first * BH);
+    if (lstm) std::copy_n(values<E>(c0).data(), BH, C.data() + first * BH);
+    for (std::size_t s = 0; s < T && B > 0; ++s) {
+        const std::size_t t = reverse ? T - 1 - s : s, next = reverse ? t - 1 : t + 1;
+        const bool last = s + 1 == T;
+        const E* h = P.data() + t * BH;
+        E* h1 = last ? hn.data() : P.data() + next * BH;
+        E* y = Y.data() + t * BH;
+        // gh = h·W_hhᵀ : (B, H)·(H, G·H) → (B, G·H)
+        hidden_product(h, B, gh.data(), false);
+        if (lstm) {
+            const E* c = C.data() + t * BH;
+            E* c1 = last ? cn.data() : C.data() + next * BH;
+            for_rows(B, H, [&](std::size_t b) {
+                if (!runs(lengths, b, t)) {
+                    std::copy_n(h + b * H, H, h1 + b * H);
+                    std::copy_n(c + b * H, H, c1 + b * H);
+                    std::fill_n(y + b * H, H, E(0));
+                    return;
+                }
+                // a = xi + gh, the pre-activations of the four gates (b_hh is in xi)
+                E* a = gh.data() + b * 4 * H;
+                const E* x = X + (t * B + b) * 4 * H;
+                if (bias)
+                    for (std::size_t k = 0; k < 4 * H; ++k) a[k] = x[k] + (a[k] + bias[k]);
+                else
+                    for (std::size_t k = 0; k < 4 * H; ++k) a[k] = x[k] + a[k];
+                lstm_row(a, c + b * H, h1 + b * H, c1 + b * H, S.data() + (t * B + b) * 5 * H, H);
+                std::copy_n(h1 + b * H, H, y + b * H);
+            });
+        } else {
+            for_rows(B, H, [&](std::size_t b) {
+                if (!runs(lengths, b, t)) {
+                    std::copy_n(h + b * H, H, h1 + b * H);
+                    std::fill_n(y + b * H, H, E(0));
+                    return;
+                }
+                E* j = gh.data() + b * 3 * H;
+                if (bias)
+                    for (std::size_t k = 0; k < 3 * H; ++k) j[k] += bias[k];
+                gru_row(X + (t * B + b) * 3 * H, j, h + b * H, h1 + b * H, S.data() + (t * B + b) * 3 * H, H);
+                std::copy_n(j + 2 * H, H, N.data() + (t * B + b) * H);
+                std::copy_n(h1 + b * H, H, y + b * H);
+            });
+        }
+    }
+    if (work) *work = SequenceWork{std::move(P), std::move(C), std::move(S), std::move(N)};
+    std::vector<Tensor> out{make_leaf(Storage(std::move(Y))), make_leaf(Storage(std::move(hn)))};
+    if (lstm) out.push_back(make_leaf(Storage(std::move(cn))));
+    return out;
+}
+
+// The first-order backward from the work: {dxi, dh0, dc0, dw_hh, db_hh} (dc0 and db_hh undefined
+// when there is no c0 or b_hh). One pass back over the steps: each row's gate gradients, then
+// dh = dh_direct + dG·W_hh (one product per step); dW_hh = Σ_t dG_tᵀ·h_t as one product over
+// the stacked steps at the end, db_hh the column sums of dG.
+template <class E>
+std::vector<Tensor> sequence_backward(SequenceCell cell, const SequenceDims& d, const SequenceWork& work,
+                                      const Tensor& w_hh, bool has_bias, const std::vector<std::int64_t>& lengths,
+                                      bool reverse, const std::vector<Tensor>& grads) {
+    const auto [T, B, H, G] = d;
+    const bool lstm = cell == SequenceCell::lstm;
+    const std::size_t GH = G * H;
+    const E* W = values<E>(w_hh).data();
+    const E *P = std::get<xt::xarray<E>>(work.P).data(), *S = std::get<xt::xarray<E>>(work.S).data();
+    const E* C = lstm ? std::get<xt::xarray<E>>(work.C).data() : nullptr;
+    const E* N = lstm ? nullptr : std::get<xt::xarray<E>>(work.N).data();
+    auto grad_or_zeros = [&](std::size_t i, const Shape& shape) {
+        return i < grads.size() && grads[i].defined() ? xt::xarray<E>(values<E>(grads[i]))
+                                                      : xt::xarray<E>(xt::zeros<E>(shape));
+    };
+    // The output's gradient is read in place (the states' are copied: the pass updates them).
+    const bool output_grad = !grads.empty() && grads[0].defined();
+    const xt::xarray<E> no_output_grad = output_grad ? xt::xarray<E>() : xt::xarray<E>(xt::zeros<E>({T, B, H}));
+    const E* gY = output_grad ? values<E>(grads[0]).data() : no_output_grad.data();
+    xt::xarray<E> dh = grad_or_zeros(1, {B, H});
+    xt::xarray<E> dc = lstm ? grad_or_zeros(2, {B, H}) : xt::xarray<E>();
+    // dX: the gradient of xi; dG: of the hidden part gh (for LSTM the same).
+    xt::xarray<E> dX = xt::xarray<E>::from_shape({T, B, GH});
+    xt::xarray<E> dGh = lstm ? xt::xarray<E>() : xt::xarray<E>::from_shape({T, B, GH});
+    E* dG = lstm ? dX.data() : dGh.data();
+    const StepProduct<E> back_product(W, false, GH, H);
+    for (std::size_t s = 0; s < T && B > 0; ++s) {
+        const std::size_t t = reverse ? s : T - 1 - s;
+        for_rows(B, H, [&](std::size_t b) {
+            const std::size_t row = t * B + b;
+            E* dx = dX.data() + row * GH;
+            E* dg = dG + row * GH;
+            E* dhb = dh.data() + b * H;
+            if (!runs(lengths, b, t)) {  // the state passed through: dh and dc as they are
+                std::fill_n(dx, GH, E(0));
+                if (!lstm) std::fill_n(dg, GH, E(0));
+                return;
+            }
+            const E* gy = gY + row * H;
+            if (lstm) {
+                const E *sg = S + row * 5 * H, *c0 = C + row * H;
+                E* dcb = dc.data() + b * H;
+                for (std::size_t k = 0; k < H; ++k) {
+                    const E i = sg[k], f = sg[H + k], cand = sg[2 * H + k], o = sg[3 * H + k], tc = sg[4 * H + k];
+                    const E gh = gy[k] + dhb[k];
+                    const E dc1 = dcb[k] + gh * o * (E(1) - tc * tc);
+                    dx[k] = dc1 * cand * i * (E(1) - i);
+                    dx[H + k] = dc1 * c0[k] * f * (E(1) - f);
+                    dx[2 * H + k] = dc1 * i * (E(1) - cand * cand);
+                    dx[3 * H + k] = gh * tc * o * (E(1) - o);
+                    dcb[k] = dc1 * f;
+                    dhb[k] = E(0);
+                }
+            } else {
+                const E *sg = S + row * 3 * H, *x = P + row * H, *hn = N + row * H;
+                for (std::size_t k = 0; k < H; ++k) {
+                    const E r = sg[k], z = sg[H + k], n = sg[2 * H + k];
+                    const E g = gy[k] + dhb[k];
+                    const E D = g * (E(1) - z) * (E(1) - n * n);
+                    const E dr = D * hn[k] * r * (E(1) - r), dz = g * (x[k] - n) * z * (E(1) - z);
+                    dx[k] = dg[k] = dr;
+                    dx[H + k] = dg[H + k] = dz;
+                    dx[2 * H + k] = D;
+                    dg[2 * H + k] = D * r;
+                    dhb[k] = g * z;
+                }
+            }
+        });
+        // dh += dG_t·W_hh : (B, G·H)·(G·H, H) → (B, H)
+        back_product(dG + t * B * GH, B, dh.data(), true);
+    }
+    xt::xarray<E> dW = xt::zeros<E>({GH, H});
+    // dW_hh = dGᵀ·P : (G·H, T·B)·(T·B, H) → (G·H, H), every step in one product
+    if (T * B > 0) blas::gemm<E>(true, false, GH, H, T * B, E(1), dG, GH, P, H, E(0), dW.data(), H);
+    Tensor db;
+    if (has_bias) {
+        xt::xarray<E> sum_g = xt::zeros<E>({GH});
+        for (std::size_t row = 0; row < T * B; ++row)
+            for (std::size_t k = 0; k < GH; ++k) sum_g.data()[k] += dG[row * GH + k];
+        db = make_leaf(Storage(std::move(sum_g)));
+    }
+    return {make_leaf(Storage(std::move(dX))), make_leaf(Storage(std::move(dh))),
+            lstm ? make_leaf(Storage(std::move(dc))) : Tensor(), make_leaf(Storage(std::move(dW))), db};
+}
+
+// The same backward in differentiable ops, for create_graph: the forward recomputed step by
+// step from the inputs (with their graphs), then back over the steps through the steps'
+// backward ops (gru_cell_backward, lstm_cell_backward), whose own formulas differentiate again.
+std::vector<Tensor> sequence_backward_in_ops(SequenceCell cell, const SequenceDims& d, const Tensor& xi,
+                                             const Tensor& h0, const Tensor& c0, const Tensor& w_hh,
+                                             const Tensor& b_hh, const std::vector<std::int64_t>& lengths,
+                                             bool reverse, const std::vector<Tensor>& grads) {
+    const auto [T, B, H, G] = d;
+    const bool lstm = cell == SequenceCell::lstm;
+    const long Hl = static_cast<long>(H), GHl = static_cast<long>(G * H);
+    const std::vector<Tensor> xs = unbind(xi, 0);
+    // run[t]: (B, 1) bool, which rows run step t (only when some stop early).
+    std::vector<Tensor> run;
+    if (!lengths.empty()) {
+        std::vector<std::int64_t> len = lengths;
+        const Tensor len_col = reshape(from_vector(len, {B}), {static_cast<long>(B), 1});
+        for (std::size_t t = 0; t < T; ++t) run.push_back(gt(len_col, static_cast<std::int64_t>(t)));
+    }
+    // Forward again: the step inputs (gh or a) and the states each step starts from.
+    std::vector<Tensor> pre(T), hp(T), cp(T);
+    Tensor h = h0, c = c0;
+    for (std::size_t s = 0; s < T; ++s) {
+        const std::size_t t = reverse ? T - 1 - s : s;
+        hp[t] = h;
+        cp[t] = c;
+        Tensor gh = matmul_t(h, w_hh, false, true);
+        if (b_hh.defined()) gh = gh + b_hh;
+        Tensor h1, c1;
+        if (lstm) {
+            pre[t] = xs[t] + gh;
+            const Tensor hc = lstm_cell(pre[t], c);
+            h1 = slice(hc, 1, 0, Hl);
+            c1 = slice(hc, 1, Hl, 2 * Hl);
+        } else {
+            pre[t] = gh;
+            h1 = gru_cell(xs[t], gh, h);
+        }
+        h = run.empty() ? h1 : where(run[t], h1, h);
+        if (lstm) c = run.empty() ? c1 : where(run[t], c1, c);
+    }
+    // Back over the steps.
+    const std::vector<Tensor> gY = unbind(grads[0], 0);
+    Tensor dh = grads[1], dc = lstm ? grads[2] : Tensor();
+    const Tensor zero = zeros({B, H}, xi.dtype());
+    std::vector<Tensor> dxs(T);
+    Tensor dW, db;
+    for (std::size_t s = 0; s < T; ++s) {
+        const std::size_t t = reverse ? s : T - 1 - s;
+        Tensor g = gY[t] + dh;
+        if (!run.empty()) g = where(run[t], g, zero);
+        Tensor dgh, dh_direct;
+        if (lstm) {
+            const Tensor gc = run.empty() ? dc : where(run[t], dc, zero);
+            const Tensor Pg = lstm_cell_backward(concat({g, gc}, 1), pre[t], cp[t], Gates());
+            dgh = slice(Pg, 1, 0, GHl);
+            dxs[t] = dgh;
+            const Tensor dc_step = slice(Pg, 1, GHl, GHl + Hl);
+            dc = run.empty() ? dc_step : where(run[t], dc_step, dc);
+            dh_direct = run.empty() ? Tensor() : where(run[t], zero, dh);
+        } else {
+            const Tensor Pg = gru_cell_backward(g, xs[t], pre[t], hp[t], Gates());
+            dxs[t] = slice(Pg, 1, 0, GHl);
+            dgh = slice(Pg, 1, GHl, 2 * GHl);
+            dh_direct = slice(Pg, 1, 2 * GHl, 2 * GHl + Hl);
+            if (!run.empty()) dh_direct = where(run[t], dh_direct, dh);
+        }
+        const Tensor back = matmul(dgh, w_hh);  // (B, G·H)·(G·H, H)
+        dh = dh_direct.defined() ? dh_direct + back : back;
+        const Tensor dW_t = matmul_t(dgh, hp[t], true, false);  // (G·H, B)·(B, H)
+        dW = dW.defined() ? dW + dW_t : dW_t;
+        if (b_hh.defined()) {
+            const Tensor db_t = sum(dgh, std::vector<long>{0});
+            db = db.defined() ? db + db_t : db_t;
+        }
+    }
+    return {stack(dxs, 0), dh, dc, dW, db};
+}
+
+struct RecurrentSequence : autograd::Function<RecurrentSequence> {
+    static constexpr const char* name = "recurrent_sequence";
+    static autograd::variable_list forward(autograd::AutogradContext* ctx, SequenceCell cell, const Tensor& xi,
+                                           const Tensor& h0, const std::optional<Tensor>& c0, const Tensor& w_hh,
+                                           const std::optional<Tensor>& b_hh, const std::vector<std::int64_t>& lengths,
+                                           bool reverse) {
+        const Tensor c = c0 ? *c0 : Tensor(), b = b_hh ? *b_hh : Tensor();
+        const SequenceDims d = sequence_dims(name, cell, xi, h0, c, w_hh, b, lengths);
+        bool records = false;
+        for (std::size_t i = 0; i < 3u + (c0 ? 1u : 0u) + (b_hh ? 1u : 0u); ++i) records = records || ctx->needs_input_grad(i);
+        const AllocContext context(name, Shape{d.T, d.B, d.G * d.H});
+        auto work = records ? std::make_shared<SequenceWork>() : nullptr;
+        std::vector<Tensor> out = dispatch_floating(name, xi.dtype(), [&](auto tag) {
+            using T = typename decltype(tag)::type;
+            return sequence_forward<T>(cell, d, xi, h0, c, w_hh, b, lengths, reverse, work.get());
+        });
+        if (records) {
+            ctx->save_for_backward({xi, h0, c, w_hh, b});
+            ctx->saved_data["work"] = std::shared_ptr<const SequenceWork>(std::move(work));
+            ctx->saved_data["cell"] = static_cast<std::int64_t>(cell);
+            ctx->saved_data["lengths"] = lengths;
+            ctx->saved_data["reverse"] = reverse;
+        }
+        return out;
+    }
+    static autograd::variable_list backward(autograd::AutogradContext* ctx, autograd::variable_list grads) {
+        const std::vector<Tensor> saved = ctx->get_saved_variables();
+        const Tensor &xi = saved[0], &h0 = saved[1], &c0 = saved[2], &w_hh = saved[3], &b_hh = saved[4];
+        const auto cell = static_cast<SequenceCell>(ctx->saved_data["cell"].to_int());
+        const std::vector<std::int64_t> lengths = ctx->saved_data["lengths"].to_int_list();
+        const bool reverse = ctx->saved_data["reverse"].to_bool();
+        const SequenceDims d = sequence_dims(name, cell, xi, h0, c0, w_hh, b_hh, lengths);
+        std::vector<Tensor> g;
+        if (grad_enabled()) {
+            g = sequence_backward_in_ops(cell, d, xi, h0, c0, w_hh, b_hh, lengths, reverse, grads);
+        } else {
+            const auto work = ctx->saved_data["work"].get<std::shared_ptr<const SequenceWork>>();
+            const AllocContext context("recurrent_sequence backward", Shape{d.T, d.B, d.G * d.H});
+            g = dispatch_floating(name, xi.dtype(), [&](auto tag) {
+                using T = typename decltype(tag)::type;
+                return sequence_backward<T>(cell, d, *work, w_hh, b_hh.defined(), lengths, reverse, grads);
+            });
+        }
+        // One per argument of forward: cell, xi, h0, c0, w_hh, b_hh, lengths, reverse.
+        return {Tensor(), ctx->needs_input_grad(0) ? g[0] : Tensor(), ctx->needs_input_grad(1) ? g[1] : Tensor(),
+                c0.defined() && ctx->needs_input_grad(2) ? g[2] : Tensor(),
+                ctx->needs_input_grad(c0.defined() ? 3 : 2) ? g[3] : Tensor(),
+                b_hh.defined() && ctx->needs_input_grad(c0.defined() ? 4 : 3) ? g[4] : Tensor(), Tensor(), Tensor()};
+    }
+};
+
+}  // namespace
+
+std::vector<Tensor> recurrent_sequence(SequenceCell cell, const Tensor& xi, const Tensor& h0, const Tensor& c0,
+                                       const Tensor& w_hh, const Tensor& b_hh,
+                                       const std::vector<std::int64_t>& lengths, bool reverse) {
+    sequence_dims("recurrent_sequence", cell, xi, h0, c0, w_hh, b_hh, lengths);
+    return RecurrentSequence::apply(cell, xi, h0, c0.defined() ? std::optional<Tensor>(c0) : std::nullopt, w_hh,
+                                    b_hh.defined() ? std::optional<Tensor>(b_hh) : std::nullopt, lengths, reverse);
+}
 
 }  // namespace xgrad

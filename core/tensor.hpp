@@ -293,6 +293,10 @@ public:
     /// at the written elements and to src at the picked ones. See scatter in ops.hpp.
     const Tensor& scatter_(long axis, const Tensor& index, const Tensor& src) const;
     const Tensor& scatter_(long axis, const Tensor& index, Scalar value) const;
+    /// scatter_ with reduce = "add" or "multiply" (torch 1.13's reduce=): see scatter with reduce
+    /// in ops.hpp; not differentiable (a backward through it throws, as torch's).
+    const Tensor& scatter_(long axis, const Tensor& index, const Tensor& src, const std::string& reduce) const;
+    const Tensor& scatter_(long axis, const Tensor& index, Scalar value, const std::string& reduce) const;
     /// scatter_ that adds instead (repeated indices add each): self's gradient is the whole g.
     const Tensor& scatter_add_(long axis, const Tensor& index, const Tensor& src) const;
 

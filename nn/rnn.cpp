@@ -1,6 +1,7 @@
 #include "rnn.hpp"
 
 #include <cmath>
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -35,16 +36,19 @@ void check_sizes(const char* who, std::size_t input_size, std::size_t hidden_siz
 
 // Registers weight_ih, weight_hh, bias_ih, bias_hh with `suffix`, drawn in that order as torch
 // draws every parameter: uniform in [−1/√hidden, 1/√hidden).
+// With proj > 0 (LSTM's proj_size), weight_hh reads the projected state and weight_hr
+// (proj, hidden) follows the biases, as torch registers and draws it.
 template <class Register>
 void make_weights(Register&& reg, const std::string& suffix, std::size_t gates, std::size_t in, std::size_t hidden,
-                  bool bias, Generator& gen) {
+                  bool bias, Generator& gen, std::size_t proj = 0) {
     const double bound = 1.0 / std::sqrt(static_cast<double>(hidden));
     reg("weight_ih" + suffix, uniform({gates * hidden, in}, -bound, bound, kFloat32, gen));
-    reg("weight_hh" + suffix, uniform({gates * hidden, hidden}, -bound, bound, kFloat32, gen));
+    reg("weight_hh" + suffix, uniform({gates * hidden, proj ? proj : hidden}, -bound, bound, kFloat32, gen));
     if (bias) {
         reg("bias_ih" + suffix, uniform({gates * hidden}, -bound, bound, kFloat32, gen));
         reg("bias_hh" + suffix, uniform({gates * hidden}, -bound, bound, kFloat32, gen));
     }
+    if (proj) reg("weight_hr" + suffix, uniform({proj, hidden}, -bound, bound, kFloat32, gen));
 }
 
 // One step of the recurrence from the gates' input part gi = W_ih·x + b_ih and hidden part
@@ -93,17 +97,22 @@ RecurrentBase::RecurrentBase(const char* name, RecurrentKind kind, const Recurre
     if (options.num_layers() == 0) throw Error(fmt::format("{}: num_layers must be positive, got 0", name));
     if (!(options.dropout() >= 0.0 && options.dropout() <= 1.0))
         throw Error(fmt::format("{}: dropout must be a number in [0, 1], got {}", name, options.dropout()));
-    const std::size_t D = options.bidirectional() ? 2 : 1, H = options.hidden_size();
+    const std::size_t D = options.bidirectional() ? 2 : 1, H = options.hidden_size(), P = options.proj_size();
+    if (P != 0 && kind != RecurrentKind::lstm)
+        throw Error(fmt::format("{}: proj_size is only supported for LSTM, not RNN or GRU, got proj_size={}", name, P));
+    if (P >= H && P != 0)
+        throw Error(fmt::format("{}: proj_size must be smaller than hidden_size ({}), got {}", name, H, P));
     auto reg = [this](const std::string& n, Tensor t) { register_parameter(n, std::move(t)); };
     for (std::size_t k = 0; k < options.num_layers(); ++k)
         for (std::size_t d = 0; d < D; ++d)
             make_weights(reg, fmt::format("_l{}{}", k, d ? "_reverse" : ""), gates_of(kind),
-                         k == 0 ? options.input_size() : D * H, H, options.bias(), gen);
+                         k == 0 ? options.input_size() : D * (P ? P : H), H, options.bias(), gen, P);
 }
 
 std::string RecurrentBase::extra_repr() const {
     const RecurrentOptions& o = m_options;
     std::string s = fmt::format("{}, {}", o.input_size(), o.hidden_size());
+    if (o.proj_size() != 0) s += fmt::format(", proj_size={}", o.proj_size());
     if (o.num_layers() != 1) s += fmt::format(", num_layers={}", o.num_layers());
     if (!o.bias()) s += ", bias=False";
     if (o.batch_first()) s += ", batch_first=True";
@@ -131,16 +140,22 @@ std::tuple<Tensor, Tensor, Tensor> RecurrentBase::run(const Tensor& input, const
     const std::size_t T = x.size(0), B = x.size(1);
     if (T == 0) throw Error(fmt::format("{}: the input has no steps (T = 0, shape {}), as torch refuses", who,
                                         shape_str(input.shape())));
-    const Shape state_shape = batched ? Shape{L * D, B, H} : Shape{L * D, H};
+    // Hp: the size of h (proj_size when LSTM projects, else hidden_size); c keeps H.
+    const std::size_t P = o.proj_size(), Hp = P ? P : H;
+    const Shape state_shape = batched ? Shape{L * D, B, Hp} : Shape{L * D, Hp};
+    const Shape cell_shape = batched ? Shape{L * D, B, H} : Shape{L * D, H};
     Tensor h_init = state_or_zeros(who, "h0", h0, state_shape, dtype);
-    Tensor c_init = is_lstm ? state_or_zeros(who, "c0", c0, state_shape, dtype) : Tensor();
+    Tensor c_init = is_lstm ? state_or_zeros(who, "c0", c0, cell_shape, dtype) : Tensor();
     if (!batched) {
         h_init = unsqueeze(h_init, 1);
         if (is_lstm) c_init = unsqueeze(c_init, 1);
     }
 
-    // Per step, which sequences are still running (t < length), when some stop early.
+    // Per step, which sequences are still running (t < length), when some stop early: as
+    // numbers for the fused GRU and LSTM sequences, as masks for RNN's steps.
     std::vector<Tensor> running;
+    std::vector<std::int64_t> short_lengths;
+    const bool fused = m_kind == RecurrentKind::gru || (is_lstm && P == 0);
     if (lengths.defined()) {
         if (lengths.dtype() != kInt64 || lengths.dim() != 1 || lengths.size(0) != B)
             throw Error(fmt::format("{}: lengths must be int64 of shape ({},), one per sequence, got {} {}", who, B,
@@ -153,12 +168,13 @@ std::tuple<Tensor, Tensor, Tensor> RecurrentBase::run(const Tensor& input, const
                                         len[b], T, T));
             any_short = any_short || len[b] < static_cast<std::int64_t>(T);
         }
-        if (any_short) {
+        if (any_short && fused) short_lengths = len;
+        if (any_short && !fused) {
             const Tensor len_col = reshape(lengths, {static_cast<long>(B), 1});
             for (std::size_t t = 0; t < T; ++t) running.push_back(gt(len_col, static_cast<std::int64_t>(t)));
         }
     }
-    const Tensor no_output = running.empty() ? Tensor() : zeros({B, H}, dtype);
+    const Tensor no_output = running.empty() ? Tensor() : zeros({B, Hp}, dtype);
 
     // The initial state of layer k, direction d, is row k·D + d.
     const std::vector<Tensor> h_rows = unbind(h_init, 0);
@@ -179,10 +195,20 @@ std::tuple<Tensor, Tensor, Tensor> RecurrentBase::run(const Tensor& input, const
             if (has_bias)
                 xi = xi + (hidden_bias_per_step ? parameter("bias_ih" + suffix)
                                                 : parameter("bias_ih" + suffix) + parameter("bias_hh" + suffix));
-            // Step t reads its own slice; one op makes them all.
-            const std::vector<Tensor> xi_steps = unbind(xi, 0);
             Tensor h = h_rows[k * D + d];
             Tensor c = is_lstm ? c_rows[k * D + d] : Tensor();
+            if (fused) {
+                // The whole direction as one op: every step's hidden product and gates.
+                const std::vector<Tensor> seq = recurrent_sequence(
+                    is_lstm ? SequenceCell::lstm : SequenceCell::gru, xi, h, c, w_hh,
+                    hidden_bias_per_step ? parameter("bias_hh" + suffix) : Tensor(), short_lengths, d == 1);
+                directions.push_back(seq[0]);
+                h_n.push_back(seq[1]);
+                if (is_lstm) c_n.push_back(seq[2]);
+                continue;
+            }
+            // Step t reads its own slice; one op makes them all.
+            const std::vector<Tensor> xi_steps = unbind(xi, 0);
             std::vector<Tensor> steps(T);
             for (std::size_t s = 0; s < T; ++s) {
                 const std::size_t t = d == 0 ? s : T - 1 - s;
@@ -191,6 +217,8 @@ std::tuple<Tensor, Tensor, Tensor> RecurrentBase::run(const Tensor& input, const
                 Tensor gh = matmul_t(h, w_hh, false, true);
                 if (hidden_bias_per_step) gh = gh + parameter("bias_hh" + suffix);
                 auto [h_next, c_next] = cell_step(m_kind, gi, gh, h, c, H);
+                // (batch, hidden)·(hidden, proj): LSTM's projection of h.
+                if (P) h_next = matmul_t(h_next, parameter("weight_hr" + suffix), false, true);
                 if (running.empty()) {
                     h = h_next;
                     c = c_next;

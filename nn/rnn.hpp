@@ -29,7 +29,8 @@ enum class RecurrentKind { rnn_tanh, rnn_relu, gru, lstm };
 /// The options of RNN, GRU and LSTM, as LibTorch's RNNOptions / GRUOptions / LSTMOptions:
 ///   nn::GRU gru(nn::GRUOptions(10, 20).num_layers(2).dropout(0.1).bidirectional(true));
 /// dropout is applied to the outputs of every layer but the last, in training mode only, and
-/// must lie in [0, 1]. nonlinearity ("tanh" or "relu") is read by RNN only.
+/// must lie in [0, 1]. nonlinearity ("tanh" or "relu") is read by RNN only; proj_size (below
+/// hidden_size) by LSTM only, RNN and GRU refuse a nonzero one as torch does.
 struct RecurrentOptions {
     RecurrentOptions(SizeArg input_size, SizeArg hidden_size)
         : m_input_size(input_size.get("RecurrentOptions", "input_size")),
@@ -42,6 +43,8 @@ struct RecurrentOptions {
     XGRAD_BOOL_ARG(RecurrentOptions, batch_first, false);
     XGRAD_ARG(RecurrentOptions, double, dropout, 0.0);
     XGRAD_BOOL_ARG(RecurrentOptions, bidirectional, false);
+    /// LSTM only: h is projected to proj_size by weight_hr (0: no projection, as torch).
+    XGRAD_SIZE_ARG(RecurrentOptions, proj_size, 0);
 };
 using RNNOptions = RecurrentOptions;
 using GRUOptions = RecurrentOptions;
@@ -63,9 +66,10 @@ using LSTMOptions = RecurrentOptions;
 ///
 /// The steps: each layer's input products for all steps and all gates are one product
 /// (T·batch, in)·(in, G·hidden) up front (with both biases for RNN and LSTM), and each step one
-/// product (batch, hidden)·(hidden, G·hidden) for all gates, followed by one fused op for GRU's
-/// and LSTM's gate arithmetic (gru_cell, lstm_cell in core/sequence_ops.hpp). An input with no
-/// steps (T = 0) is refused, as torch refuses it.
+/// product (batch, hidden)·(hidden, G·hidden) for all gates and the gate arithmetic. A GRU or
+/// LSTM direction runs all its steps as one op (recurrent_sequence in core/sequence_ops.hpp,
+/// W_hh's gradient one product over all steps); RNN and LSTM with proj_size record each step
+/// (LSTM's through lstm_cell). An input with no steps (T = 0) is refused, as torch refuses it.
 class RecurrentBase : public Module {
 public:
     const RecurrentOptions& options() const { return m_options; }
@@ -111,8 +115,14 @@ public:
 /// torch.nn.LSTM, gates i, f, g, o:
 ///   i = σ(·), f = σ(·), g = tanh(·), o = σ(·) of W_i·x + b_i + W_h·h + b_h's four blocks,
 ///   c' = f ⊙ c + i ⊙ g,  h' = o ⊙ tanh(c').
-/// The state is (h, c), both (num_layers·D, batch, hidden). (torch's proj_size is not offered.)
-/// Prints as torch's: `LSTM(10, 20, num_layers=2)`.
+/// The state is (h, c), both (num_layers·D, batch, hidden).
+///
+/// With proj_size P > 0 (torch's projections, P < hidden): h' = W_hr·(o ⊙ tanh(c')), of size
+/// P, with one more parameter per layer and direction, weight_hr_l{k} (P, hidden), registered
+/// and drawn after the biases; weight_hh_l{k} is (4·hidden, P), the layers above the first take
+/// D·P inputs, h0, h_n and the output carry P per direction and c0, c_n keep hidden. Such a
+/// layer runs its steps as ops (lstm_cell and a product each), not as one fused op.
+/// Prints as torch's: `LSTM(10, 20, num_layers=2)`, `LSTM(10, 20, proj_size=5)`.
 class LSTM : public RecurrentBase, public Callable<LSTM> {
 public:
     LSTM(SizeArg input_size, SizeArg hidden_size, SizeArg num_layers = 1, Generator& gen = default_generator());

@@ -1,9 +1,9 @@
 // bench_rnn: one forward-backward of nn::GRU and nn::LSTM over a batch of sequences in float32,
 // the median over ~S seconds per configuration, in wall time and in the calling thread's CPU
-// time (the fairer figure on a loaded machine, with XGRAD_NUM_THREADS=1). tools/bench_rnn_torch.py
-// times the same in PyTorch (one thread by default).
+// time. tools/bench_rnn_torch.py times the same in PyTorch with the same configurations, and
+// tools/bench_rnn_compare.py runs both side by side, interleaved, and prints the ratios.
 //
-//   bench_rnn [--seconds S]
+//   bench_rnn [--seconds S] [--config NAME|all] [--kind gru|lstm|both]
 #include <time.h>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -21,9 +22,16 @@ using namespace xgrad;
 
 namespace {
 
+// The configurations, the same list as bench_rnn_torch.py's.
 struct Config {
     const char* name;
     std::size_t T, batch, input, hidden, layers;
+    bool bidirectional;
+};
+const Config kConfigs[] = {
+    {"d2l", 10, 64, 32, 32, 2, false},       {"small", 32, 64, 64, 64, 1, false},
+    {"medium", 50, 32, 128, 256, 1, false},  {"medium2", 50, 64, 128, 256, 2, false},
+    {"bidir", 50, 32, 128, 128, 2, true},    {"large", 50, 64, 256, 512, 1, false},
 };
 
 double thread_cpu_ms() {
@@ -37,7 +45,7 @@ std::pair<double, double> median_ms(const std::function<void()>& step, double se
     step();  // warm up
     std::vector<double> wall, cpu;
     const auto start = std::chrono::steady_clock::now();
-    while (wall.size() < 5 || std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds) {
+    while (wall.size() < 3 || std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds) {
         const auto t0 = std::chrono::steady_clock::now();
         const double c0 = thread_cpu_ms();
         step();
@@ -53,26 +61,47 @@ std::pair<double, double> median_ms(const std::function<void()>& step, double se
 
 int main(int argc, char** argv) {
     double seconds = 2.0;
-    for (int i = 1; i + 1 < argc; ++i)
+    std::string only = "all", kind = "both";
+    for (int i = 1; i + 1 < argc; i += 2) {
         if (!std::strcmp(argv[i], "--seconds")) seconds = std::atof(argv[i + 1]);
-    const Config configs[] = {{"d2l", 10, 64, 32, 32, 2}, {"medium", 50, 32, 128, 256, 1}};
-    for (const Config& c : configs) {
+        else if (!std::strcmp(argv[i], "--config")) only = argv[i + 1];
+        else if (!std::strcmp(argv[i], "--kind")) kind = argv[i + 1];
+        else {
+            std::fprintf(stderr, "bench_rnn: unknown option %s\n", argv[i]);
+            return 2;
+        }
+    }
+    bool any = false;
+    for (const Config& c : kConfigs) {
+        if (only != "all" && only != c.name) continue;
+        any = true;
         manual_seed(0);
         const Tensor x = randn({c.T, c.batch, c.input});
-        nn::GRU gru(nn::GRUOptions(c.input, c.hidden).num_layers(c.layers));
-        nn::LSTM lstm(nn::LSTMOptions(c.input, c.hidden).num_layers(c.layers));
-        const auto gru_ms = median_ms([&] {
-            auto [out, h] = gru(x);
-            (sum(out) + sum(h)).backward();
-            gru.zero_grad();
-        }, seconds);
-        const auto lstm_ms = median_ms([&] {
-            auto [out, state] = lstm(x);
-            (sum(out) + sum(std::get<0>(state))).backward();
-            lstm.zero_grad();
-        }, seconds);
-        std::printf("%-7s T=%zu batch=%zu input=%zu hidden=%zu layers=%zu  GRU %.3f ms (cpu %.3f)  LSTM %.3f ms (cpu %.3f)\n",
-                    c.name, c.T, c.batch, c.input, c.hidden, c.layers, gru_ms.first, gru_ms.second, lstm_ms.first,
-                    lstm_ms.second);
+        std::printf("%-8s T=%zu batch=%zu input=%zu hidden=%zu layers=%zu%s", c.name, c.T, c.batch, c.input, c.hidden,
+                    c.layers, c.bidirectional ? " bidirectional" : "");
+        if (kind != "lstm") {
+            nn::GRU gru(nn::GRUOptions(c.input, c.hidden).num_layers(c.layers).bidirectional(c.bidirectional));
+            const auto ms = median_ms([&] {
+                auto [out, h] = gru(x);
+                (sum(out) + sum(h)).backward();
+                gru.zero_grad();
+            }, seconds);
+            std::printf("  GRU %.3f ms (cpu %.3f)", ms.first, ms.second);
+        }
+        if (kind != "gru") {
+            nn::LSTM lstm(nn::LSTMOptions(c.input, c.hidden).num_layers(c.layers).bidirectional(c.bidirectional));
+            const auto ms = median_ms([&] {
+                auto [out, state] = lstm(x);
+                (sum(out) + sum(std::get<0>(state))).backward();
+                lstm.zero_grad();
+            }, seconds);
+            std::printf("  LSTM %.3f ms (cpu %.3f)", ms.first, ms.second);
+        }
+        std::printf("\n");
+        std::fflush(stdout);
+    }
+    if (!any) {
+        std::fprintf(stderr, "bench_rnn: no configuration named %s\n", only.c_str());
+        return 2;
     }
 }

@@ -23,7 +23,8 @@ def case(name, module, T, B, lengths=None, initial=True):
     L, H = mod.num_layers, mod.hidden_size
     x = torch.randn((B, T, mod.input_size) if batch_first else (T, B, mod.input_size), requires_grad=True)
     is_lstm = isinstance(mod, torch.nn.LSTM)
-    h0 = torch.randn(L * D, B, H, requires_grad=True) if initial else None
+    Hh = mod.proj_size if is_lstm and mod.proj_size else H  # LSTM's proj_size projects h
+    h0 = torch.randn(L * D, B, Hh, requires_grad=True) if initial else None
     c0 = torch.randn(L * D, B, H, requires_grad=True) if initial and is_lstm else None
     state = (h0, c0) if is_lstm and initial else h0
     if lengths is not None:
@@ -100,6 +101,10 @@ def cell_case(name, cell, B):
 cell_case("gru_cell", torch.nn.GRUCell(3, 4), B=2)
 cell_case("lstm_cell", torch.nn.LSTMCell(3, 4), B=2)
 cell_case("rnn_cell", torch.nn.RNNCell(3, 4, nonlinearity="relu"), B=2)
+
+# Cases added later come last, so that the earlier ones keep their random draws.
+case("lstm_proj", torch.nn.LSTM(3, 5, num_layers=2, bidirectional=True, proj_size=2), T=4, B=3, lengths=[4, 2, 3])
+case("lstm_proj_plain", torch.nn.LSTM(2, 4, proj_size=3, batch_first=True), T=3, B=2, initial=False)
 
 np.savez_compressed("tests/data/npz/recurrent_torch.npz", **out)
 print(len(out), "arrays")

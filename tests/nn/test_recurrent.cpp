@@ -499,3 +499,100 @@ TEST_CASE("The float32 steps are float32's rounding of the float64 ones", "[recu
     const Tensor small32 = small.to(kFloat32), c0 = zeros({B, H});
     CHECK(rel(lstm_cell(small32, c0), lstm_cell(small32.to(kFloat64), c0.to(kFloat64))) < 1e-6);
 }
+
+TEST_CASE("A GRU or LSTM direction runs as one fused sequence op", "[recurrent][gradcheck]") {
+    Generator gen(7);
+    nn::GRU gru(3, 4, 1, gen);
+    nn::LSTM lstm(3, 4, 1, gen);
+    const Tensor x = randn({5, 2, 3}, kFloat32, gen);
+    CHECK(std::string(std::get<0>(gru(x)).op_name()) == "recurrent_sequence");
+    CHECK(std::string(std::get<0>(lstm(x)).op_name()) == "recurrent_sequence");
+
+    // The op alone, both cells, both directions, with and without lengths and b_hh.
+    const std::vector<std::int64_t> lengths{3, 0};
+    for (const bool reverse : {false, true})
+        for (const bool cut : {false, true}) {
+            const std::vector<std::int64_t> len = cut ? lengths : std::vector<std::int64_t>{};
+            INFO("reverse " << reverse << ", lengths " << cut);
+            REQUIRE_GRADCHECK([&](const std::vector<Tensor>& in) {
+                const auto out = recurrent_sequence(SequenceCell::gru, in[0], in[1], Tensor(), in[2], in[3], len, reverse);
+                return concat({reshape(out[0], {-1}), reshape(out[1], {-1})}, 0);
+            }, {param({3, 2, 6}, -1, 1, 20), param({2, 2}, -1, 1, 21), param({6, 2}, -1, 1, 22), param({6}, -1, 1, 23)}, "gru sequence");
+            REQUIRE_GRADGRADCHECK([&](const std::vector<Tensor>& in) {
+                const auto out = recurrent_sequence(SequenceCell::lstm, in[0], in[1], in[2], in[3], Tensor(), len, reverse);
+                return concat({reshape(out[0], {-1}), reshape(out[1], {-1}), reshape(out[2], {-1})}, 0);
+            }, {param({3, 2, 8}, -1, 1, 24), param({2, 2}, -1, 1, 25), param({2, 2}, -1, 1, 26), param({8, 2}, -1, 1, 27)}, "lstm sequence");
+        }
+    REQUIRE_GRADGRADCHECK([&](const std::vector<Tensor>& in) {
+        return recurrent_sequence(SequenceCell::gru, in[0], in[1], Tensor(), in[2], in[3], lengths, true)[0];
+    }, {param({3, 2, 6}, -1, 1, 28), param({2, 2}, -1, 1, 29), param({6, 2}, -1, 1, 30), param({6}, -1, 1, 31)}, "gru sequence, reverse, lengths");
+
+    const Tensor xi = zeros({3, 2, 6}), h = zeros({2, 2}), w = zeros({6, 2});
+    CHECK_THROWS_WITH(recurrent_sequence(SequenceCell::gru, xi, h, Tensor(), zeros({6, 3}), Tensor(), {}, false),
+                      Catch::Contains("recurrent_sequence: w_hh must have shape (6, 2), got (6, 3)"));
+    CHECK_THROWS_WITH(recurrent_sequence(SequenceCell::gru, xi, h, Tensor(), w, Tensor(), {4, 0}, false),
+                      Catch::Contains("recurrent_sequence: lengths[0] = 4 is outside [0, 3]"));
+    CHECK_THROWS_WITH(recurrent_sequence(SequenceCell::lstm, xi, h, h, w, Tensor(), {}, false),
+                      Catch::Contains("recurrent_sequence: xi must be (T, batch, 4·hidden), got (3, 2, 6)"));
+    CHECK_THROWS_WITH(recurrent_sequence(SequenceCell::gru, zeros({0, 2, 6}), h, Tensor(), w, Tensor(), {}, false),
+                      Catch::Contains("recurrent_sequence: xi has no steps"));
+}
+
+TEST_CASE("LSTM with proj_size gives torch's outputs, states, gradients, names and checks", "[recurrent][proj]") {
+    SECTION("two layers, bidirectional, initial state, variable lengths") {
+        nn::LSTM lstm(nn::LSTMOptions(3, 5).num_layers(2).bidirectional(true).proj_size(2));
+        check_against_torch(lstm, "lstm_proj");
+    }
+    SECTION("one layer, batch_first, no initial state") {
+        nn::LSTM lstm(nn::LSTMOptions(2, 4).batch_first(true).proj_size(3));
+        check_against_torch(lstm, "lstm_proj_plain");
+    }
+    SECTION("names, shapes, draws and printing as torch's") {
+        nn::LSTM lstm(nn::LSTMOptions(3, 5).num_layers(2).bidirectional(true).proj_size(2));
+        std::vector<std::string> names;
+        for (const auto& [n, p] : lstm.named_parameters()) names.push_back(n);
+        CHECK(std::vector<std::string>(names.begin(), names.begin() + 6) ==
+              std::vector<std::string>{"weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0", "weight_hr_l0",
+                                       "weight_ih_l0_reverse"});
+        CHECK(names.size() == 20);
+        CHECK(lstm.parameter("weight_hh_l0").shape() == Shape{20, 2});
+        CHECK(lstm.parameter("weight_hr_l1_reverse").shape() == Shape{2, 5});
+        CHECK(lstm.parameter("weight_ih_l1").shape() == Shape{20, 4});
+        const double bound = 1.0 / std::sqrt(5.0);
+        for (const auto& p : lstm.parameters())
+            for (double v : vals(p)) REQUIRE((v >= -bound && v < bound));
+        CHECK(nn::to_string(lstm) == "LSTM(3, 5, proj_size=2, num_layers=2, bidirectional=True)");
+        auto [out, state] = lstm(randn({4, 3, 3}));
+        CHECK(out.shape() == Shape{4, 3, 4});
+        CHECK(std::get<0>(state).shape() == Shape{4, 3, 2});
+        CHECK(std::get<1>(state).shape() == Shape{4, 3, 5});
+        // Unbatched.
+        auto [out1, state1] = lstm(randn({4, 3}));
+        CHECK(out1.shape() == Shape{4, 4});
+        CHECK(std::get<0>(state1).shape() == Shape{4, 2});
+    }
+    SECTION("torch's refusals") {
+        CHECK_THROWS_WITH(nn::LSTM(nn::LSTMOptions(3, 5).proj_size(5)),
+                          Catch::Contains("LSTM: proj_size must be smaller than hidden_size (5), got 5"));
+        CHECK_THROWS_WITH(nn::GRU(nn::GRUOptions(3, 5).proj_size(2)),
+                          Catch::Contains("GRU: proj_size is only supported for LSTM, not RNN or GRU"));
+        CHECK_THROWS_WITH(nn::RNN(nn::RNNOptions(3, 5).proj_size(2)), Catch::Contains("RNN: proj_size is only"));
+        nn::LSTM lstm(nn::LSTMOptions(3, 5).proj_size(2));
+        CHECK_THROWS_WITH(lstm(randn({2, 3, 3}), zeros({1, 3, 5}), zeros({1, 3, 5})),
+                          Catch::Contains("LSTM: h0 must have shape (1, 3, 2), got (1, 3, 5)"));
+        CHECK_THROWS_WITH(lstm(randn({2, 3, 3}), zeros({1, 3, 2}), zeros({1, 3, 2})),
+                          Catch::Contains("LSTM: c0 must have shape (1, 3, 5), got (1, 3, 2)"));
+    }
+    SECTION("gradgradcheck in double") {
+        Generator gen(8);
+        nn::LSTM lstm(nn::LSTMOptions(2, 3).proj_size(2), gen);
+        lstm.to(kFloat64);
+        const Tensor lengths = from_vector(std::vector<std::int64_t>{2, 1}, {2});
+        REQUIRE_MODULE_GRADGRADCHECK(lstm, {param({2, 2, 2}, -1, 1, 13)},
+                                     [&](const std::vector<Tensor>& in) {
+                                         auto [out, state] = lstm(in[0], std::tuple<Tensor, Tensor>{}, lengths);
+                                         return concat({reshape(out, {-1}), reshape(std::get<1>(state), {-1})}, 0);
+                                     },
+                                     "LSTM proj");
+    }
+}
