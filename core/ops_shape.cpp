@@ -2,6 +2,7 @@
 // row-major copies (nodes own their arrays), so later ops never see strided views.
 #include <algorithm>
 
+#include "core/autograd_function.hpp"
 #include "core/broadcast.hpp"
 #include "core/call_context.hpp"
 #include "core/grad_ops.hpp"
@@ -464,6 +465,45 @@ std::vector<Tensor> split(const Tensor& a, long split_size, long axis) {
 
 namespace {
 
+// All the pieces as one node (a custom Function, which the engine runs once with every piece's
+// gradient, zeros where none arrived): the backward is one concat. Pieces as slices would each
+// send back a zero tensor of the whole input for the engine to add up: the qkv split of every
+// attention block paid for three.
+struct SplitPieces : autograd::Function<SplitPieces> {
+    static constexpr const char* name = "split";
+    static autograd::variable_list forward(autograd::AutogradContext* ctx, const Tensor& a, long axis,
+                                           const std::vector<long>& sizes) {
+        ctx->saved_data["axis"] = axis;
+        // a as (outer, n, inner) around the axis: piece p holds the rows (o, start_p ... start_p + s_p).
+        const std::size_t ax = static_cast<std::size_t>(axis), n = a.size(ax);
+        std::size_t outer = 1, inner = 1;
+        for (std::size_t k = 0; k < a.dim(); ++k)
+            if (k != ax) (k < ax ? outer : inner) *= a.shape()[k];
+        return dispatch_all(a.dtype(), [&](auto tag) {
+            using T = typename decltype(tag)::type;
+            const T* src = values<T>(a).data();
+            autograd::variable_list out;
+            out.reserve(sizes.size());
+            std::size_t start = 0;
+            for (long size : sizes) {
+                const std::size_t s = static_cast<std::size_t>(size);
+                Shape piece = a.shape();
+                piece[ax] = s;
+                const AllocContext context("split", piece);
+                xt::xarray<T> v = xt::xarray<T>::from_shape(piece);
+                for (std::size_t o = 0; o < outer; ++o)
+                    std::copy(src + (o * n + start) * inner, src + (o * n + start + s) * inner, v.data() + o * s * inner);
+                out.push_back(make_leaf(Storage(std::move(v))));
+                start += s;
+            }
+            return out;
+        });
+    }
+    static autograd::variable_list backward(autograd::AutogradContext* ctx, autograd::variable_list grads) {
+        return {concat(grads, ctx->saved_data["axis"].get<long>()), Tensor(), Tensor()};
+    }
+};
+
 std::vector<Tensor> split_sizes(const Tensor& a, const std::vector<long>& sizes, long axis) {
     if (a.dtype() == kBFloat16) check_no_bfloat16_graph("split", {a});
     const std::size_t ax = normalize_axis("split", axis, a.shape());
@@ -476,13 +516,7 @@ std::vector<Tensor> split_sizes(const Tensor& a, const std::vector<long>& sizes,
     if (total != n)
         throw Error(fmt::format("split: sizes ({}) add up to {}, but axis {} of shape {} has length {}",
                                 fmt::join(sizes, ", "), total, ax, shape_str(a.shape()), n));
-    std::vector<Tensor> out;
-    long start = 0;
-    for (long s : sizes) {
-        out.push_back(slice(a, static_cast<long>(ax), start, start + s));
-        start += s;
-    }
-    return out;
+    return SplitPieces::apply(a, static_cast<long>(ax), sizes);
 }
 
 std::vector<Tensor> split_even(const Tensor& a, long split_size, long axis) {

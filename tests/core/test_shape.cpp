@@ -259,3 +259,25 @@ TEST_CASE("repeat passes gradcheck and gradgradcheck: the tiles' gradients add",
     y.repeat(3, 1).sum().backward();
     CHECK_THAT(vals(y.grad()), approx({3, 3, 3, 3, 3, 3}));
 }
+
+TEST_CASE("split's pieces come from one node, whose backward is one concat", "[shape][gradcheck]") {
+    // nanoGPT's q, k, v = self.c_attn(x).split(n_embd, dim=2)
+    Tensor qkv = param({2, 3, 12});
+    const auto pieces = split(qkv, 4, 2);
+    REQUIRE(pieces.size() == 3);
+    for (const Tensor& p : pieces) CHECK(p.op_name() == "split");
+    CHECK(vals(pieces[1]) == vals(slice(qkv, 2, 4, 8)));
+    // A gradient reaching one piece only: zeros for the others' columns.
+    Tensor x = qkv.detach().requires_grad_();
+    (split(x, 4, 2)[1] * 2.0).sum().backward();
+    const std::vector<double> g = vals(x.grad());
+    for (std::size_t i = 0; i < g.size(); ++i) CHECK(g[i] == ((i % 12) / 4 == 1 ? 2.0 : 0.0));
+    REQUIRE_GRADCHECK([](auto& v) {
+        const auto p = split(v[0], {5, 0, 7}, -1);
+        return p[0].sum({2}) * p[2].sum({2}) + p[1].sum();
+    }, {qkv}, "split with an empty piece");
+    REQUIRE_GRADCHECK([](auto& v) { return chunk(v[0], 2, 1)[1]; }, {qkv}, "chunk, the last piece only");
+    // Integer and bool tensors split without a graph.
+    const auto ints = split(arange(6, kInt64).reshape({2, 3}), {1, 2}, 1);
+    CHECK(ints[1].to_vector<std::int64_t>() == std::vector<std::int64_t>{1, 2, 4, 5});
+}
