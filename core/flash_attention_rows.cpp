@@ -1,10 +1,11 @@
 #include "core/flash_attention_rows.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <cstdint>
 #include <limits>
+
+#include "core/runtime/exp_kernel.hpp"
+#include "core/runtime/simd_dispatch.hpp"
 
 namespace xgrad::flash_rows {
 
@@ -14,26 +15,6 @@ constexpr std::size_t kLanes = 16;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 #define XGRAD_ROW_LOOP inline __attribute__((always_inline))
-
-// e^(x − m) of one value (t = x − m clamped to [−87, 88] so that the exponent bits are
-// defined; the select restores 0 below −87 and NaN), written so that a loop of kLanes of them
-// vectorises.
-XGRAD_ROW_LOOP float exp_at(float x, float m) {
-    const float t0 = x - m;
-    const float t = std::min(88.0f, std::max(-87.0f, t0));
-    const float k = (t * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = t - k * 0.693359375f;
-    r = r - k * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    const float v = p * __builtin_bit_cast(float, (static_cast<std::int32_t>(k) + 127) << 23);
-    return t0 >= -87.0f ? v : (t0 == t0 ? 0.0f : t0);
-}
 
 XGRAD_ROW_LOOP float combine(const float* s) {
     float a[8];
@@ -47,11 +28,11 @@ XGRAD_ROW_LOOP float exp_row(const float* x, float m, float* y, std::size_t n) {
     float s[kLanes] = {};
     std::size_t j = 0;
     for (; j + kLanes <= n; j += kLanes)
-        for (std::size_t l = 0; l < kLanes; ++l) s[l] += (y[j + l] = exp_at(x[j + l], m));
+        for (std::size_t l = 0; l < kLanes; ++l) s[l] += (y[j + l] = exp_kernel::shifted(x[j + l], m));
     if (j < n) {
         float in[kLanes], out[kLanes];
         for (std::size_t l = 0; l < kLanes; ++l) in[l] = j + l < n ? x[j + l] : kNegInf;
-        for (std::size_t l = 0; l < kLanes; ++l) s[l] += (out[l] = exp_at(in[l], m));
+        for (std::size_t l = 0; l < kLanes; ++l) s[l] += (out[l] = exp_kernel::shifted(in[l], m));
         for (std::size_t l = 0; j + l < n; ++l) y[j + l] = out[l];
     }
     return combine(s);
@@ -92,7 +73,7 @@ template <bool Live>
 XGRAD_ROW_LOOP void grad_row(float* row, float* dp, std::size_t k, float L, float Di) {
     std::size_t j = 0;
     auto one = [&](std::size_t c) __attribute__((always_inline)) {
-        const float p = exp_at(row[c], L);
+        const float p = exp_kernel::shifted(row[c], L);
         row[c] = p;
         dp[c] = Live ? p * (dp[c] - Di) : 0.0f;
     };
@@ -114,47 +95,20 @@ XGRAD_ROW_LOOP void grad_body(float* S, float* dP, std::size_t nq, std::size_t n
     }
 }
 
-// The AVX2 copies (no "fma": the same roundings as the baseline copies).
-__attribute__((target("avx2"), noinline, flatten)) float exp_avx2(const float* x, float m, float* y, std::size_t n) {
-    return exp_row(x, m, y, n);
-}
-__attribute__((target("avx2"), noinline, flatten)) void online_avx2(float* S, std::size_t nq, std::size_t nk,
-                                                                   const std::size_t* kept, float* m, float* l,
-                                                                   float* rescale) {
-    online_body(S, nq, nk, kept, m, l, rescale);
-}
-__attribute__((target("avx2"), noinline, flatten)) void grad_avx2(float* S, float* dP, std::size_t nq, std::size_t nk,
-                                                                 const std::size_t* kept, const float* lse,
-                                                                 const float* D, const bool* no_grad) {
-    grad_body(S, dP, nq, nk, kept, lse, D, no_grad);
-}
-
-std::atomic<bool> g_baseline{false};
-
-bool has_avx2() {
-    static const bool cpu = __builtin_cpu_supports("avx2");
-    return cpu && !g_baseline.load(std::memory_order_relaxed);
-}
-
 }  // namespace
 
-bool runs_avx2() { return has_avx2(); }
-void use_baseline(bool baseline) { g_baseline.store(baseline); }
-
 float exp_shifted_sum(const float* x, float m, float* y, std::size_t n) {
-    return has_avx2() ? exp_avx2(x, m, y, n) : exp_row(x, m, y, n);
+    return simd_dispatch([&]() XGRAD_SIMD_BODY { return exp_row(x, m, y, n); });
 }
 
 void online_softmax(float* S, std::size_t nq, std::size_t nk, const std::size_t* kept, float* m, float* l,
                     float* rescale) {
-    if (has_avx2()) return online_avx2(S, nq, nk, kept, m, l, rescale);
-    online_body(S, nq, nk, kept, m, l, rescale);
+    simd_dispatch([&]() XGRAD_SIMD_BODY { online_body(S, nq, nk, kept, m, l, rescale); });
 }
 
 void weights_grad(float* S, float* dP, std::size_t nq, std::size_t nk, const std::size_t* kept, const float* lse,
                   const float* D, const bool* no_grad) {
-    if (has_avx2()) return grad_avx2(S, dP, nq, nk, kept, lse, D, no_grad);
-    grad_body(S, dP, nq, nk, kept, lse, D, no_grad);
+    simd_dispatch([&]() XGRAD_SIMD_BODY { grad_body(S, dP, nq, nk, kept, lse, D, no_grad); });
 }
 
 }  // namespace xgrad::flash_rows

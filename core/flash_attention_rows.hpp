@@ -1,16 +1,16 @@
 #pragma once
 /// The float row loops of flash_attention (ops_flash_attention.cpp): one block's online softmax
 /// and its weights' gradient, each in one pass over a row with the exp computed inline.
-/// Compiled for baseline x86-64 (SSE2) and for AVX2 (8 floats a step), the AVX2 copy taken
-/// where the CPU has it, with the same bits on both (no FMA contraction, one order of
-/// operations): the level changes the speed, never the result. Internal to core.
+/// Each loop is compiled for every SIMD level and the level picked as for vec_math's loops
+/// (runtime/simd_dispatch.hpp: XGRAD_SIMD and set_simd_level choose), with the same bits on
+/// each; the exp is vec_math's (runtime/exp_kernel.hpp). Internal to core.
 #include <cstddef>
 
 namespace xgrad::flash_rows {
 
-/// y[j] = e^(x[j] − m), within 2 ulp of std::exp (Cody–Waite reduction and Cephes' degree-6
-/// polynomial, as vec::exp_shifted_sum); 0 where x[j] − m < −87; NaN stays NaN. Returns Σ y[j]
-/// (sixteen lane sums combined pairwise). For the accuracy test and the loops below.
+/// y[j] = e^(x[j] − m) by exp_kernel::shifted (the bits of vec::exp_shifted_sum's y): within
+/// 2 ulp of std::exp, 0 where x[j] − m < −87, NaN stays NaN. Returns Σ y[j] (sixteen lane sums
+/// combined pairwise). For the accuracy test and the loops below.
 float exp_shifted_sum(const float* x, float m, float* y, std::size_t n);
 
 /// One query block's step of the online softmax over a key block: row r of S (nq rows of nk)
@@ -26,10 +26,5 @@ void online_softmax(float* S, std::size_t nq, std::size_t nk, const std::size_t*
 /// keeping no key, whose weights do not depend on its scores).
 void weights_grad(float* S, float* dP, std::size_t nq, std::size_t nk, const std::size_t* kept, const float* lse,
                   const float* D, const bool* no_grad);
-
-/// Whether the AVX2 copies run (the CPU has AVX2 and use_baseline(true) was not called).
-bool runs_avx2();
-/// Tests: run the baseline copies even where AVX2 is available (false: back to the CPU's).
-void use_baseline(bool baseline);
 
 }  // namespace xgrad::flash_rows

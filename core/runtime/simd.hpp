@@ -1,7 +1,8 @@
 #pragma once
 /// Which instruction set xgrad's hot float loops run on: the bfloat16 conversions of whole
-/// arrays, the softmax row's exp, max and backward, and the float elementwise kernels
-/// (runtime/vec_math.hpp: exp, erf, tanh, sigmoid, gelu). Each of these loops is written once
+/// arrays, the softmax row's exp, max and backward, the float elementwise kernels
+/// (runtime/vec_math.hpp: exp, erf, tanh, sigmoid, gelu) and flash_attention's row loops
+/// (flash_attention_rows.hpp). Each of these loops is written once
 /// and compiled three times, for baseline x86-64 (SSE2, 4 floats a step: what the library is
 /// built for), for AVX2 (8) and for AVX-512 (16 for the conversions and the exp; the max and
 /// the backward's dot product keep eight partial results, so they stay 8 wide), and the level

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/runtime/exp_kernel.hpp"
 #include "core/runtime/kernel_loops.hpp"
 #include "core/runtime/simd_dispatch.hpp"
 
@@ -18,27 +19,7 @@ constexpr std::size_t kExpBlock = 16;
 // y[l] = e^(x[l] − m) for one block of kExpBlock values: a fixed trip count, so that each level
 // compiles it to whole vectors (one on AVX-512, four on SSE2) with no scalar remainder.
 inline __attribute__((always_inline)) void exp_block(const float* x, float m, float* y) {
-    for (std::size_t l = 0; l < kExpBlock; ++l) {
-        const float t0 = x[l] - m;
-        // t in [-87, 88] whatever x and m are: NaN (max(-87, NaN) is -87) or +inf (x above an m
-        // that a NaN kept from being the row's maximum) would make the exponent bits below
-        // undefined. The select at the end puts NaN back; a NaN in the row makes the sum NaN.
-        const float t = std::min(88.0f, std::max(-87.0f, t0));
-        // t = k·ln2 + r, |r| ≤ ln2/2; k rounded to nearest by the 1.5·2^23 trick
-        const float k = (t * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-        float r = t - k * 0.693359375f;
-        r = r - k * -2.12194440e-4f;
-        float p = 1.9875691500e-4f;
-        p = p * r + 1.3981999507e-3f;
-        p = p * r + 8.3334519073e-3f;
-        p = p * r + 4.1665795894e-2f;
-        p = p * r + 1.6666665459e-1f;
-        p = p * r + 5.0000001201e-1f;
-        p = p * r * r + r + 1.0f;
-        const float two_k = __builtin_bit_cast(float, (static_cast<std::int32_t>(k) + 127) << 23);
-        const float v = p * two_k;
-        y[l] = t0 >= -87.0f ? v : (t0 == t0 ? 0.0f : t0);
-    }
+    for (std::size_t l = 0; l < kExpBlock; ++l) y[l] = exp_kernel::shifted(x[l], m);
 }
 
 // exp_shifted_sum's row, for the dispatched bodies below; `readable` values from x may be read
@@ -73,30 +54,6 @@ inline __attribute__((always_inline)) float exp_row(const float* x, float m, flo
     return total == total ? total : std::numeric_limits<float>::quiet_NaN();
 }
 
-// e^t for any float t, within 2 ulp of std::exp where the result is normal (Cody–Waite
-// reduction and exp_block's polynomial); below 2^−126 the scaling rounds once more, to the
-// denormal's own ulp. +inf above ln(FLT_MAX), +0 below the smallest denormal's log, NaN for NaN.
-inline __attribute__((always_inline)) float exp_any(float t0) {
-    // clamped so that the exponent bits below are always defined (NaN clamps to −104 here)
-    const float t = std::min(88.75f, std::max(-104.0f, t0));
-    const float k = (t * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = t - k * 0.693359375f;
-    r = r - k * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    // 2^k as 2^k1 · 2^k2, both normal for k in [−150, 128]: the first product is exact, the
-    // second rounds only a denormal result
-    const std::int32_t ki = static_cast<std::int32_t>(k), k1 = ki >> 1, k2 = ki - k1;
-    const float v = (p * __builtin_bit_cast(float, (k1 + 127) << 23)) * __builtin_bit_cast(float, (k2 + 127) << 23);
-    const float big = t0 > 88.7228317f ? std::numeric_limits<float>::infinity() : v;
-    return t0 < -103.972084f ? 0.0f : (t0 == t0 ? big : t0);
-}
-
 // erf(x) within 2 ulp of std::erf: x + x·P(x²) for |x| < 1 (x·(1 + P) a fitted degree-6
 // polynomial in x² with the constant 2/√π, relative error 1.3e-9 before rounding), else sign(x)·(1 − e^(−x²)·Q(t)) with t = 1/(1 + |x|/2)
 // and Q a fitted degree-7 polynomial (erfc(x)·e^(x²) to 3.3e-10 relative on [1, 3.95]); beyond
@@ -119,7 +76,7 @@ inline __attribute__((always_inline)) float erf_any(float x) {
     q = q * t + 2.596071064e-01f;
     q = q * t + 2.849274576e-01f;
     q = q * t + -1.553134935e-04f;
-    const float tail = 1.0f - exp_any(-u) * q;
+    const float tail = 1.0f - exp_kernel::any(-u) * q;
     return a < 1.0f ? x + x * p : std::copysign(tail, x);
 }
 
@@ -129,7 +86,7 @@ inline __attribute__((always_inline)) float tanh_any(float x) {
     const float s = x * x;
     const float poly = ((((-5.70498872745e-3f * s + 2.06390887954e-2f) * s - 5.37397155531e-2f) * s +
                          1.33314422036e-1f) * s - 3.33332819422e-1f) * s * x + x;
-    const float big = std::copysign(1.0f - 2.0f / (exp_any(2.0f * std::fabs(x)) + 1.0f), x);
+    const float big = std::copysign(1.0f - 2.0f / (exp_kernel::any(2.0f * std::fabs(x)) + 1.0f), x);
     // x itself at ±0: the polynomial's sum would turn −0 into +0
     return std::fabs(x) < 0.625f ? (s == 0.0f ? x : poly) : big;
 }
@@ -143,7 +100,7 @@ inline __attribute__((always_inline)) float one_nan(float v) {
 
 void exp(const float* x, float* y, std::size_t n) {
     simd_dispatch([&]() XGRAD_SIMD_BODY {
-        for (std::size_t i = 0; i < n; ++i) y[i] = one_nan(exp_any(x[i]));
+        for (std::size_t i = 0; i < n; ++i) y[i] = one_nan(exp_kernel::any(x[i]));
     });
 }
 
@@ -161,7 +118,7 @@ void tanh(const float* x, float* y, std::size_t n) {
 
 void sigmoid(const float* x, float* y, std::size_t n) {
     simd_dispatch([&]() XGRAD_SIMD_BODY {
-        for (std::size_t i = 0; i < n; ++i) y[i] = one_nan(1.0f / (1.0f + exp_any(-x[i])));
+        for (std::size_t i = 0; i < n; ++i) y[i] = one_nan(1.0f / (1.0f + exp_kernel::any(-x[i])));
     });
 }
 
@@ -179,7 +136,7 @@ void gelu_backward(const float* g, const float* x, float* d, std::size_t n) {
         for (std::size_t i = 0; i < n; ++i) {
             const float v = x[i];
             const float cdf = 0.5f * (1.0f + erf_any(v * 0.707106781186547524f));
-            const float pdf = exp_any(-0.5f * v * v) * 0.398942280401432678f;
+            const float pdf = exp_kernel::any(-0.5f * v * v) * 0.398942280401432678f;
             d[i] = one_nan(g[i] * (cdf + v * pdf));
         }
     });

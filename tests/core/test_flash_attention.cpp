@@ -12,7 +12,10 @@
 #include "core/autocast.hpp"
 #include "core/flash_attention.hpp"
 #include "core/flash_attention_rows.hpp"
+#include "core/runtime/simd.hpp"
+#include "core/runtime/vec_math.hpp"
 #include "helpers.hpp"
+#include "simd_levels.hpp"
 
 using namespace xgrad;
 using namespace xgrad::test;
@@ -206,19 +209,21 @@ double ulps(float a, double b) {
     return std::abs(static_cast<double>(a) - static_cast<double>(want)) / step;
 }
 
-TEST_CASE("flash_attention's row exp is within 2 ulp of exp on every level", "[flash]") {
+TEST_CASE("flash_attention's row exp is within 2 ulp of exp on every level", "[flash][simd]") {
     // x − m over [−87, 88] finely, plus the ends: below −87 it is 0, NaN stays NaN.
     std::vector<float> x;
     for (double t = -87.0; t <= 88.0; t += 0.000731) x.push_back(static_cast<float>(t));
     for (float t : {0.0f, -0.0f, 1e-30f, -1e-30f, 88.0f, -87.0f, 0.6931472f, -0.6931472f}) x.push_back(t);
-    for (bool baseline : {true, false}) {
-        flash_rows::use_baseline(baseline);
-        INFO("baseline " << baseline << ", AVX2 runs " << flash_rows::runs_avx2());
-        std::vector<float> y(x.size());
+    on_each_level([&](SimdLevel level) {
+        INFO("level " << simd_level_name(level));
+        std::vector<float> y(x.size()), y_vec(x.size());
         flash_rows::exp_shifted_sum(x.data(), 0.0f, y.data(), x.size());
         double worst = 0;
         for (std::size_t i = 0; i < x.size(); ++i) worst = std::max(worst, ulps(y[i], std::exp(double(x[i]))));
         CHECK(worst <= 2.0);
+        // one exp: the bits of vec_math's softmax row
+        vec::exp_shifted_sum(x.data(), 0.0f, y_vec.data(), x.size());
+        CHECK(std::memcmp(y.data(), y_vec.data(), y.size() * sizeof(float)) == 0);
         const float edge[] = {-87.5f, -1000.0f, -INFINITY, NAN, 3.0f};
         float out[5];
         flash_rows::exp_shifted_sum(edge, 2.0f, out, 5);
@@ -227,11 +232,10 @@ TEST_CASE("flash_attention's row exp is within 2 ulp of exp on every level", "[f
         CHECK(out[2] == 0.0f);
         CHECK(std::isnan(out[3]));
         CHECK(ulps(out[4], std::exp(1.0)) <= 2.0);
-    }
-    flash_rows::use_baseline(false);
+    });
 }
 
-TEST_CASE("flash_attention's row loops give the same bits on the baseline and AVX2 copies", "[flash]") {
+TEST_CASE("flash_attention's row loops give the same bits on every SIMD level", "[flash][simd]") {
     const std::size_t nq = 7, nk = 45;
     std::vector<float> S0(nq * nk), dP0(nq * nk);
     for (std::size_t i = 0; i < S0.size(); ++i) {
@@ -241,19 +245,20 @@ TEST_CASE("flash_attention's row loops give the same bits on the baseline and AV
     const std::size_t kept[nq] = {45, 0, 17, 16, 1, 33, 44};
     const float lse[nq] = {9.5f, 0, 8.0f, 10.0f, 2.0f, 12.0f, 9.0f}, D[nq] = {0.1f, 0, -0.3f, 0.2f, 0.0f, 1.0f, -1.0f};
     const bool no_grad[nq] = {false, true, false, false, false, false, true};
-    std::vector<float> results[2];
-    for (bool baseline : {true, false}) {
-        flash_rows::use_baseline(baseline);
+    std::vector<float> results[3];
+    const int levels = on_each_level([&](SimdLevel level) {
         std::vector<float> S = S0, dP = dP0, m(nq, -INFINITY), l(nq, 0.0f), rescale(nq);
         flash_rows::online_softmax(S.data(), nq, nk, kept, m.data(), l.data(), rescale.data());
         std::vector<float> T = S0, dT = dP0;
         flash_rows::weights_grad(T.data(), dT.data(), nq, nk, kept, lse, D, no_grad);
-        std::vector<float>& r = results[baseline ? 0 : 1];
+        std::vector<float>& r = results[slot(level)];
         for (const auto* v : {&S, &m, &l, &rescale, &T, &dT}) r.insert(r.end(), v->begin(), v->end());
+    });
+    for (int k = 1; k < levels; ++k) {
+        INFO("level " << k << " against baseline");
+        REQUIRE(results[0].size() == results[k].size());
+        CHECK(std::memcmp(results[0].data(), results[k].data(), results[0].size() * sizeof(float)) == 0);
     }
-    flash_rows::use_baseline(false);
-    REQUIRE(results[0].size() == results[1].size());
-    CHECK(std::memcmp(results[0].data(), results[1].data(), results[0].size() * sizeof(float)) == 0);
 }
 
 // Prints the fused result and gradients in hexadecimal, for the thread-count comparison.
