@@ -3,8 +3,9 @@
 ///
 /// int64 elements wrap around in two's complement, as torch's do (INT64_MAX + 1 is INT64_MIN,
 /// -INT64_MIN and abs(INT64_MIN) are INT64_MIN): every int64 kernel (add, sub, mul, neg, abs,
-/// sum, cumsum) computes through wrapping_*, which do the arithmetic in uint64, where wrapping
-/// is defined, so that an optimising compiler cannot assume the overflow away.
+/// sum, cumsum, the adds of scatter_add and index_put_'s accumulate, scatter's reduce) computes
+/// through wrapping_*, which do the arithmetic in uint64, where wrapping is defined, so that an
+/// optimising compiler cannot assume the overflow away.
 ///
 /// Sizes and counts made from a user's arguments (one_hot's class count, split's sizes, a
 /// repeat count times a length) go through checked_add / checked_mul, which throw naming the op

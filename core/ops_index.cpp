@@ -551,6 +551,8 @@ template <class T> void put_values(T* dst, const T* src, const std::vector<std::
         for (std::size_t k = 0; k < at.size(); ++k) dst[at[k]] = dst[at[k]] || src[k];
     } else if constexpr (std::is_same_v<T, bfloat16>) {
         throw Error("index_put_: accumulating into a bfloat16 tensor (no arithmetic on bfloat16; convert to float32)");
+    } else if constexpr (std::is_same_v<T, std::int64_t>) {  // wraps as torch's (int_arith.hpp)
+        for (std::size_t k = 0; k < at.size(); ++k) dst[at[k]] = wrapping_add(dst[at[k]], src[k]);
     } else {
         for (std::size_t k = 0; k < at.size(); ++k) dst[at[k]] += src[k];
     }
@@ -872,6 +874,8 @@ Tensor scatter_reduced(const char* op, const Tensor& a, const FlatOffsets& at, c
                 T& out = y.data()[offsets[k]];
                 if constexpr (std::is_same_v<T, bool>)
                     out = reduce == ScatterReduce::add ? (out || src[k]) : (out && src[k]);
+                else if constexpr (std::is_same_v<T, std::int64_t>)  // wraps as torch's (int_arith.hpp)
+                    out = reduce == ScatterReduce::add ? wrapping_add(out, src[k]) : wrapping_mul(out, src[k]);
                 else
                     out = reduce == ScatterReduce::add ? out + src[k] : out * src[k];
             }
