@@ -1,6 +1,7 @@
 #pragma once
-/// Float row kernels the compiler turns into SIMD loops, for softmax rows: each compiled for
-/// baseline x86-64 (SSE2) and for AVX-512, with the same bits on both (runtime/simd.hpp).
+/// Float kernels the compiler turns into SIMD loops, for softmax rows and the elementwise ops:
+/// each compiled for baseline x86-64 (SSE2), AVX2 and AVX-512, with the same bits on every level
+/// (runtime/simd.hpp); the exp is runtime/exp_kernel.hpp's.
 /// vec_math.cpp is compiled with -fno-trapping-math so that its selects vectorise.
 #include <cstddef>
 
