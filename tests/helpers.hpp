@@ -4,7 +4,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <functional>
 #include <string>
 
 #include "core/creation.hpp"
@@ -82,6 +85,24 @@ inline Tensor param(const Shape& shape, double lo = -1.0, double hi = 1.0, std::
 
 /// Values of t as doubles, for Catch's Approx matcher.
 inline std::vector<double> vals(const Tensor& t) { return t.to_vector<double>(); }
+
+/// The largest |a − b| over the elements of two tensors of one size.
+inline double max_abs_diff(const Tensor& a, const Tensor& b) {
+    const auto x = a.to_vector<double>(), y = b.to_vector<double>();
+    REQUIRE(x.size() == y.size());
+    double m = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]));
+    return m;
+}
+
+/// A bool tensor of `shape` whose element k (row-major) is at(k).
+inline Tensor bool_tensor(const Shape& shape, const std::function<bool(std::size_t)>& at) {
+    std::size_t n = 1;
+    for (auto s : shape) n *= s;
+    std::vector<double> v(n);
+    for (std::size_t k = 0; k < n; ++k) v[k] = at(k) ? 1.0 : 0.0;
+    return gt(from_vector(v, shape, kFloat64), 0.5);
+}
 
 /// Matches a tensor's values against expected ones within 1e-6 relative / 1e-9 absolute.
 inline auto approx(std::vector<double> expected, double margin = 1e-6) {

@@ -22,14 +22,6 @@ using namespace xgrad::test;
 
 namespace {
 
-Tensor bool_tensor(const Shape& shape, const std::function<bool(std::size_t)>& at) {
-    std::size_t n = 1;
-    for (auto s : shape) n *= s;
-    std::vector<double> v(n);
-    for (std::size_t k = 0; k < n; ++k) v[k] = at(k) ? 1.0 : 0.0;
-    return gt(from_vector(v, shape, kFloat64), 0.5);
-}
-
 struct MaskCase {
     std::string name;
     AttentionMask mask;
@@ -66,14 +58,6 @@ Tensor materialised(const Tensor& q, const Tensor& k, const Tensor& v, std::size
     Tensor w = head_attention_weights(q, k, H, scale, mask);
     if (p > 0) w = w * flash_dropout_keep(w.size(0), w.size(1), w.size(2), p, seed, w.dtype());
     return head_attention_combine(w, v, H);
-}
-
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-    const auto x = a.to_vector<double>(), y = b.to_vector<double>();
-    REQUIRE(x.size() == y.size());
-    double m = 0;
-    for (std::size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]));
-    return m;
 }
 
 struct Sizes {

@@ -37,13 +37,6 @@ std::vector<std::string> tiny_run(const std::string& out, std::vector<std::strin
     return args;
 }
 
-const Tensor& entry(const NamedTensors& all, const std::string& name) {
-    for (const auto& [n, t] : all)
-        if (n == name) return t;
-    FAIL("no entry " << name);
-    throw;
-}
-
 std::string bytes_of(const std::string& path) { return read_file(path, "test"); }
 
 }  // namespace

@@ -37,13 +37,6 @@ std::vector<std::string> with(std::vector<std::string> args, const std::string& 
     return args;
 }
 
-const Tensor& entry(const NamedTensors& all, const std::string& name) {
-    for (const auto& [n, t] : all)
-        if (n == name) return t;
-    FAIL("no entry " << name);
-    throw;
-}
-
 }  // namespace
 
 TEST_CASE("char_gpt writes its files and its validation loss falls", "[char-gpt]") {

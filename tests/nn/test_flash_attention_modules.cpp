@@ -13,14 +13,6 @@ using namespace xgrad::nn;
 
 namespace {
 
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-    const auto x = a.to_vector<double>(), y = b.to_vector<double>();
-    REQUIRE(x.size() == y.size());
-    double m = 0;
-    for (std::size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]));
-    return m;
-}
-
 // Self-attention on 600 positions: 600·600 is past the fused path's threshold.
 constexpr std::size_t kLong = 600;
 

@@ -21,15 +21,6 @@ struct MaskCase {
     std::function<bool(std::size_t b, std::size_t i, std::size_t j)> keeps;
 };
 
-// Bool tensor of shape (rows, cols) or (batch, rows, cols) from a predicate.
-Tensor bool_tensor(const Shape& shape, const std::function<bool(std::size_t)>& at) {
-    std::size_t n = 1;
-    for (auto s : shape) n *= s;
-    std::vector<double> v(n);
-    for (std::size_t k = 0; k < n; ++k) v[k] = at(k) ? 1.0 : 0.0;
-    return gt(from_vector(v, shape, kFloat64), 0.5);
-}
-
 // Every mask kind for scores (batch, Lq, Lk): none, lengths (batch,) incl. 0 and beyond Lk,
 // lengths (batch, Lq), bool (batch, Lq, Lk) with a row of nothing, bool (Lq, Lk), and causal
 // when Lk ≥ Lq.

@@ -47,13 +47,6 @@ NamedTensors torch_state(const std::string& name) {
     return state;
 }
 
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-    const auto x = a.to_vector<double>(), y = b.to_vector<double>();
-    double m = 0;
-    for (std::size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]));
-    return m;
-}
-
 void require_close(const Tensor& got, const Tensor& want, const std::string& what, double atol = 1e-10) {
     INFO(what << ": got shape " << shape_str(got.shape()) << ", torch's " << shape_str(want.shape()));
     REQUIRE(got.defined());
