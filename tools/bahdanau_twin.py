@@ -158,24 +158,8 @@ def make_batch(pairs, num_steps):
     return src, torch.tensor([len(s) for s in srcs]), dec, label, torch.tensor([len(t) for t in tgts])
 
 
-# d2l's code.
-def sequence_mask(X, valid_len, value=0):
-    maxlen = X.size(1)
-    mask = torch.arange((maxlen), dtype=torch.float32, device=X.device)[None, :] < valid_len[:, None]
-    X[~mask] = value
-    return X
-
-
-def masked_softmax(X, valid_lens):
-    if valid_lens is None:
-        return nn.functional.softmax(X, dim=-1)
-    shape = X.shape
-    if valid_lens.dim() == 1:
-        valid_lens = torch.repeat_interleave(valid_lens, shape[1])
-    else:
-        valid_lens = valid_lens.reshape(-1)
-    X = sequence_mask(X.reshape(-1, shape[-1]), valid_lens, value=-1e6)
-    return nn.functional.softmax(X.reshape(shape), dim=-1)
+# d2l's code: its masked softmax is tools/bench_torch.py's, the rest follows.
+from bench_torch import masked_softmax, sequence_mask  # noqa: E402  (the tools folder is this script's own)
 
 
 class AdditiveAttention(nn.Module):
