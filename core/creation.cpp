@@ -10,6 +10,7 @@
 #include "core/call_context.hpp"
 #include "core/node.hpp"
 #include "core/ops_util.hpp"
+#include "core/runtime/simd_dispatch.hpp"
 
 namespace xgrad {
 
@@ -212,16 +213,40 @@ Tensor rand(const IntList& shape, TensorOptions opts, Generator& gen) {
 
 namespace {
 
-// dropout_mask's values: rand's draw (next_double as T, a value that rounds up to 1 put just
-// below it), kept as `scale` where ≥ p, else 0. flatten compiles the engine's operator() into
-// the loop: called once per value it was most of a dropout's time.
-template <class T>
-__attribute__((flatten)) void fill_dropout(T* out, std::size_t n, std::mt19937_64& engine, T p, T scale) {
+// dropout_mask's values: rand's draw u (53 bits as a double, then as T, a value that rounds up
+// to 1 put just below it), kept as `scale` where u >= p, else 0. Every step of that is monotone
+// in the draw's 53 bits k, so "kept" is k >= K for the least K that is kept: the values compare
+// as integers, from the engine's bulk draws, and equal what rand's path gives bit for bit.
+template <class T> std::uint64_t least_kept(T p) {
     const T below = std::nextafter(T(1), T(0));
-    for (std::size_t i = 0; i < n; ++i) {
-        T v = static_cast<T>(static_cast<double>(engine() >> 11) * 0x1.0p-53);
+    const auto kept = [&](std::uint64_t k) {
+        T v = static_cast<T>(static_cast<double>(k) * 0x1.0p-53);
         if (static_cast<double>(v) >= 1.0) v = below;
-        out[i] = static_cast<T>(v >= p) * scale;  // scale or +0 as the select, without a branch to mispredict
+        return v >= p;
+    };
+    std::uint64_t lo = 0, hi = std::uint64_t(1) << 53;  // kept(hi) stands for "none kept"
+    while (lo < hi) {
+        const std::uint64_t mid = lo + (hi - lo) / 2;
+        if (kept(mid)) hi = mid;
+        else lo = mid + 1;
+    }
+    return lo;
+}
+
+template <class T> void fill_dropout(T* out, std::size_t n, Mt19937_64& engine, T p, T scale) {
+    const std::uint64_t least = least_kept(p);
+    std::uint64_t draws[256];
+    for (std::size_t at = 0; at < n; at += std::size(draws)) {
+        const std::size_t count = std::min(n - at, std::size(draws));
+        engine.fill(draws, count);
+        // By value and without a branch: a random keep would mispredict, and the vectoriser
+        // compares the 53 bits as signed 64-bit lanes (both sides are below 2^63).
+        simd_dispatch([bits = &draws[0], to = out + at, count, least = static_cast<std::int64_t>(least), scale]()
+                          XGRAD_SIMD_BODY {
+                              for (std::size_t i = 0; i < count; ++i)
+                                  to[i] = static_cast<T>(static_cast<std::int64_t>(bits[i] >> 11) >= least) * scale;
+                              return 0;
+                          });
     }
 }
 

@@ -2,7 +2,7 @@
 
 #include <atomic>
 #include <cmath>
-#include <sstream>
+#include <tuple>
 #include <vector>
 
 #include "core/creation.hpp"
@@ -22,18 +22,10 @@ namespace {
 
 std::atomic<std::uint64_t> process_seed{0};
 
-// A state tensor: [tag, n, word_1 .. word_n, checksum], the words being the numbers of the
-// engine's textual representation (the standard's stream format, on every standard library).
+// A state tensor: [tag, n, word_1 .. word_n, checksum], the words being Mt19937_64::words():
+// the numbers libstdc++ writes for a std::mt19937_64, which this format held first.
 constexpr std::int64_t kStateTag = 0x7867726E67000001;  // "xgrng", format 1
-
-std::vector<std::uint64_t> engine_words(const std::mt19937_64& engine) {
-    std::ostringstream os;
-    os << engine;
-    std::istringstream is(os.str());
-    std::vector<std::uint64_t> words;
-    for (std::uint64_t w; is >> w;) words.push_back(w);
-    return words;
-}
+constexpr std::size_t kWords = std::tuple_size_v<Mt19937_64::Words>;
 
 // splitmix64's finaliser folded over the entries: a flipped bit anywhere changes it.
 std::uint64_t state_checksum(const std::vector<std::int64_t>& entries) {
@@ -50,7 +42,7 @@ std::uint64_t state_checksum(const std::vector<std::int64_t>& entries) {
 }  // namespace
 
 Tensor Generator::get_state() const {
-    const std::vector<std::uint64_t> words = engine_words(m_engine);
+    const Mt19937_64::Words words = m_engine.words();
     std::vector<std::int64_t> entries{kStateTag, static_cast<std::int64_t>(words.size())};
     for (const std::uint64_t w : words) entries.push_back(static_cast<std::int64_t>(w));
     entries.push_back(static_cast<std::int64_t>(state_checksum(entries)));
@@ -64,10 +56,9 @@ void Generator::set_state(const Tensor& state) {
     if (state.dtype() != kInt64 || state.dim() != 1)
         throw Error(fmt::format("{}: expected a 1-D int64 tensor as get_state() returns, got a {} tensor of shape {}",
                                 op, dtype_name(state.dtype()), shape_str(state.shape())));
-    const std::size_t n = engine_words(m_engine).size();
+    const std::size_t n = kWords;
     if (state.numel() != n + 3)
-        throw Error(fmt::format("{}: expected {} entries (a state from get_state() on this standard library), got {}",
-                                op, n + 3, state.numel()));
+        throw Error(fmt::format("{}: expected {} entries (a state from get_state()), got {}", op, n + 3, state.numel()));
     std::vector<std::int64_t> entries = state.to_vector<std::int64_t>();
     if (entries[0] != kStateTag || entries[1] != static_cast<std::int64_t>(n))
         throw Error(fmt::format("{}: the state does not start with get_state()'s format tag and length: not a "
@@ -77,12 +68,11 @@ void Generator::set_state(const Tensor& state) {
     entries.pop_back();
     if (state_checksum(entries) != checksum)
         throw Error(fmt::format("{}: the state's words do not match its checksum: the state is corrupted", op));
-    std::ostringstream os;
-    for (std::size_t i = 2; i < entries.size(); ++i) os << static_cast<std::uint64_t>(entries[i]) << ' ';
-    std::istringstream is(os.str());
-    std::mt19937_64 engine;
-    if (!(is >> engine)) throw Error(fmt::format("{}: the standard library refused the state's words", op));
-    m_engine = engine;
+    Mt19937_64::Words words;
+    for (std::size_t i = 0; i < n; ++i) words[i] = static_cast<std::uint64_t>(entries[i + 2]);
+    if (!m_engine.set_words(words))
+        throw Error(fmt::format("{}: the state's position ({}) is past its {} words: not a generator state", op,
+                                words[n - 1], n - 1));
 }
 
 Generator& default_generator() {

@@ -1,7 +1,8 @@
 #pragma once
 /// Seedable random numbers for initialisation and dropout: a default generator per thread
 /// (seeded with manual_seed, as torch.manual_seed) or explicit Generator objects for
-/// independent streams. Same seed, same sequence, on one standard library build.
+/// independent streams. Same seed, same sequence, on every build: the engine is the standard's
+/// mt19937_64 (core/mt19937_64.hpp), whose sequence the C++ standard fixes.
 ///
 /// Threads. torch has one default generator behind a mutex, so two threads that draw from it
 /// get values that depend on how their draws interleave. xgrad gives every thread its own
@@ -23,7 +24,8 @@
 /// - A Generator object is not synchronised: one shared between threads must be guarded by
 ///   its users (a module built with an explicit Generator draws from it in every forward).
 #include <cstdint>
-#include <random>
+
+#include "core/mt19937_64.hpp"
 
 namespace xgrad {
 
@@ -33,7 +35,8 @@ class Generator {
 public:
     explicit Generator(std::uint64_t seed = 5489u) : m_engine(seed) {}
     void manual_seed(std::uint64_t seed) { m_engine.seed(seed); }
-    std::mt19937_64& engine() { return m_engine; }
+    /// The engine: std::mt19937_64's sequence, plus a bulk fill() (core/mt19937_64.hpp).
+    Mt19937_64& engine() { return m_engine; }
     /// Uniform in [0, 1) with 53 random bits (the same double for float32 and float64
     /// draws, so a seed gives the same values in both precisions up to rounding).
     double next_double() { return static_cast<double>(m_engine() >> 11) * 0x1.0p-53; }
@@ -45,16 +48,16 @@ public:
     /// goes into a state_dict or an .npz checkpoint like any other entry), holding a format
     /// tag, the engine's state words and a checksum. set_state(get_state()) makes the
     /// generator draw from there exactly the values it drew after get_state(). The words are
-    /// the standard library's own representation of its mt19937_64 state: a state moves
-    /// between builds on the same standard library, as a seed's sequence does.
+    /// the numbers libstdc++ writes for its std::mt19937_64 (Mt19937_64::words()), so a state
+    /// moves between builds and machines, as a seed's sequence does.
     Tensor get_state() const;
     /// Restores a get_state(). Refuses (xgrad::Error, before anything changes) anything
-    /// get_state() did not make: another dtype or shape, another length (a state from another
-    /// standard library), an unknown format tag, or words that do not match the checksum.
+    /// get_state() did not make: another dtype or shape, another length, an unknown format
+    /// tag, words that do not match the checksum, or a position past the state words.
     void set_state(const Tensor& state);
 
 private:
-    std::mt19937_64 m_engine;
+    Mt19937_64 m_engine;
 };
 
 /// The calling thread's default generator, used when no Generator is passed (see above). The
