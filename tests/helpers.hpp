@@ -9,9 +9,12 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/creation.hpp"
 #include "core/gradcheck.hpp"
+#include "core/io/npz.hpp"
 #include "core/ops.hpp"
 
 namespace xgrad::test {
@@ -102,6 +105,22 @@ inline Tensor bool_tensor(const Shape& shape, const std::function<bool(std::size
     std::vector<double> v(n);
     for (std::size_t k = 0; k < n; ++k) v[k] = at(k) ? 1.0 : 0.0;
     return gt(from_vector(v, shape, kFloat64), 0.5);
+}
+
+/// The entry called `name` of a state_dict or of a checkpoint read with load_npz (the handle:
+/// it aliases the entry); fails the test without it.
+inline Tensor entry(const NamedTensors& all, const std::string& name) {
+    for (const auto& [n, t] : all)
+        if (n == name) return t;
+    FAIL("no entry " << name);
+    return {};
+}
+
+/// Every entry's name and values, to compare two states exactly (before and after a refused load).
+inline std::vector<std::pair<std::string, std::vector<double>>> state_values(const NamedTensors& all) {
+    std::vector<std::pair<std::string, std::vector<double>>> out;
+    for (const auto& [name, t] : all) out.emplace_back(name, t.to_vector<double>());
+    return out;
 }
 
 /// Matches a tensor's values against expected ones within 1e-6 relative / 1e-9 absolute.

@@ -90,21 +90,8 @@ void load_checkpoint(const std::string& path, RunState& s) {
                               h.eval_loss.size(), h.eval_seconds.size(), step));
 
     // Everything is checked before anything changes; a later refusal rolls the earlier loads back.
-    const NamedTensors model_before = detached(s.net->state_dict());
-    const NamedTensors optim_before = detached(s.optimizer->state_dict());
-    const Tensor data_before = s.data_gen.get_state(), default_before = get_rng_state();
-    try {
-        s.net->load_state_dict(take_prefixed(file.entries(), "model."));
-        s.optimizer->load_state_dict(take_prefixed(file.entries(), "optim."));
-        s.data_gen.set_state(file.find("rng.data"));
-        set_rng_state(file.find("rng.default"));
-    } catch (const std::exception& e) {
-        s.net->load_state_dict(model_before);
-        s.optimizer->load_state_dict(optim_before);
-        s.data_gen.set_state(data_before);
-        set_rng_state(default_before);
-        throw Error(fmt::format("load checkpoint '{}': {}", path, e.what()));
-    }
+    load_parts(file, {state_dict_part(*s.net, "model."), state_dict_part(*s.optimizer, "optim."),
+                      generator_part(s.data_gen, "rng.data"), default_generator_part("rng.default")});
     s.step = step;
     s.train_seconds = train_seconds;
     s.history = std::move(h);

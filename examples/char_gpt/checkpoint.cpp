@@ -86,24 +86,9 @@ void load_gpt_checkpoint(const std::string& path, GptState& s) {
                               h.eval_val.size(), step));
 
     // Everything is checked before anything changes; a later refusal rolls the earlier loads back.
-    const NamedTensors model_before = detached(s.model->state_dict());
-    const NamedTensors optim_before = detached(s.optimizer->state_dict());
-    const NamedTensors sched_before = s.schedule->state_dict();
-    const Tensor data_before = s.data_gen.get_state(), default_before = get_rng_state();
-    try {
-        s.model->load_state_dict(take_prefixed(file.entries(), "model."));
-        s.optimizer->load_state_dict(take_prefixed(file.entries(), "optim."));
-        s.schedule->load_state_dict(take_prefixed(file.entries(), "sched."));
-        s.data_gen.set_state(file.find("rng.data"));
-        set_rng_state(file.find("rng.default"));
-    } catch (const std::exception& e) {
-        s.model->load_state_dict(model_before);
-        s.optimizer->load_state_dict(optim_before);
-        s.schedule->load_state_dict(sched_before);
-        s.data_gen.set_state(data_before);
-        set_rng_state(default_before);
-        throw Error(fmt::format("load checkpoint '{}': {}", path, e.what()));
-    }
+    load_parts(file, {state_dict_part(*s.model, "model."), state_dict_part(*s.optimizer, "optim."),
+                      state_dict_part(*s.schedule, "sched."), generator_part(s.data_gen, "rng.data"),
+                      default_generator_part("rng.default")});
     s.step = step;
     s.history = std::move(h);
 }

@@ -85,4 +85,30 @@ std::string CheckpointFile::saved(const CheckpointSetting& s) const {
     return std::to_string(static_cast<std::uint64_t>(t.item<std::int64_t>()));
 }
 
+void load_parts(const CheckpointFile& file, const std::vector<CheckpointPart>& parts) {
+    // Every snapshot is taken before the first load, so a refusal can put back each part.
+    std::vector<std::function<void()>> restore;
+    restore.reserve(parts.size());
+    for (const CheckpointPart& part : parts) restore.push_back(part.snapshot());
+    try {
+        for (const CheckpointPart& part : parts) part.load(file);
+    } catch (const std::exception& e) {
+        for (const auto& put_back : restore) put_back();
+        // A refusal of the file's own (an entry missing) names the file already.
+        const std::string what = e.what();
+        if (what.rfind(fmt::format("load checkpoint '{}': ", file.path()), 0) == 0) throw;
+        file.fail(what);
+    }
+}
+
+CheckpointPart generator_part(Generator& generator, std::string name) {
+    return {[&generator] { return [&generator, before = generator.get_state()] { generator.set_state(before); }; },
+            [&generator, name = std::move(name)](const CheckpointFile& file) { generator.set_state(file.find(name)); }};
+}
+
+CheckpointPart default_generator_part(std::string name) {
+    return {[] { return [before = get_rng_state()] { set_rng_state(before); }; },
+            [name = std::move(name)](const CheckpointFile& file) { set_rng_state(file.find(name)); }};
+}
+
 }  // namespace xgrad::examples

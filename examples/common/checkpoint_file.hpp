@@ -1,19 +1,26 @@
 #pragma once
 /// Reading an example's checkpoint back: one .npz of named entries (config.*, trainer.step,
 /// rng.*, model.*, optim.*...), each lookup refused with the file and the entry named, and the
-/// settings that change a run's numbers compared with this run's. seq_train, char_gpt and
-/// bahdanau read theirs with it.
+/// settings that change a run's numbers compared with this run's; then the run's parts (model,
+/// optimizer, generators...) loaded all or none. seq_train, char_gpt and bahdanau read theirs
+/// with it.
 ///
 ///   const CheckpointFile file(path, "bahdanau");           // throws for a truncated or corrupt file
 ///   std::string changed;
 ///   for (const CheckpointSetting& s : settings) changed += changed_setting(s, file.saved(s));
 ///   refuse_changed_settings(path, changed, "the same flags");
 ///   const std::int64_t step = file.step("trainer.step", steps);
+///   load_parts(file, {state_dict_part(*model, "model."), state_dict_part(*optimizer, "optim."),
+///                     generator_part(data_gen, "rng.data"), default_generator_part("rng.default")});
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "common/prefixed.hpp"
 #include "core/io/npz.hpp"
+#include "core/random.hpp"
 
 namespace xgrad::examples {
 
@@ -72,5 +79,35 @@ private:
     std::string m_path, m_program;
     NamedTensors m_entries;
 };
+
+/// One part of a run's state that a checkpoint restores (a model, an optimizer, a generator...).
+struct CheckpointPart {
+    /// Copies the part's current state and returns what puts that copy back.
+    std::function<std::function<void()>()> snapshot;
+    /// Loads the part from the checkpoint; throws to refuse, leaving the part as it was.
+    std::function<void(const CheckpointFile&)> load;
+};
+
+/// Loads every part from `file`, all or none: each part's state is copied first, then the parts
+/// load in order, and if one refuses, every part is put back as it was, so nothing is left
+/// half-loaded (a model from the checkpoint beside the optimizer of the run). The refusal is
+/// rethrown as xgrad::Error "load checkpoint 'path': " and its message (as it came when it is
+/// the file's own, an entry missing, which says that already).
+void load_parts(const CheckpointFile& file, const std::vector<CheckpointPart>& parts);
+
+/// A part with state_dict() and load_state_dict() (a module, an optimizer, a schedule), under
+/// `prefix` in the checkpoint ("model."). Its snapshot copies the tensors: state_dict() aliases them.
+template <class Stateful>
+CheckpointPart state_dict_part(Stateful& part, std::string prefix) {
+    return {[&part] { return [&part, before = detached(part.state_dict())] { part.load_state_dict(before); }; },
+            [&part, prefix = std::move(prefix)](const CheckpointFile& file) {
+                part.load_state_dict(take_prefixed(file.entries(), prefix));
+            }};
+}
+
+/// The state of `generator`, in the entry `name` ("rng.data").
+CheckpointPart generator_part(Generator& generator, std::string name);
+/// The calling thread's default generator's state (get_rng_state), in the entry `name`.
+CheckpointPart default_generator_part(std::string name);
 
 }  // namespace xgrad::examples

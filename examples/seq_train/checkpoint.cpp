@@ -173,19 +173,8 @@ void load_checkpoint(const std::string& path, TrainState& s) {
 
     // Each load_state_dict checks everything before changing anything; if a later one throws,
     // the earlier ones are rolled back so the state stays as it was.
-    const NamedTensors model_before = detached(s.model->state_dict());
-    const NamedTensors optim_before = detached(s.optimizer->state_dict());
-    const NamedTensors sched_before = s.schedule->state_dict();  // numbers: new tensors already
-    try {
-        s.model->load_state_dict(take_prefixed(file.entries(), "model."));
-        s.optimizer->load_state_dict(take_prefixed(file.entries(), "optim."));
-        s.schedule->load_state_dict(take_prefixed(file.entries(), "sched."));
-    } catch (const std::exception& e) {
-        s.model->load_state_dict(model_before);
-        s.optimizer->load_state_dict(optim_before);
-        s.schedule->load_state_dict(sched_before);
-        throw Error(fmt::format("load checkpoint '{}': {}", path, e.what()));
-    }
+    load_parts(file, {state_dict_part(*s.model, "model."), state_dict_part(*s.optimizer, "optim."),
+                      state_dict_part(*s.schedule, "sched.")});
     s.step = step;
     s.history = std::move(h);
 }

@@ -26,13 +26,7 @@ namespace xgrad::test_programs {
 
 namespace fs = std::filesystem;
 
-// The entry called `name` of a checkpoint read with load_npz; fails the test without it.
-inline const Tensor& entry(const NamedTensors& all, const std::string& name) {
-    for (const auto& [n, t] : all)
-        if (n == name) return t;
-    FAIL("no entry " << name);
-    throw;
-}
+using test::entry;
 
 // An empty folder of its own for a test, under the temporary directory.
 inline std::string fresh_dir(const std::string& name) {

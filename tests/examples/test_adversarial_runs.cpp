@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/out_folder.hpp"
+#include "common/prefixed.hpp"
 #include "core/io/atomic_file.hpp"
 #include "core/io/npz.hpp"
 #include "helpers.hpp"
@@ -247,19 +248,24 @@ struct SavedRun {
     NamedTensors entries;
 };
 
+// `steps` training steps of `s`, the progress lines thrown away.
+void train_steps(TrainState& s, std::int64_t steps) {
+    const Batch held = held_out_set(s.config.task, 10, 1);
+    const std::unique_ptr<std::FILE, int (*)(std::FILE*)> sink(std::tmpfile(), &std::fclose);
+    Progress progress(s.config.steps, 1, sink.get());
+    Replicas one;
+    LoopOptions o;
+    o.stop_after = steps;
+    train(s, one, held, progress, o);
+}
+
 SavedRun saved_run(const std::string& name) {
     SavedRun r;
     r.dir = fresh_dir(name);
     r.path = r.dir + "/checkpoint.npz";
     r.config = tiny_config(10);
     TrainState s(r.config);
-    const Batch held = held_out_set(r.config.task, 10, 1);
-    const std::unique_ptr<std::FILE, int (*)(std::FILE*)> sink(std::tmpfile(), &std::fclose);
-    Progress progress(r.config.steps, 1, sink.get());
-    Replicas one;
-    LoopOptions o;
-    o.stop_after = 4;
-    train(s, one, held, progress, o);
+    train_steps(s, 4);
     save_checkpoint(r.path, s);
     r.entries = load_npz(r.path);
     return r;
@@ -317,6 +323,26 @@ TEST_CASE("checkpoint: an entry of the wrong shape is refused naming the file an
     // And the untouched checkpoint still loads.
     CHECK_NOTHROW(load_checkpoint(r.path, fresh));
     CHECK(fresh.step == 4);
+    fs::remove_all(r.dir);
+}
+
+TEST_CASE("checkpoint: a schedule refused after the model and optimizer loaded puts both back as they were",
+          "[runs]") {
+    const SavedRun r = saved_run("rollback");
+    TrainState fresh(r.config);
+    train_steps(fresh, 1);  // Adam with moments of its own, unlike the checkpoint's
+    using test::state_values;
+    const auto model = state_values(fresh.model->state_dict()), optimizer = state_values(fresh.optimizer->state_dict()),
+               schedule = state_values(fresh.schedule->state_dict());
+    REQUIRE(state_values(take_prefixed(r.entries, "model.")) != model);
+    REQUIRE(state_values(take_prefixed(r.entries, "optim.")) != optimizer);
+    // The schedule loads last; one base lr too many for the optimizer's one group is refused.
+    const std::string path = with_entry(r, "sched.base_lr", zeros({3}, kFloat64), "sched.npz");
+    CHECK_THROWS_WITH(load_checkpoint(path, fresh), Catch::Contains("sched.npz"));
+    CHECK(state_values(fresh.model->state_dict()) == model);
+    CHECK(state_values(fresh.optimizer->state_dict()) == optimizer);  // its lr too, which the schedule sets
+    CHECK(state_values(fresh.schedule->state_dict()) == schedule);
+    CHECK(fresh.step == 1);
     fs::remove_all(r.dir);
 }
 

@@ -51,9 +51,7 @@ std::vector<std::pair<std::string, Make>> stateful_optimizers() {
 
 // Every state_dict entry's values, to compare a state before and after a refused call.
 std::vector<std::pair<std::string, std::vector<double>>> snapshot(const Optimizer& opt) {
-    std::vector<std::pair<std::string, std::vector<double>>> out;
-    for (const auto& [k, t] : opt.state_dict()) out.emplace_back(k, vals(t));
-    return out;
+    return state_values(opt.state_dict());
 }
 
 }  // namespace

@@ -9,15 +9,6 @@ using namespace xgrad;
 using namespace xgrad::optim;
 using namespace xgrad::test;
 
-namespace {
-Tensor entry(const NamedTensors& state, const std::string& key) {
-    for (const auto& [k, t] : state)
-        if (k == key) return t;
-    FAIL("no entry " << key);
-    return {};
-}
-}  // namespace
-
 TEST_CASE("Optimizer::parameters() are the parameters themselves", "[optim][alias]") {
     Tensor w = tensor({1.0, 2.0}, kFloat64).requires_grad_();
     SGD opt({w}, SGDOptions(0.1));

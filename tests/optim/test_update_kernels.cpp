@@ -59,13 +59,6 @@ template <class T> void require_same_bits(const Tensor& got, const std::vector<T
     }
 }
 
-Tensor entry(const NamedTensors& state, const std::string& key) {
-    for (const auto& [k, t] : state)
-        if (k == key) return t;
-    FAIL("no state entry " << key);
-    return Tensor();
-}
-
 // Adam's update as adam.hpp writes it, one element at a time, the scalars worked out in double
 // then used in T (as torch does).
 template <class T> struct AdamReference {
