@@ -5,6 +5,9 @@
 #include "core/ops_util.hpp"
 #include "core/runtime/kernel_loops.hpp"
 
+#include <cstdint>
+#include <type_traits>
+
 namespace xgrad {
 
 namespace {
@@ -34,6 +37,21 @@ plan_operands(const std::vector<const Shape*>& shapes, const Shape& out) {
     return std::nullopt;
 }
 
+// m ? u : v as a blend of their bits under a mask made from m (0 or 1): GCC keeps `m ? u : v`
+// on a bool loaded as a byte as a branch per element, this form it vectorises. The same value
+// either way: one operand's bits, untouched.
+template <class T> T select_bits(std::uint8_t m, T u, T v) {
+    if constexpr (std::is_arithmetic_v<T> && (sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8)) {
+        using U = std::conditional_t<sizeof(T) == 1, std::uint8_t,
+                                     std::conditional_t<sizeof(T) == 2, std::uint16_t,
+                                                        std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>>;
+        const U mask = static_cast<U>(U(0) - static_cast<U>(m));
+        return __builtin_bit_cast(T, static_cast<U>((__builtin_bit_cast(U, u) & mask) | (__builtin_bit_cast(U, v) & ~mask)));
+    } else {
+        return m ? u : v;
+    }
+}
+
 // y[r, c] = m[r, c] ? a[r, c] : b[r, c] over the (rows, cols) split, each read by its Steps:
 // a plain loop on the pool, the column steps (0 or 1) constants so that it vectorises.
 template <class T>
@@ -44,13 +62,18 @@ void select_loop(std::size_t rows, std::size_t cols, const bool* m, Steps sm, co
             std::size_t r = begin / cols, c0 = begin % cols;
             for (std::size_t i = begin; i < end; ++r, c0 = 0) {
                 const std::size_t c1 = std::min(cols, c0 + (end - i));
-                const bool* pm = m + r * sm.row;
+                // the mask's bytes (0 or 1) as integers: GCC vectorises no widening of a bool
+                const std::uint8_t* pm = reinterpret_cast<const std::uint8_t*>(m + r * sm.row);
                 const T* pa = a + r * sa.row;
                 const T* pb = b + r * sb.row;
                 T* py = y + r * cols;
+                // an operand read with step 0 as a local, not reloaded per element: the store
+                // to y might alias it as far as the compiler knows, which stops vectorisation
+                const std::uint8_t m0 = pm[0];
+                const T a0 = pa[0], b0 = pb[0];
                 for (std::size_t c = c0; c < c1; ++c) {
-                    const T u = pa[c * ca], v = pb[c * cb];  // both read, so the loop has no branch
-                    py[c] = pm[c * cm] ? u : v;
+                    const T u = ca ? pa[c] : a0, v = cb ? pb[c] : b0;  // both read: no branch
+                    py[c] = select_bits(cm ? pm[c] : m0, u, v);
                 }
                 i += c1 - c0;
             }

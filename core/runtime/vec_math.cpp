@@ -57,18 +57,23 @@ inline __attribute__((always_inline)) float exp_row(const float* x, float m, flo
 // erf(x) within 2 ulp of std::erf: x + x·P(x²) for |x| < 1 (x·(1 + P) a fitted degree-6
 // polynomial in x² with the constant 2/√π, relative error 1.3e-9 before rounding), else sign(x)·(1 − e^(−x²)·Q(t)) with t = 1/(1 + |x|/2)
 // and Q a fitted degree-7 polynomial (erfc(x)·e^(x²) to 3.3e-10 relative on [1, 3.95]); beyond
-// that e^(−x²)·Q rounds away against 1. Both branches computed, one kept: no branch per element.
-inline __attribute__((always_inline)) float erf_any(float x) {
-    const float a = std::fabs(x), u = x * x;
-    float p = 7.898743934e-05f;
+// that e^(−x²)·Q rounds away against 1. F is a float or a block of lanes (below); `exp` is
+// e^t for t ≤ 0 (exp_kernel::any, or what gives its bits).
+template <class F> inline __attribute__((always_inline)) F erf_near(F x) {
+    const F u = x * x;
+    F p = F{} + 7.898743934e-05f;
     p = p * u + -8.024831186e-04f;
     p = p * u + 5.190163385e-03f;
     p = p * u + -2.685491554e-02f;
     p = p * u + 1.128361747e-01f;
     p = p * u + -3.761262894e-01f;
     p = p * u + 1.283791661e-01f;  // 2/√π − 1: x + x·p keeps the leading term exact
-    const float t = 1.0f / (1.0f + 0.5f * a);
-    float q = 1.193305627e-01f;
+    return x + x * p;
+}
+// 1 − e^(−x²)·Q(t), erf(|x|) for |x| ≥ 1
+template <class F, class Exp> inline __attribute__((always_inline)) F erfc_far(F x, F a, Exp exp) {
+    const F t = 1.0f / (1.0f + 0.5f * a);
+    F q = F{} + 1.193305627e-01f;
     q = q * t + -4.712586999e-01f;
     q = q * t + 5.635287166e-01f;
     q = q * t + -1.039562300e-01f;
@@ -76,8 +81,13 @@ inline __attribute__((always_inline)) float erf_any(float x) {
     q = q * t + 2.596071064e-01f;
     q = q * t + 2.849274576e-01f;
     q = q * t + -1.553134935e-04f;
-    const float tail = 1.0f - exp_kernel::any(-u) * q;
-    return a < 1.0f ? x + x * p : std::copysign(tail, x);
+    return 1.0f - exp(-(x * x)) * q;
+}
+// Both branches computed, one kept: no branch per element.
+inline __attribute__((always_inline)) float erf_any(float x) {
+    const float a = std::fabs(x);
+    const float tail = erfc_far(x, a, [](float t) { return exp_kernel::any(t); });
+    return a < 1.0f ? erf_near(x) : std::copysign(tail, x);
 }
 
 // tanh as Cephes' tanhf: its odd polynomial below |x| = 0.625 (no cancellation near 0),
@@ -94,6 +104,80 @@ inline __attribute__((always_inline)) float tanh_any(float x) {
 // One NaN for every NaN result, whichever operand's NaN an operation kept on this level.
 inline __attribute__((always_inline)) float one_nan(float v) {
     return v == v ? v : std::numeric_limits<float>::quiet_NaN();
+}
+
+// --- blocks of eight lanes as GCC vectors (one AVX2 vector, two SSE2 ones), for kernels that
+// skip work a whole block does not need: per lane the same operations as the float forms
+// above, so the same bits; only what is skipped differs.
+using Lanes = float __attribute__((vector_size(32)));
+using LaneMask = std::int32_t __attribute__((vector_size(32)));
+constexpr std::size_t kLanes = sizeof(Lanes) / sizeof(float);
+
+inline __attribute__((always_inline)) Lanes load_lanes(const float* p) {
+    Lanes v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+
+inline __attribute__((always_inline)) void store_lanes(float* p, Lanes v) { std::memcpy(p, &v, sizeof v); }
+
+// Whether every lane of a comparison's mask is set.
+inline __attribute__((always_inline)) bool all_lanes(LaneMask m) {
+    std::uint64_t w[4];
+    std::memcpy(w, &m, sizeof w);
+    return ((w[0] & w[1]) & (w[2] & w[3])) == ~std::uint64_t{0};
+}
+
+inline __attribute__((always_inline)) Lanes abs_lanes(Lanes x) {
+    return __builtin_bit_cast(Lanes, __builtin_bit_cast(LaneMask, x) & 0x7fffffff);
+}
+
+// std::copysign per lane
+inline __attribute__((always_inline)) Lanes copysign_lanes(Lanes mag, Lanes sign) {
+    const LaneMask m = __builtin_bit_cast(LaneMask, mag) & 0x7fffffff,
+                   s = __builtin_bit_cast(LaneMask, sign) & static_cast<std::int32_t>(0x80000000u);
+    return __builtin_bit_cast(Lanes, m | s);
+}
+
+inline __attribute__((always_inline)) Lanes one_nan_lanes(Lanes v) {
+    return v == v ? v : Lanes{} + std::numeric_limits<float>::quiet_NaN();
+}
+
+// exp_kernel::any(t) for t ≤ 0, in its plain form when every lane's result is normal
+inline __attribute__((always_inline)) Lanes exp_nonpositive(Lanes t) {
+    return all_lanes(t >= -80.0f) ? exp_kernel::normal(t) : exp_kernel::any(t);
+}
+
+// erf_any per lane, the far branch only for a block with a lane (or a NaN) at |x| ≥ 1: most
+// of a GELU's inputs are near 0, and the far branch is three quarters of the work.
+inline __attribute__((always_inline)) Lanes erf_lanes(Lanes x) {
+    const Lanes a = abs_lanes(x);
+    const LaneMask near = a < 1.0f;
+    const Lanes e = erf_near(x);
+    if (all_lanes(near)) return e;
+    return near ? e : copysign_lanes(erfc_far(x, a, [](Lanes t) { return exp_nonpositive(t); }), x);
+}
+
+constexpr float kSqrtHalf = 0.707106781186547524f, kInvSqrt2Pi = 0.398942280401432678f;
+
+inline __attribute__((always_inline)) Lanes gelu_lanes(Lanes x) {
+    return one_nan_lanes(0.5f * x * (1.0f + erf_lanes(x * kSqrtHalf)));
+}
+
+inline __attribute__((always_inline)) Lanes gelu_backward_lanes(Lanes g, Lanes v) {
+    const Lanes cdf = 0.5f * (1.0f + erf_lanes(v * kSqrtHalf));
+    const Lanes pdf = exp_nonpositive(-0.5f * v * v) * kInvSqrt2Pi;
+    return one_nan_lanes(g * (cdf + v * pdf));
+}
+
+// out[0, n) = f(in[0, n)...) for n < kLanes, through blocks padded with zeros
+template <std::size_t N, class F> inline __attribute__((always_inline)) void partial_block(std::size_t n, const float* const (&in)[N], float* out, F f) {
+    float pad[N][kLanes] = {}, res[kLanes];
+    for (std::size_t k = 0; k < N; ++k)
+        for (std::size_t l = 0; l < n; ++l) pad[k][l] = in[k][l];
+    if constexpr (N == 1) store_lanes(res, f(load_lanes(pad[0])));
+    else store_lanes(res, f(load_lanes(pad[0]), load_lanes(pad[1])));
+    for (std::size_t l = 0; l < n; ++l) out[l] = res[l];
 }
 
 }  // namespace
@@ -124,21 +208,17 @@ void sigmoid(const float* x, float* y, std::size_t n) {
 
 void gelu(const float* x, float* y, std::size_t n) {
     simd_dispatch([&]() XGRAD_SIMD_BODY {
-        for (std::size_t i = 0; i < n; ++i) {
-            const float v = x[i];
-            y[i] = one_nan(0.5f * v * (1.0f + erf_any(v * 0.707106781186547524f)));
-        }
+        std::size_t i = 0;
+        for (; i + kLanes <= n; i += kLanes) store_lanes(y + i, gelu_lanes(load_lanes(x + i)));
+        if (i < n) partial_block(n - i, {x + i}, y + i, [](Lanes v) { return gelu_lanes(v); });
     });
 }
 
 void gelu_backward(const float* g, const float* x, float* d, std::size_t n) {
     simd_dispatch([&]() XGRAD_SIMD_BODY {
-        for (std::size_t i = 0; i < n; ++i) {
-            const float v = x[i];
-            const float cdf = 0.5f * (1.0f + erf_any(v * 0.707106781186547524f));
-            const float pdf = exp_kernel::any(-0.5f * v * v) * 0.398942280401432678f;
-            d[i] = one_nan(g[i] * (cdf + v * pdf));
-        }
+        std::size_t i = 0;
+        for (; i + kLanes <= n; i += kLanes) store_lanes(d + i, gelu_backward_lanes(load_lanes(g + i), load_lanes(x + i)));
+        if (i < n) partial_block(n - i, {g + i, x + i}, d + i, [](Lanes gv, Lanes v) { return gelu_backward_lanes(gv, v); });
     });
 }
 

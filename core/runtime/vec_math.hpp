@@ -41,7 +41,8 @@ void softmax_grad(const float* y, const float* g, float* d, std::size_t n, std::
 /// - tanh: Cephes' tanhf (its polynomial below |x| = 0.625, 1 − 2/(e^{2|x|} + 1) above).
 /// - sigmoid: 1/(1 + e^(−x)) with exp above.
 /// - gelu: ½x(1 + erf(x/√2)), the erf above; gelu_backward: g·(Φ(x) + x·φ(x)) in the order
-///   ops_elementwise's double path computes it.
+///   ops_elementwise's double path computes it. Both run blocks of eight values and skip erf's
+///   far branch (|x|/√2 ≥ 1) in a block that has no such value: the same bits either way.
 /// Each compiled for every SIMD level with the same bits (simd_dispatch.hpp); a NaN result is
 /// always the same quiet NaN. Callers split long arrays over the pool: the result of each
 /// element depends on that element only.

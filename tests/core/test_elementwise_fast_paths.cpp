@@ -2,7 +2,9 @@
 // and gelu on the SIMD kernels, masked_fill and where over broadcast masks, pow's squares and
 // cubes as products, and dropout's mask in one pass; each against the generic form it replaces.
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "core/creation.hpp"
 #include "core/ops.hpp"
@@ -110,4 +112,68 @@ TEST_CASE("dropout_mask is cast(ge(rand, p)) · 1/(1 − p) from the same draws"
     Generator g(1);
     CHECK_THROWS_WITH(dropout_mask({3}, 1.0, kFloat32, g), Catch::Contains("dropout_mask: p must be in [0, 1)"));
     CHECK_THROWS_WITH(dropout_mask({3}, 0.5, kBFloat16, g), Catch::Contains("dropout_mask: expected dtype float32 or float64"));
+}
+
+namespace {
+
+// Whether got[k] is want[k] bit for bit (NaN payloads and the sign of zero included).
+template <class T> bool same_bits(const T& got, const T& want) {
+    if constexpr (std::is_floating_point_v<T>) return std::memcmp(&got, &want, sizeof(T)) == 0;
+    else return got == want;
+}
+
+// where(mask, x, y) against the element picked, x and y of dtype T, each full or 0-d.
+template <class T> void check_where_bits(const Tensor& mask, const Tensor& x, const Tensor& y, const Shape& shape) {
+    const std::vector<T> got = where(mask, x, y).template to_vector<T>();
+    const std::vector<T> xs = x.expand(shape).template to_vector<T>();
+    const std::vector<T> ys = y.expand(shape).template to_vector<T>();
+    const std::vector<bool> ms = mask.expand(shape).template to_vector<bool>();
+    REQUIRE(got.size() == xs.size());
+    for (std::size_t k = 0; k < got.size(); ++k) {
+        INFO("element " << k);
+        CHECK(same_bits<T>(got[k], ms[k] ? xs[k] : ys[k]));
+    }
+}
+
+}  // namespace
+
+TEST_CASE("where and masked_fill keep each operand's bits, every dtype, mask and operands full or broadcast", "[ops][where]") {
+    // (3, 37): rows of a length that is no multiple of a vector; -0.0, NaN, infinities and
+    // int64's extremes among the values
+    const std::size_t rows = 3, cols = 37;
+    const Shape shape{rows, cols};
+    std::vector<double> va(rows * cols), vb(rows * cols);
+    for (std::size_t i = 0; i < va.size(); ++i) va[i] = static_cast<double>(i) - 50.5, vb[i] = 1000.0 + static_cast<double>(i);
+    va[3] = -0.0, va[4] = std::numeric_limits<double>::quiet_NaN(), va[5] = -std::numeric_limits<double>::infinity();
+    vb[6] = -0.0, vb[7] = std::numeric_limits<double>::infinity();
+    const Tensor full_mask = test::bool_tensor(shape, [](std::size_t k) { return (k * 7) % 3 == 0; });
+    const Tensor row_mask = test::bool_tensor({cols}, [](std::size_t k) { return k % 2 == 0; });
+    const Tensor a64 = from_vector(va, {static_cast<long>(rows), static_cast<long>(cols)}, kFloat64);
+    const Tensor b64 = from_vector(vb, {static_cast<long>(rows), static_cast<long>(cols)}, kFloat64);
+    const Tensor big = full({static_cast<long>(rows), static_cast<long>(cols)}, 9.2e18, kInt64);
+    const Tensor small = full({static_cast<long>(rows), static_cast<long>(cols)}, -9.2e18, kInt64);
+    for (Dtype d : {kFloat32, kFloat64, kInt64, kBool}) {
+        Tensor a, b;
+        if (d == kBool) a = gt(a64, 0.0), b = gt(b64, 1020.0);
+        else if (d == kInt64) {
+            const Tensor count = arange(static_cast<double>(rows * cols), kInt64).reshape({static_cast<long>(rows), static_cast<long>(cols)});
+            a = where(gt(count, 60.0), big, sub(count, Scalar(std::int64_t{50}))), b = where(gt(count, 90.0), small, add(count, Scalar(std::int64_t{1000})));
+        }
+        else a = cast(a64, d), b = cast(b64, d);
+        const Tensor s = a.narrow(0, 1, 1).narrow(1, 2, 1).reshape({});  // a 0-d operand
+        for (const Tensor& mask : {full_mask, row_mask})
+            for (int form = 0; form < 3; ++form) {
+                INFO(dtype_name(d) << ", form " << form << ", mask of " << mask.dim() << " axes");
+                const Tensor& x = form == 1 ? s : a;
+                const Tensor& y = form == 2 ? s : b;
+                if (d == kFloat32) check_where_bits<float>(mask, x, y, shape);
+                if (d == kFloat64) check_where_bits<double>(mask, x, y, shape);
+                if (d == kInt64) check_where_bits<std::int64_t>(mask, x, y, shape);
+                if (d == kBool) check_where_bits<bool>(mask, x, y, shape);
+            }
+    }
+    // masked_fill: the fill where the mask is set, a's bits elsewhere
+    const Tensor a = cast(a64, kFloat32);
+    const std::vector<float> out = masked_fill(a, row_mask, 7.0).to_vector<float>(), in = a.to_vector<float>();
+    for (std::size_t k = 0; k < out.size(); ++k) CHECK(same_bits<float>(out[k], (k % cols) % 2 == 0 ? 7.0f : in[k]));
 }
