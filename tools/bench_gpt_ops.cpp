@@ -12,7 +12,8 @@
 // gelu; tanh: nanoGPT's new_gelu written from pow, tanh, mul and add); a final LayerNorm and
 // logits against the token embedding (weight tying, x·Wᵀ); cross_entropy over (B·T, V); AdamW
 // with decay (the 2-D weights) and no-decay groups; clip_grad_norm at 1. Batches are random
-// tokens. A step runs from zero_grad to the optimizer step, the loss read included.
+// tokens. A step runs from zero_grad to the optimizer step, the loss read included. One more
+// step counts its products, replayed afterwards as bare gemm calls (tools/product_replay.hpp).
 // tools/bench_gpt_ops_torch.py is its PyTorch twin; tools/bench runs both.
 #include <time.h>
 
@@ -33,6 +34,7 @@
 #include "core/runtime/parallel.hpp"
 #include "optim/adam.hpp"
 #include "optim/clip_grad.hpp"
+#include "tools/product_replay.hpp"
 
 using namespace xgrad;
 
@@ -193,11 +195,8 @@ int main(int argc, char** argv) {
 
     std::vector<double> ms, cpu;
     double loss_value = 0;
-    for (long i = 0; i < warmup + steps; ++i) {
-        const Tensor x = randint(0, s.vocab, {s.batch, s.block});
-        const Tensor y = randint(0, s.vocab, {s.batch, s.block});
-        const auto t0 = std::chrono::steady_clock::now();
-        const double c0 = process_cpu_ms();
+    const auto batch = [&] { return randint(0, s.vocab, {s.batch, s.block}); };
+    const auto step = [&](const Tensor& x, const Tensor& y) {
         opt.zero_grad();
         const Tensor logits = model.forward(x);
         const Tensor loss = cross_entropy(logits.reshape({-1, s.vocab}), y.reshape({-1}));
@@ -205,19 +204,36 @@ int main(int argc, char** argv) {
         optim::clip_grad_norm(model.parameters(), 1.0);
         opt.step();
         loss_value = loss.item<float>();
+    };
+    for (long i = 0; i < warmup + steps; ++i) {
+        const Tensor x = batch(), y = batch();
+        const auto t0 = std::chrono::steady_clock::now();
+        const double c0 = process_cpu_ms();
+        step(x, y);
         const auto t1 = std::chrono::steady_clock::now();
         if (i >= warmup) {
             ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
             cpu.push_back(process_cpu_ms() - c0);
         }
     }
+    // One more step, counting its products, which are then replayed bare: the floor under any
+    // step that runs them on this BLAS (the bound beside the twin's time).
+    const Tensor x = batch(), y = batch();
+    blas_count(true);
+    step(x, y);
+    blas_count(false);
+    const std::vector<BlasProduct> products = blas_counted();
+    double in_gemm_s = 0;
+    for (const auto& p : products) in_gemm_s += p.seconds;
+    const double gflop = bench::flops(products) / 1e9, bare_ms = bench::replay_seconds(products, 0.5) * 1e3;
     const double median = median_of(ms), cpu_median = median_of(cpu);
     const double mean = std::accumulate(ms.begin(), ms.end(), 0.0) / static_cast<double>(ms.size());
     const BlasInfo blas = blas_info();
     std::printf("bench_gpt_ops: B=%ld T=%ld d=%ld heads=%ld layers=%ld vocab=%ld dropout=%g gelu=%s threads=%zu: "
-                "median %.2f ms (CPU %.2f), mean %.2f ms per step over %ld (loss %.4f)\n",
+                "median %.2f ms (CPU %.2f), mean %.2f ms per step over %ld (loss %.4f); its products: %.3f GFLOP, "
+                "%.2f ms in the step, %.2f ms replayed bare\n",
                 s.batch, s.block, s.d, s.heads, s.layers, s.vocab, s.dropout, s.tanh_gelu ? "tanh" : "erf",
-                num_threads(), median, cpu_median, mean, steps, loss_value);
+                num_threads(), median, cpu_median, mean, steps, loss_value, gflop, in_gemm_s * 1e3, bare_ms);
     if (!json.empty()) {
         FILE* f = std::fopen(json.c_str(), "w");
         if (!f) {
@@ -226,8 +242,10 @@ int main(int argc, char** argv) {
         }
         std::fprintf(f,
                      "{\"framework\": \"xgrad\", \"threads\": %zu, \"blas_core\": \"%s\", \"gelu\": \"%s\", "
-                     "\"median_ms\": %.4f, \"cpu_ms\": %.4f, \"mean_ms\": %.4f, \"steps\": %ld, \"loss\": %.6f}\n",
-                     num_threads(), blas.core.c_str(), s.tanh_gelu ? "tanh" : "erf", median, cpu_median, mean, steps, loss_value);
+                     "\"median_ms\": %.4f, \"cpu_ms\": %.4f, \"mean_ms\": %.4f, \"steps\": %ld, \"loss\": %.6f, "
+                     "\"gflop_per_step\": %.4f, \"gemm_ms_per_step\": %.4f, \"bare_gemm_ms_per_step\": %.4f}\n",
+                     num_threads(), blas.core.c_str(), s.tanh_gelu ? "tanh" : "erf", median, cpu_median, mean, steps, loss_value,
+                     gflop, in_gemm_s * 1e3, bare_ms);
         std::fclose(f);
     }
     return 0;

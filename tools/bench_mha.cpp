@@ -39,6 +39,7 @@
 #include "core/runtime/simd.hpp"
 #include "nn/loss.hpp"
 #include "optim/adam.hpp"
+#include "tools/product_replay.hpp"
 
 using namespace xgrad;
 
@@ -110,22 +111,6 @@ double peak_rss_mb() {
     return static_cast<double>(u.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
 }
 
-double flops(const BlasProduct& p) { return 2.0 * p.m * p.n * p.k * p.calls; }
-
-// The counted products replayed back to back on contiguous float buffers, best of a few
-// rounds over ~`seconds`: seconds per replay of the whole list.
-double replay_seconds(const std::vector<BlasProduct>& products, double seconds) {
-    std::size_t biggest = 1;
-    for (const auto& p : products) biggest = std::max({biggest, p.m * p.k, p.k * p.n, p.m * p.n});
-    std::vector<float> a(biggest, 0.5f), b(biggest, 0.25f), c(biggest, 0.0f);
-    auto once = [&] {
-        for (const auto& p : products)
-            for (std::uint64_t i = 0; i < p.calls; ++i)
-                blas::gemm<float>(p.trans_a, p.trans_b, p.m, p.n, p.k, 1.0f, a.data(), p.trans_a ? p.m : p.k,
-                                  b.data(), p.trans_b ? p.k : p.n, 0.0f, c.data(), p.n);
-    };
-    return median(time_steps(once, seconds).ms) / 1e3;
-}
 
 struct Result {
     std::string config;
@@ -179,16 +164,14 @@ Result run(const Config& c, double seconds) {
     train_step();
     blas_count(false);
     const auto products = blas_counted();
-    double f = 0, s = 0;
-    for (const auto& p : products) {
-        f += flops(p);
-        s += p.seconds;
-    }
+    const double f = bench::flops(products);
+    double s = 0;
+    for (const auto& p : products) s += p.seconds;
     r.gflop_per_step = f / 1e9;
     r.gemm_ms_per_step = s * 1e3;
     r.in_gemm_gflops = s > 0 ? f / s / 1e9 : 0;
     r.step_gflops = f / (r.train_ms / 1e3) / 1e9;
-    r.raw_gflops = f / replay_seconds(products, std::min(seconds, 1.0)) / 1e9;
+    r.raw_gflops = f / bench::replay_seconds(products, std::min(seconds, 1.0)) / 1e9;
     return r;
 }
 
