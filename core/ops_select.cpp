@@ -37,15 +37,17 @@ plan_operands(const std::vector<const Shape*>& shapes, const Shape& out) {
     return std::nullopt;
 }
 
-// m ? u : v as a blend of their bits under a mask made from m (0 or 1): GCC keeps `m ? u : v`
-// on a bool loaded as a byte as a branch per element, this form it vectorises. The same value
-// either way: one operand's bits, untouched.
+// m ? u : v as a blend of their bits under a mask made from m: GCC keeps `m ? u : v` on a bool
+// loaded as a byte as a branch per element, this form it vectorises. The same value either way:
+// one operand's bits, untouched. Any byte but 0 selects u, as numpy and load_npz read a bool: a
+// mask whose bytes were written raw (a C array of 0/255 flags copied through data_ptr) must not
+// blend the two operands' bits.
 template <class T> T select_bits(std::uint8_t m, T u, T v) {
     if constexpr (std::is_arithmetic_v<T> && (sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8)) {
         using U = std::conditional_t<sizeof(T) == 1, std::uint8_t,
                                      std::conditional_t<sizeof(T) == 2, std::uint16_t,
                                                         std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>>;
-        const U mask = static_cast<U>(U(0) - static_cast<U>(m));
+        const U mask = static_cast<U>(U(0) - static_cast<U>(m != 0));
         return __builtin_bit_cast(T, static_cast<U>((__builtin_bit_cast(U, u) & mask) | (__builtin_bit_cast(U, v) & ~mask)));
     } else {
         return m ? u : v;
@@ -62,7 +64,7 @@ void select_loop(std::size_t rows, std::size_t cols, const bool* m, Steps sm, co
             std::size_t r = begin / cols, c0 = begin % cols;
             for (std::size_t i = begin; i < end; ++r, c0 = 0) {
                 const std::size_t c1 = std::min(cols, c0 + (end - i));
-                // the mask's bytes (0 or 1) as integers: GCC vectorises no widening of a bool
+                // the mask's bytes as integers: GCC vectorises no widening of a bool
                 const std::uint8_t* pm = reinterpret_cast<const std::uint8_t*>(m + r * sm.row);
                 const T* pa = a + r * sa.row;
                 const T* pb = b + r * sb.row;
