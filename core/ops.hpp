@@ -23,6 +23,10 @@ Tensor div(const Tensor& a, const Tensor& b);
 Tensor neg(const Tensor& a);
 /// a^p for a scalar p. d/da = p·a^(p-1).
 Tensor pow(const Tensor& a, double p);
+/// base^exponent elementwise, a number raised to a floating tensor (torch.pow(10000, x), as
+/// d2l's PositionalEncoding writes it). Gradient to the exponent: g·(y·ln base), 0 where base
+/// is 0 and the exponent ≥ 0 (torch's pow_backward_exponent).
+Tensor pow(double base, const Tensor& exponent);
 Tensor exp(const Tensor& a);
 Tensor log(const Tensor& a);
 Tensor sqrt(const Tensor& a);
@@ -331,6 +335,9 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction =
 /// Each element repeated `repeats` times along axis (torch.repeat_interleave; any dtype):
 /// [3, 2] with repeats 2 → [3, 3, 2, 2]. Backward sums each group of repeats.
 Tensor repeat_interleave(const Tensor& a, std::size_t repeats, long axis);
+/// Without an axis, the elements of a flattened (torch's repeat_interleave(x, r) with dim=None):
+/// [[1, 2], [3, 4]] with repeats 2 → [1, 1, 2, 2, 3, 3, 4, 4], 1-D.
+Tensor repeat_interleave(const Tensor& a, std::size_t repeats);
 /// Rows of a along axis picked by an int64 index tensor of any shape; the result's `axis` is
 /// replaced by the index's shape, as numpy.take (embedding lookup: index_select(weight (V, D),
 /// 0, ids (B, T)) → (B, T, D)). Indices must lie in [0, size); negative ones throw.

@@ -38,6 +38,10 @@ void check_indices(const char* op, const xt::xarray<std::int64_t>& index, std::s
 
 }  // namespace
 
+Tensor repeat_interleave(const Tensor& a, std::size_t repeats) {
+    return as_call("repeat_interleave", [&] { return repeat_interleave(a.reshape({-1}), repeats, 0); });
+}
+
 Tensor repeat_interleave(const Tensor& a, std::size_t repeats, long axis) {
     const Shape& in = a.shape();
     const std::size_t ax = normalize_axis("repeat_interleave", axis, in);

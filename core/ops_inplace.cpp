@@ -170,7 +170,7 @@ const Tensor& Tensor::div_(Scalar other) const {
 
 const Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) const {
     return in_place("masked_fill_", *this, {mask}, true, [value](const Tensor& a, const std::vector<Tensor>& o) {
-        return masked_fill("masked_fill_", a, o[0], value);
+        return xgrad::masked_fill("masked_fill_", a, o[0], value);
     });
 }
 

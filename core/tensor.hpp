@@ -243,6 +243,18 @@ public:
     /// The sub-tensor at index along axis, that axis removed (torch's select; a copy).
     Tensor select(long axis, long index) const;
     Tensor transpose(long a, long b) const;
+    /// Pieces along axis (torch's x.split(3, dim), x.split([2, 5], dim), x.chunk(2, dim)): see
+    /// split and chunk in ops.hpp.
+    std::vector<Tensor> split(long split_size, long axis = 0) const;
+    std::vector<Tensor> split(const IntList& sizes, long axis = 0) const;
+    std::vector<Tensor> chunk(long chunks, long axis = 0) const;
+    /// A copy with `value` where mask is true (torch's x.masked_fill(mask, v); masked_fill in
+    /// ops.hpp). masked_fill_ below writes into this tensor instead.
+    Tensor masked_fill(const Tensor& mask, double value) const;
+    /// This tensor itself, an alias, as torch's contiguous() of a contiguous tensor: every xgrad
+    /// tensor is contiguous (an op's result owns a row-major array), so a ported
+    /// `y.transpose(1, 2).contiguous().view(B, T, C)` reads as in torch.
+    Tensor contiguous() const { return *this; }
     Tensor unsqueeze(long axis) const;
     Tensor squeeze(long axis) const;
     Tensor sum() const;

@@ -101,8 +101,12 @@ public:
     const Tensor& parameter(const std::string& name) const;
     /// Replaces the handle registered under a dotted name with `value` (same shape and dtype).
     /// The module computes with `value` from then on; an optimizer built earlier still holds
-    /// the old handle. For functional calls (gradient checks w.r.t. parameters); to change
-    /// values while keeping handles, use load_state_dict.
+    /// the old handle. For functional calls (gradient checks w.r.t. parameters) and for tying
+    /// weights, as torch's `self.transformer.wte.weight = self.lm_head.weight`:
+    /// `set_parameter("transformer.wte.weight", lm_head->weight())` (then both modules compute
+    /// with one tensor, which gets both gradients, named_parameters() lists it once under its
+    /// first name and state_dict() under both, as torch's). To change values while keeping
+    /// handles, use load_state_dict.
     void set_parameter(const std::string& dotted_name, const Tensor& value);
 
     // --- modes ----------------------------------------------------------------------------

@@ -40,9 +40,16 @@ Tensor sizes_mixed(const Tensor& x, const Tensor& qkv, int n_head, long n_embd, 
     z = layer_norm(x, {C});
     auto chunks = chunk(x, n_head, 2);
     auto pieces = split(x, {x.size(2) - 1, 1}, 2);
+    // nanoGPT's attention lines as methods: x.split(n_embd, dim=2), .contiguous().view(B, T, C),
+    // att.masked_fill(mask == 0, -inf); d2l's repeat_interleave(valid_lens, shape[1]).
+    auto thirds = x.split(n_embd, 2);
+    auto halves = x.chunk(n_head, -1);
+    z = x.transpose(1, 2).contiguous().view(B, C, T);
+    z = x.masked_fill(x.index({Slice(), Slice(None, T), Slice(None, T)}) == 0, -1e9);
+    z = repeat_interleave(x.sum({2}), T);
     Shape s{B, T, C};
     z = zeros(s);
-    return z + y.sum() + static_cast<double>(chunks.size() + pieces.size());
+    return z + y.sum() + static_cast<double>(chunks.size() + pieces.size() + thirds.size() + halves.size());
 }
 
 std::shared_ptr<nn::Module> containers(long n_embd, std::size_t vocab) {

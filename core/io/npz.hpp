@@ -39,6 +39,20 @@ namespace xgrad {
 /// Arrays with their names, in order (the order of the archive's members).
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
+/// The entry named `name` (the first with that name): numpy's np.load(path)["X"], torch's
+/// checkpoint["iter_num"]. The tensor itself (it aliases the entry). Throws naming `name` and
+/// the names there are.
+const Tensor& find_entry(const NamedTensors& entries, const std::string& name);
+/// Every entry named "<prefix>.<rest>", renamed <rest>, in order: a state_dict kept inside a
+/// checkpoint, as torch's checkpoint["model"] (`model->load_state_dict(sub_entries(ckpt,
+/// "model"))`). Empty when there is none.
+NamedTensors sub_entries(const NamedTensors& entries, const std::string& prefix);
+/// `entries` renamed "<prefix>.<name>", in order: one part of a checkpoint, as torch's
+/// torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), ...}):
+///   NamedTensors ckpt = with_prefix("model", model->state_dict());
+///   for (auto& e : with_prefix("optimizer", opt.state_dict())) ckpt.push_back(e);
+NamedTensors with_prefix(const std::string& prefix, const NamedTensors& entries);
+
 /// Writes one .npy (format 1.0; little-endian '<f4' '<f8' '<i8' '|b1'; C order), atomically.
 void save_npy(const std::string& path, const Tensor& t);
 /// Reads one .npy as a leaf tensor of the file's dtype.
