@@ -237,7 +237,7 @@ TEST_CASE("dropout_mask at every edge of p is cast(ge(rand, p)) * 1/(1 - p) from
     }
 }
 
-TEST_CASE("dropout_mask refuses p outside [0, 1), other dtypes and huge shapes before drawing, and draws nothing for none",
+TEST_CASE("dropout_mask refuses p outside 0 <= p < 1, other dtypes and huge shapes before drawing, and draws nothing for none",
           "[creation][dropout][adversarial]") {
     Generator gen(8);
     (void)gen.engine()();
