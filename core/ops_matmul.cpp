@@ -62,9 +62,12 @@ std::size_t batch_grain(const Plan& p) {
     return std::max<std::size_t>(1, (std::size_t(1) << 20) / work);
 }
 
-// body(i) for each batch i, over the pool unless the batches write into shared memory.
+// body(i) for each batch i, over the pool unless the batches write into shared memory, or are
+// fewer than the pool's threads: then one after another, each gemm splitting over the pool
+// itself (blas.cpp). A gemm inside a parallel_for chunk runs on its chunk's thread only, so a
+// single product (nn::Linear's, over every leading axis) run as a one-chunk loop used one thread.
 template <class F> void for_batches(const Plan& p, bool shared_target, F&& body) {
-    if (shared_target) {
+    if (shared_target || p.count < num_threads()) {
         for (std::size_t i = 0; i < p.count; ++i) body(i);
         return;
     }
