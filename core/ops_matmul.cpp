@@ -63,11 +63,11 @@ std::size_t batch_grain(const Plan& p) {
 }
 
 // body(i) for each batch i, over the pool unless the batches write into shared memory, or are
-// fewer than the pool's threads: then one after another, each gemm splitting over the pool
-// itself (blas.cpp). A gemm inside a parallel_for chunk runs on its chunk's thread only, so a
-// single product (nn::Linear's, over every leading axis) run as a one-chunk loop used one thread.
+// too few to make two chunks: then one after another, outside any chunk, so that each gemm can
+// split over the pool itself (blas.cpp), which a gemm inside a chunk cannot. A single product,
+// nn::Linear's over every leading axis, is the common case.
 template <class F> void for_batches(const Plan& p, bool shared_target, F&& body) {
-    if (shared_target || p.count < num_threads()) {
+    if (shared_target || p.count / batch_grain(p) < 2) {
         for (std::size_t i = 0; i < p.count; ++i) body(i);
         return;
     }

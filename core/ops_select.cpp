@@ -1,5 +1,6 @@
 // Selection by a bool mask: where and masked_fill. Any dtype forward; float inputs get gradients.
 #include "core/broadcast.hpp"
+#include "core/creation.hpp"
 #include "core/fill_value.hpp"
 #include "core/ops.hpp"
 #include "core/ops_util.hpp"
@@ -120,11 +121,13 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
         return make_any_result<T>(
             std::move(y), {cond, a, b}, "where",
             Formula([](const GradArgs& in) -> std::vector<Tensor> {
-                // a gets g where cond, b elsewhere (torch's where(cond, g, 0) and where(cond, 0, g),
-                // written as masked_fill, the same selection), each summed back to its shape.
+                // a gets g where cond, b elsewhere (torch's where(cond, g, 0) and where(cond, 0, g)),
+                // each summed back to its shape. Both read cond's bytes as the forward did, so a
+                // mask byte other than 0 and 1 routes the gradient where it routed the value.
                 const Tensor &c = in.inputs[0], &g = in.grad();
-                return {Tensor(), in.needs(1) ? sum_to(masked_fill(g, logical_not(c), 0.0), in.inputs[1].shape()) : Tensor(),
-                        in.needs(2) ? sum_to(masked_fill(g, c, 0.0), in.inputs[2].shape()) : Tensor()};
+                const Tensor zero = zeros({}, g.dtype());
+                return {Tensor(), in.needs(1) ? sum_to(where(c, g, zero), in.inputs[1].shape()) : Tensor(),
+                        in.needs(2) ? sum_to(where(c, zero, g), in.inputs[2].shape()) : Tensor()};
             }),
             Saves::only_inputs(1u));
     });

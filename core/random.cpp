@@ -23,7 +23,7 @@ namespace {
 std::atomic<std::uint64_t> process_seed{0};
 
 // A state tensor: [tag, n, word_1 .. word_n, checksum], the words being Mt19937_64::words():
-// the numbers libstdc++ writes for a std::mt19937_64, which this format held first.
+// the numbers libstdc++ writes for a std::mt19937_64, so the standard engine's text reads them.
 constexpr std::int64_t kStateTag = 0x7867726E67000001;  // "xgrng", format 1
 constexpr std::size_t kWords = std::tuple_size_v<Mt19937_64::Words>;
 

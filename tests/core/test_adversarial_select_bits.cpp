@@ -210,3 +210,15 @@ TEST_CASE("where and masked_fill: gradients with broadcast masks and operands pa
     const std::vector<double> g = x.grad().to_vector<double>();
     for (std::size_t k = 0; k < g.size(); ++k) CHECK(g[k] == ((k % 5 == 1 || k % 5 == 4) ? 1.0 : 0.0));
 }
+
+TEST_CASE("where's gradient follows the forward's pick for a mask byte other than 0 and 1", "[ops][where][adversarial]") {
+    // bytes 0, 1, 2 and 255: the values come from a where the byte is not 0, so must the gradient
+    const Tensor mask = raw_mask({0, 1, 2, 255}, {4});
+    const Tensor a = tensor({1.0, 2.0, 3.0, 4.0}, kFloat64).requires_grad_();
+    const Tensor b = tensor({5.0, 6.0, 7.0, 8.0}, kFloat64).requires_grad_();
+    const Tensor y = where(mask, a, b);
+    CHECK(y.to_vector<double>() == std::vector<double>{5, 2, 3, 4});
+    (y * tensor({10.0, 20.0, 30.0, 40.0}, kFloat64)).sum().backward();
+    CHECK(a.grad().to_vector<double>() == std::vector<double>{0, 20, 30, 40});
+    CHECK(b.grad().to_vector<double>() == std::vector<double>{10, 0, 0, 0});
+}
