@@ -5,7 +5,7 @@
 
 namespace xgrad {
 
-const Tensor& find_entry(const NamedTensors& entries, const std::string& name) {
+Tensor find_entry(const NamedTensors& entries, const std::string& name) {
     for (const auto& [n, t] : entries)
         if (n == name) return t;
     std::string names;

@@ -40,9 +40,10 @@ namespace xgrad {
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
 /// The entry named `name` (the first with that name): numpy's np.load(path)["X"], torch's
-/// checkpoint["iter_num"]. The tensor itself (it aliases the entry). Throws naming `name` and
-/// the names there are.
-const Tensor& find_entry(const NamedTensors& entries, const std::string& name);
+/// checkpoint["iter_num"]. A handle to the entry's tensor (it aliases the entry, as torch's dict
+/// lookup does), returned by value so that `const auto& x = find_entry(load_npz(path), "X")`
+/// keeps x alive after the loaded list is gone. Throws naming `name` and the names there are.
+Tensor find_entry(const NamedTensors& entries, const std::string& name);
 /// Every entry named "<prefix>.<rest>", renamed <rest>, in order: a state_dict kept inside a
 /// checkpoint, as torch's checkpoint["model"] (`model->load_state_dict(sub_entries(ckpt,
 /// "model"))`). Empty when there is none.

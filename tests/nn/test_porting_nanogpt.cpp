@@ -97,3 +97,9 @@ TEST_CASE("find_entry, sub_entries and with_prefix hold a checkpoint's parts as 
     REQUIRE(find_entry(checkpoint, "iter_num").is_same(checkpoint[2].second));   // the entry itself
     std::remove(path.c_str());
 }
+
+TEST_CASE("find_entry of a temporary list keeps its tensor alive", "[porting-nanogpt]") {
+    const auto entries = [] { return NamedTensors{{"X", tensor({1.0, 2.0, 3.0})}}; };
+    const auto& x = find_entry(entries(), "X");  // the list is gone after this line
+    CHECK(x.to_vector<double>() == std::vector<double>{1, 2, 3});
+}
