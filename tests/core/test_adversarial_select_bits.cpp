@@ -27,6 +27,21 @@ Tensor raw_mask(const std::vector<std::uint8_t>& bytes, const std::vector<long>&
     return m;
 }
 
+// The operand a, 9 values cycling through `bits`, comes back bit for bit where `on` picks it
+// (where either way round, masked_fill of the rest with 2).
+template <class T, class Bits, std::size_t N>
+void check_kept_bits(const Bits (&bits)[N], Dtype dtype, const Tensor& on, const Tensor& off) {
+    std::vector<T> v(9);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = __builtin_bit_cast(T, bits[i % N]);
+    Tensor a = zeros({9}, dtype);
+    std::memcpy(a.data_ptr<T>(), v.data(), sizeof(T) * v.size());
+    const Tensor other = full({9}, 2.0, dtype);
+    for (const Tensor& y : {where(on, a, other), where(off, other, a), masked_fill(a, off, 2.0)}) {
+        const T* p = y.data_ptr<T>();
+        for (std::size_t i = 0; i < 9; ++i) CHECK(same_bits(p[i], i % 2 == 0 ? v[i] : T(2)));
+    }
+}
+
 }  // namespace
 
 TEST_CASE("where and masked_fill: a mask byte other than 0 and 1 selects as true, every dtype and broadcast",
@@ -76,28 +91,8 @@ TEST_CASE("where and masked_fill: NaN payloads, signalling NaNs, -0.0 and extrem
     // conversion back sets the quiet bit; torch keeps it. Left out here.)
     const std::uint16_t b16[] = {0x7FC1u, 0xFFC0u, 0xFFC3u, 0x7FE1u, 0x8000u, 0x0001u, 0x7F80u};
     const Tensor on = tensor({1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0}) > 0.5, off = logical_not(on);
-    SECTION("float32") {
-        std::vector<float> v(9);
-        for (std::size_t i = 0; i < v.size(); ++i) v[i] = __builtin_bit_cast(float, f32[i % std::size(f32)]);
-        Tensor a = zeros({9}, kFloat32);
-        std::memcpy(a.data_ptr<float>(), v.data(), sizeof(float) * v.size());
-        const Tensor other = full({9}, 2.0, kFloat32);
-        for (const Tensor& y : {where(on, a, other), where(off, other, a), masked_fill(a, off, 2.0)}) {
-            const float* p = y.data_ptr<float>();
-            for (std::size_t i = 0; i < 9; ++i) CHECK(same_bits(p[i], i % 2 == 0 ? v[i] : 2.0f));
-        }
-    }
-    SECTION("float64") {
-        std::vector<double> v(9);
-        for (std::size_t i = 0; i < v.size(); ++i) v[i] = __builtin_bit_cast(double, f64[i % std::size(f64)]);
-        Tensor a = zeros({9}, kFloat64);
-        std::memcpy(a.data_ptr<double>(), v.data(), sizeof(double) * v.size());
-        const Tensor other = full({9}, 2.0, kFloat64);
-        for (const Tensor& y : {where(on, a, other), where(off, other, a), masked_fill(a, off, 2.0)}) {
-            const double* p = y.data_ptr<double>();
-            for (std::size_t i = 0; i < 9; ++i) CHECK(same_bits(p[i], i % 2 == 0 ? v[i] : 2.0));
-        }
-    }
+    SECTION("float32") { check_kept_bits<float>(f32, kFloat32, on, off); }
+    SECTION("float64") { check_kept_bits<double>(f64, kFloat64, on, off); }
     SECTION("bfloat16, as torch: where copies each operand's 16 bits, NaN payloads included") {
         std::vector<std::uint16_t> v(9);
         for (std::size_t i = 0; i < v.size(); ++i) v[i] = b16[i % std::size(b16)];
