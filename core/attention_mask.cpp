@@ -39,7 +39,7 @@ std::vector<std::size_t> row_table(const char* who, std::size_t batch, std::size
 // The lengths as keys kept per row: whole, finite, non-negative, capped at `keys`.
 std::vector<std::size_t> kept_lengths(const char* who, const char* arg, const Tensor& lens, std::size_t batch,
                                       std::size_t queries, std::size_t keys) {
-    const bool shape_ok = (lens.dim() == 1 && lens.size(0) == batch) ||
+    const bool shape_ok = (lens.dim() == 1 && lens.shape()[0] == batch) ||
                           (lens.dim() == 2 && lens.shape() == Shape{batch, queries});
     if (!shape_ok)
         throw Error(fmt::format("{}: {} must have shape ({},) or ({}, {}), got {}", who, arg, batch, batch,

@@ -6,6 +6,22 @@
 
 namespace xgrad {
 
+Shape::Shape(std::initializer_list<Entry> sizes) {
+    reserve(sizes.size());
+    for (const Entry& e : sizes) {
+        if (e.negative)
+            throw Error(fmt::format("Shape: entry {} is {}; a size must be non-negative", size(), e.signed_value));
+        push_back(e.value);
+    }
+}
+
+Shape::size_type Shape::wrap(long long i) const {
+    const auto n = static_cast<long long>(size());
+    if (i < -n || i >= n)
+        throw Error(fmt::format("Shape: index {} is out of range for a shape of {} sizes {}", i, n, shape_str(*this)));
+    return static_cast<size_type>(i < 0 ? i + n : i);
+}
+
 std::string shape_str(const Shape& shape) {
     if (shape.size() == 1) return fmt::format("({},)", shape[0]);
     return fmt::format("({})", fmt::join(shape, ", "));

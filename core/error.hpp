@@ -11,7 +11,44 @@
 
 namespace xgrad {
 
-using Shape = std::vector<std::size_t>;
+/// A tensor's sizes, torch.Size's counterpart: a std::vector<std::size_t>, so every container
+/// habit works, that a port from torch also builds and reads as torch's:
+/// - a braced list takes entries of any integer type, mixed: `Shape{B, T, C}` with B, T, C
+///   from size() (int64, as LibTorch's) has no narrowing error; a negative entry throws.
+/// - a signed index counts from the end, as Python's: `x.shape()[-1]` is the last size, and a
+///   signed index out of range throws instead of reading past the end. An unsigned index
+///   reads unchecked, as std::vector's.
+class Shape : public std::vector<std::size_t> {
+public:
+    using Base = std::vector<std::size_t>;
+    /// One entry of a braced list: any integer type but bool.
+    struct Entry {
+        template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
+        Entry(T v) : value(static_cast<std::size_t>(v)) {  // NOLINT: implicit by design
+            if constexpr (std::is_signed_v<T>) negative = v < 0;
+            if (negative) signed_value = static_cast<long long>(v);
+        }
+        std::size_t value;
+        bool negative = false;
+        long long signed_value = 0;
+    };
+    Shape() = default;
+    Shape(Base sizes) : Base(std::move(sizes)) {}  // NOLINT: implicit, a vector of sizes is one
+    Shape(std::initializer_list<Entry> sizes);     // NOLINT: implicit, as a braced argument
+    template <class It, std::enable_if_t<!std::is_integral_v<It>, int> = 0>
+    Shape(It first, It last) : Base(first, last) {}
+    explicit Shape(size_type count, std::size_t value = 0) : Base(count, value) {}
+
+    using Base::operator[];
+    template <class I, std::enable_if_t<std::is_integral_v<I> && std::is_signed_v<I>, int> = 0>
+    reference operator[](I i) { return Base::operator[](wrap(static_cast<long long>(i))); }
+    template <class I, std::enable_if_t<std::is_integral_v<I> && std::is_signed_v<I>, int> = 0>
+    const_reference operator[](I i) const { return Base::operator[](wrap(static_cast<long long>(i))); }
+
+private:
+    /// i, or size() + i for a negative i; throws "Shape: index -4 is out of range for a shape of 3 sizes (2, 3, 4)".
+    size_type wrap(long long i) const;
+};
 
 /// Thrown for every bad argument: wrong shape, dtype, axis, value or state.
 /// Derives from std::invalid_argument so callers can catch either.

@@ -745,13 +745,13 @@ Shape check_combine_args(const char* op, const Tensor& weights, const Tensor& va
     // Without features every num_heads divides them, and B·H can wrap onto the weights' batch.
     std::size_t pairs = 0;
     const bool wraps = __builtin_mul_overflow(B, H, &pairs);
-    if (wraps || weights.size(0) != pairs || weights.size(2) != Lk)
+    if (wraps || weights.shape()[0] != pairs || weights.shape()[2] != Lk)
         throw Error(fmt::format("{}: weights must have shape (batch·num_heads, queries, keys) = ({}, queries, {}) "
                                 "for values {} and num_heads {}, got {}",
                                 op, wraps ? fmt::format("{}·{}", B, H) : std::to_string(pairs), Lk,
                                 shape_str(values.shape()), H, shape_str(weights.shape())));
     check_same_dtype(op, weights, values);
-    const Shape out_shape{B, weights.size(1), E};
+    const Shape out_shape{B, weights.shape()[1], E};
     checked_numel(op, out_shape, [&] {
         return fmt::format("the result of weights {} and values {}", shape_str(weights.shape()),
                            shape_str(values.shape()));
@@ -760,7 +760,8 @@ Shape check_combine_args(const char* op, const Tensor& weights, const Tensor& va
 }
 
 Combine combine_spec(const Tensor& weights, const Tensor& values, std::size_t H) {
-    Combine c{values.size(0), H, weights.size(1), values.size(1), values.size(2), values.size(2) / H, Engine::blas};
+    const Shape& v = values.shape();
+    Combine c{v[0], H, weights.shape()[1], v[1], v[2], v[2] / H, Engine::blas};
     c.engine = combine_engine(values.dtype(), c);
     return c;
 }

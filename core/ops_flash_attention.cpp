@@ -261,8 +261,9 @@ template <class T>
 void block_grads(const Spec& s, const RowBlock& rb, std::size_t pair, std::size_t j0, std::size_t nk, const T* lse,
                  const T* Dsum, T* S, T* dP) {
     const std::size_t nq = rb.nq, i0 = rb.i0;
-    std::size_t kept[kBlockQ];
-    bool no_grad[kBlockQ];
+    // Zeroed although the loop fills the first nq: GCC cannot see nq <= kBlockQ and warns.
+    std::size_t kept[kBlockQ] = {};
+    bool no_grad[kBlockQ] = {};
     for (std::size_t r = 0; r < nq; ++r) {
         kept[r] = prepare_row(rb, s.Lk, r, j0, nk, S + r * nk);
         no_grad[r] = rb.none[r];
@@ -419,7 +420,7 @@ std::size_t check_args(const Tensor& q, const Tensor& k, const Tensor& v, std::s
     check_same_dtype(kOp, q, k);
     check_same_dtype(kOp, q, v);
     // The dropout's counters run over the weights (B, H, Lq, Lk), which must count in size_t.
-    checked_numel(kOp, {q.size(0), H, q.size(1), k.size(1)}, [&] {
+    checked_numel(kOp, {q.shape()[0], H, q.shape()[1], k.shape()[1]}, [&] {
         return fmt::format("the weights' (batch, num_heads, queries, keys) for queries {} and keys {}",
                            shape_str(q.shape()), shape_str(k.shape()));
     });

@@ -375,14 +375,14 @@ IndexPlan plan_index(const char* op, const Shape& in, const std::vector<TensorIn
                     break;
                 }
                 if (t.dtype() == kBool) {
-                    for (std::size_t k = 0; k < t.dim(); ++k)
+                    for (std::size_t k = 0; k < t.shape().size(); ++k)
                         if (t.shape()[k] != in[axis + k])
                             throw Error(fmt::format("{}: the shape of the mask {} does not match the shape of the "
                                                     "indexed tensor {} at dimension {} (mask axis {} has {}, the "
                                                     "tensor {})",
                                                     op, shape_str(t.shape()), shape_str(in), axis + k, k,
                                                     t.shape()[k], in[axis + k]));
-                    for (std::size_t k = 0; k < t.dim(); ++k) keep_axis();
+                    for (std::size_t k = 0; k < t.shape().size(); ++k) keep_axis();
                 } else {
                     keep_axis();
                 }

@@ -228,7 +228,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
     }
     const std::size_t C = logits.shape()[logits.dim() == 1 ? 0 : 1];
     if (const Tensor& w = options.weight(); w.defined()) {
-        if (w.dim() != 1 || w.numel() != C || w.dtype() != logits.dtype())
+        if (w.dim() != 1 || w.shape()[0] != C || w.dtype() != logits.dtype())
             throw Error(fmt::format("{}: weight must be a 1-D tensor of the {} classes in logits' dtype {}, got {} {}",
                                     op, C, dtype_name(logits.dtype()), dtype_name(w.dtype()), shape_str(w.shape())));
         const Tensor w64 = w.detach().to(kFloat64);
@@ -247,8 +247,8 @@ Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tenso
     check_same_dtype(op, lse, logits);
     const std::size_t class_axis = logits.dim() == 1 ? 0 : 1;
     const std::size_t rows = targets.numel();
-    if (targets.dtype() != kInt64 || lse.numel() != rows || logits.dim() == 0 ||
-        logits.numel() != rows * logits.shape()[class_axis])
+    if (targets.dtype() != kInt64 || static_cast<std::size_t>(lse.numel()) != rows || logits.dim() == 0 ||
+        static_cast<std::size_t>(logits.numel()) != rows * logits.shape()[class_axis])
         throw Error(fmt::format("{}: logits {}, targets {} of {} and logsumexp {} do not fit", op,
                                 shape_str(logits.shape()), shape_str(targets.shape()), dtype_name(targets.dtype()),
                                 shape_str(lse.shape())));

@@ -96,7 +96,7 @@ void check_args(const Names& nm, const Tensor& x, const Shape& normalized_shape,
                                 dtype_name(x.dtype())));
     const std::size_t k = normalized_shape.size();
     if (k == 0) throw Error(fmt::format("{}: normalized_shape must have at least one axis, got ()", nm.op));
-    if (x.dim() < k || !std::equal(normalized_shape.begin(), normalized_shape.end(), x.shape().end() - static_cast<long>(k)))
+    if (x.shape().size() < k || !std::equal(normalized_shape.begin(), normalized_shape.end(), x.shape().end() - static_cast<long>(k)))
         throw Error(fmt::format("{}: {} must end with the normalized shape {}, got shape {}", nm.op, nm.input,
                                 shape_str(normalized_shape), shape_str(x.shape())));
     check_affine(nm, "weight", weight, x, normalized_shape);
@@ -109,7 +109,8 @@ void check_args(const Names& nm, const Tensor& x, const Shape& normalized_shape,
 // Rows and row length of x under the trailing normalized_shape axes.
 std::pair<std::size_t, std::size_t> rows_of(const Tensor& x, std::size_t k) {
     std::size_t n = 1, rows = 1;
-    for (std::size_t d = 0; d < x.dim(); ++d) (d < x.dim() - k ? rows : n) *= x.shape()[d];
+    const Shape& s = x.shape();
+    for (std::size_t d = 0; d < s.size(); ++d) (d < s.size() - k ? rows : n) *= s[d];
     return {rows, n};
 }
 
@@ -227,13 +228,13 @@ std::pair<std::size_t, std::size_t> check_backward(const char* op, const Tensor&
         throw Error(fmt::format("{}: gradient of shape {} for an input of shape {}", op, shape_str(g.shape()),
                                 shape_str(x.shape())));
     const std::size_t k = normalized_shape.size();
-    if (k == 0 || x.dim() < k ||
+    if (k == 0 || x.shape().size() < k ||
         !std::equal(normalized_shape.begin(), normalized_shape.end(), x.shape().end() - static_cast<long>(k)))
         throw Error(fmt::format("{}: input of shape {} does not end with the normalized shape {}", op,
                                 shape_str(x.shape()), shape_str(normalized_shape)));
     const auto rn = rows_of(x, k);
     for (const Tensor* t : {&mean, &rstd})
-        if (t->dtype() != kFloat64 || t->numel() != rn.first)
+        if (t->dtype() != kFloat64 || static_cast<std::size_t>(t->numel()) != rn.first)
             throw Error(fmt::format("{}: expected the row statistics as float64 of shape ({},), got {} of shape {}", op,
                                     rn.first, dtype_name(t->dtype()), shape_str(t->shape())));
     return rn;

@@ -243,7 +243,7 @@ template <bool Largest> Tensor extreme_all(const char* op, const Tensor& a) {
         using T = typename decltype(tag)::type;
         const T* x = values<T>(a).data();
         T best = x[0];
-        for (std::size_t i = 1; i < a.numel() && !is_nan_value(best); ++i)
+        for (std::int64_t i = 1; i < a.numel() && !is_nan_value(best); ++i)
             if (beats<Largest>(x[i], best)) best = x[i];
         xt::xarray<T> y = xt::zeros<T>(Shape{});
         y() = best;
@@ -259,7 +259,7 @@ template <bool Largest> Tensor extreme_all(const char* op, const Tensor& a) {
 }  // namespace
 
 Tensor scatter_flat(const Tensor& g, const FlatOffsets& at, const Shape& shape) {
-    if (!at || g.numel() != at->size())
+    if (!at || static_cast<std::size_t>(g.numel()) != at->size())
         throw Error(fmt::format("scatter_flat: gradient of shape {} for {} offsets", shape_str(g.shape()),
                                 at ? at->size() : 0));
     const AllocContext context("scatter_flat", shape);
@@ -381,7 +381,7 @@ Tensor moments_backward(const char* op, const Tensor& g, const Tensor& x, const 
     }
     std::size_t kept_numel = 1;
     for (std::size_t d : kept) kept_numel *= d;
-    if (g.numel() != kept_numel || (is_std && s.shape() != g.shape()))
+    if (static_cast<std::size_t>(g.numel()) != kept_numel || (is_std && s.shape() != g.shape()))
         throw Error(fmt::format("{}: gradient of shape {} for a reduction of shape {} to {}", op, shape_str(g.shape()),
                                 shape_str(x.shape()), shape_str(kept)));
     const AllocContext context(op, x.shape());
@@ -710,7 +710,7 @@ Tensor norm_backward(const Tensor& g, const Tensor& x, const Tensor& n, double p
     }
     std::size_t kept_numel = 1;
     for (std::size_t d : kept) kept_numel *= d;
-    if (g.numel() != kept_numel || n.shape() != g.shape())
+    if (static_cast<std::size_t>(g.numel()) != kept_numel || n.shape() != g.shape())
         throw Error(fmt::format("{}: gradient of shape {} and norm of shape {} for a reduction of shape {} to {}", op,
                                 shape_str(g.shape()), shape_str(n.shape()), shape_str(x.shape()), shape_str(kept)));
     const bool inf = std::isinf(p);

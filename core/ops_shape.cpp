@@ -287,7 +287,7 @@ Tensor slice(const Tensor& a, long axis, long start, long end, long step) {
 Tensor slice_backward(const Tensor& g, const Shape& input_shape, long axis, long start, long step) {
     constexpr const char* op = "slice_backward";
     const std::size_t ax = normalize_axis(op, axis, input_shape);
-    const std::size_t count = g.dim() == input_shape.size() ? g.shape()[ax] : 0;
+    const std::size_t count = g.shape().size() == input_shape.size() ? g.shape()[ax] : 0;
     Shape expected = input_shape;
     expected[ax] = count;
     const long n = static_cast<long>(input_shape[ax]);
@@ -319,7 +319,7 @@ Tensor expand(const Tensor& a, const IntList& shape_arg) {
     shape_arg.check("expand");
     // torch's -1: the size a already has at that axis (aligned from the right); not for a new one.
     IntList sizes = shape_arg;
-    const std::size_t lead = sizes.size() >= a.dim() ? sizes.size() - a.dim() : 0;
+    const std::size_t lead = sizes.size() >= a.shape().size() ? sizes.size() - a.shape().size() : 0;
     for (std::size_t i = lead; i < sizes.size(); ++i)
         if (sizes[i] == -1) sizes[i] = static_cast<long>(a.shape()[i - lead]);
     const Shape shape = sizes.shape("expand");
@@ -345,7 +345,7 @@ Tensor repeat(const Tensor& a, const IntList& repeats_arg) {
     check_defined("repeat", a);
     repeats_arg.check("repeat");
     const Shape repeats = repeats_arg.shape("repeat");
-    if (repeats.size() < a.dim())
+    if (repeats.size() < a.shape().size())
         throw Error(fmt::format("repeat: expected at least as many repeats as the tensor has axes ({}), got {} for "
                                 "shape {}",
                                 a.dim(), shape_str(repeats), shape_str(a.shape())));
@@ -477,7 +477,7 @@ struct SplitPieces : autograd::Function<SplitPieces> {
         // a as (outer, n, inner) around the axis: piece p holds the rows (o, start_p ... start_p + s_p).
         const std::size_t ax = static_cast<std::size_t>(axis), n = a.size(ax);
         std::size_t outer = 1, inner = 1;
-        for (std::size_t k = 0; k < a.dim(); ++k)
+        for (std::size_t k = 0; k < a.shape().size(); ++k)
             if (k != ax) (k < ax ? outer : inner) *= a.shape()[k];
         return dispatch_all(a.dtype(), [&](auto tag) {
             using T = typename decltype(tag)::type;

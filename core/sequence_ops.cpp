@@ -42,7 +42,7 @@ struct Unbind : autograd::Function<Unbind> {
         Shape piece = a.shape();
         piece.erase(piece.begin() + static_cast<long>(ax));
         std::size_t outer = 1, inner = 1;
-        for (std::size_t k = 0; k < a.dim(); ++k) (k < ax ? outer : inner) *= k == ax ? 1 : a.shape()[k];
+        for (std::size_t k = 0; k < a.shape().size(); ++k) (k < ax ? outer : inner) *= k == ax ? 1 : a.shape()[k];
         return dispatch_all(a.dtype(), [&](auto tag) {
             using T = typename decltype(tag)::type;
             const T* src = std::get<xt::xarray<T>>(a.node().data).data();

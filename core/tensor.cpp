@@ -213,13 +213,17 @@ Node& Tensor::node() const {
 
 const Shape& Tensor::shape() const { return node().shape; }
 
-std::size_t Tensor::numel() const {
+// A shape's product fits int64: every op that makes a tensor checks its element count
+// (checked_numel) before allocating.
+std::int64_t Tensor::numel() const {
     std::size_t n = 1;
     for (auto s : shape()) n *= s;
-    return n;
+    return static_cast<std::int64_t>(n);
 }
 
-std::size_t Tensor::size(long axis) const { return shape()[normalize_axis("size", axis, shape())]; }
+std::int64_t Tensor::size(long axis) const {
+    return static_cast<std::int64_t>(shape()[normalize_axis("size", axis, shape())]);
+}
 
 Dtype Tensor::dtype() const { return node().dtype(); }
 
@@ -317,7 +321,7 @@ void Tensor::remove_post_accumulate_grad_hook(std::uint64_t id) {
 
 void check_dims(const char* who, const char* arg, const Tensor& t, std::size_t dims, const char* layout) {
     if (!t.defined()) throw Error(fmt::format("{}: {} is an undefined tensor", who, arg));
-    if (t.dim() != dims)
+    if (t.shape().size() != dims)
         throw Error(fmt::format("{}: {} must be {}-D {}, got shape {}", who, arg, dims, layout, shape_str(t.shape())));
 }
 

@@ -78,10 +78,13 @@ public:
 
     bool defined() const noexcept { return static_cast<bool>(m_node); }
     const Shape& shape() const;
-    std::size_t dim() const { return shape().size(); }
-    std::size_t numel() const;
+    // dim, numel and size are signed, as LibTorch's int64_t: a count from them mixes with int
+    // and long loop variables, std::min(top_k, x.size(-1)) and `x.size(1) - 2` without a cast,
+    // a sign-compare warning or a wrap below zero. shape() keeps the unsigned Shape.
+    std::int64_t dim() const { return static_cast<std::int64_t>(shape().size()); }
+    std::int64_t numel() const;
     /// Length of one axis; negative axes count from the end.
-    std::size_t size(long axis) const;
+    std::int64_t size(long axis) const;
     Dtype dtype() const;
 
     // --- autograd -------------------------------------------------------------------

@@ -40,7 +40,7 @@ public:
         if (q_in.dim() != 3 || q_in.size(2) != d_model)
             throw Error(fmt::format("MultiHeadAttention: q must be (batch_size, seq_len, {}), got {}", d_model,
                                     shape_str(q_in.shape())));
-        const long batch_size = static_cast<long>(q_in.size(0)), seq_len = static_cast<long>(q_in.size(1));
+        const long batch_size = q_in.size(0), seq_len = q_in.size(1);
         const long H = static_cast<long>(num_heads), dh = static_cast<long>(dim_head);
         auto heads = [&](nn::Linear& w, const Tensor& x) {  // .view(b, s, H, dh).transpose(1, 2)
             return w(x).reshape({batch_size, -1, H, dh}).transpose(1, 2);

@@ -41,7 +41,7 @@ public:
     Tensor forward(const Tensor& queries, const Tensor& keys, const Tensor& values) {
         // queries: (n_queries,); keys, values: (n_queries, n_kv). Each query is repeated
         // along its row of keys.
-        const long n_kv = static_cast<long>(keys.size(1));
+        const long n_kv = keys.size(1);
         const Tensor q = repeat_interleave(queries, keys.size(1), 0).reshape({-1, n_kv});
         m_attention_weights = softmax(-pow((q - keys) * parameter("w"), 2) / 2, 1);
         // (n_queries, 1, n_kv) · (n_queries, n_kv, 1) → (n_queries,)

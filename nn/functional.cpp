@@ -24,7 +24,7 @@ void check_attention_inputs(const char* who, const Tensor& queries, const Tensor
 
 void check_last_axis(const char* who, const char* arg, const Tensor& t, const char* size_name,
                      std::size_t size) {
-    if (t.dim() == 0 || t.size(-1) != size)
+    if (t.dim() == 0 || t.shape().back() != size)
         throw Error(fmt::format("{}: {} must have last axis {} = {}, got shape {}", who, arg, size_name, size,
                                 shape_str(t.shape())));
 }

@@ -95,7 +95,7 @@ std::pair<std::size_t, std::size_t> calculate_fan_in_and_fan_out(const Tensor& t
                                 "tensor with fewer than 2 dimensions, got shape {}",
                                 shape_str(tensor.shape())));
     std::size_t receptive = 1;
-    for (std::size_t d = 2; d < tensor.dim(); ++d) receptive *= tensor.size(static_cast<long>(d));
+    for (std::size_t d = 2; d < tensor.shape().size(); ++d) receptive *= tensor.shape()[d];
     return {tensor.size(1) * receptive, tensor.size(0) * receptive};
 }
 

@@ -32,7 +32,7 @@ void LayerNorm::check_input(const char* arg, const Tensor& x) const {
     if (!x.defined()) throw Error(fmt::format("LayerNorm: {} is an undefined tensor", arg));
     // x: (..., *normalized_shape); statistics over the last k axes
     const std::size_t k = m_shape.size();
-    if (x.dim() < k || !std::equal(m_shape.begin(), m_shape.end(), x.shape().end() - static_cast<long>(k)))
+    if (x.shape().size() < k || !std::equal(m_shape.begin(), m_shape.end(), x.shape().end() - static_cast<long>(k)))
         throw Error(fmt::format("LayerNorm: {} must end with the normalized shape {}, got shape {}", arg,
                                 shape_str(m_shape), shape_str(x.shape())));
     if (m_affine) check_input_dtype("LayerNorm", arg, x, weight().dtype());

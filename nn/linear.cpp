@@ -29,7 +29,7 @@ Linear::Linear(SizeArg in_features_arg, SizeArg out_features_arg, BoolArg bias, 
 
 Tensor Linear::forward(const Tensor& x) {
     return as_call("Linear", [&]() -> Tensor {
-        if (x.dim() == 0 || x.size(-1) != m_in)
+        if (x.dim() == 0 || x.shape().back() != m_in)
             throw Error(fmt::format("Linear: input must have last axis in_features = {}, got shape {}", m_in,
                                     shape_str(x.shape())));
         check_input_dtype("Linear", "input", x, weight().dtype());

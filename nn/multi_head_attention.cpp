@@ -22,8 +22,8 @@ Tensor transpose_qkv(const Tensor& X, std::size_t num_heads) {
     if (num_heads == 0 || X.dim() != 3 || X.size(2) % num_heads != 0)
         throw Error(fmt::format("transpose_qkv: X must be 3-D with axis 2 divisible by num_heads ({}), got shape {}",
                                 num_heads, shape_str(X.shape())));
-    const long H = static_cast<long>(num_heads), b = static_cast<long>(X.size(0)), n = static_cast<long>(X.size(1));
-    const long d = static_cast<long>(X.size(2)) / H;
+    const long H = static_cast<long>(num_heads), b = X.size(0), n = X.size(1);
+    const long d = X.size(2) / H;
     return X.reshape({b, n, H, d}).permute({0, 2, 1, 3}).reshape({b * H, n, d});
 }
 
@@ -32,8 +32,8 @@ Tensor transpose_output(const Tensor& X, std::size_t num_heads) {
     if (num_heads == 0 || X.dim() != 3 || X.size(0) % num_heads != 0)
         throw Error(fmt::format("transpose_output: X must be 3-D with axis 0 divisible by num_heads ({}), got shape {}",
                                 num_heads, shape_str(X.shape())));
-    const long H = static_cast<long>(num_heads), n = static_cast<long>(X.size(1)), d = static_cast<long>(X.size(2));
-    const long b = static_cast<long>(X.size(0)) / H;
+    const long H = static_cast<long>(num_heads), n = X.size(1), d = X.size(2);
+    const long b = X.size(0) / H;
     return X.reshape({b, H, n, d}).permute({0, 2, 1, 3}).reshape({b, n, H * d});
 }
 
@@ -116,7 +116,7 @@ Tensor MultiHeadAttention::attention_weights_copy() const {
     const Tensor& w = m_attention->attention_weights();  // (batch·H, Tq, Tk)
     if (!w.defined()) return w;
     return reshape(
-        w, {-1, static_cast<long>(m_num_heads), static_cast<long>(w.size(1)), static_cast<long>(w.size(2))});
+        w, {-1, static_cast<long>(m_num_heads), w.size(1), w.size(2)});
 }
 
 }  // namespace xgrad::nn

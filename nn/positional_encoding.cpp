@@ -13,7 +13,7 @@ namespace {
 
 void check_positions(const char* who, const Tensor& X, std::size_t num_hiddens, std::size_t offset,
                      std::size_t max_len) {
-    if (X.dim() != 3 || X.size(2) != num_hiddens)
+    if (X.dim() != 3 || X.shape()[2] != num_hiddens)
         throw Error(fmt::format("{}: X must have shape (batch, steps, num_hiddens = {}), got {}", who,
                                 num_hiddens, shape_str(X.shape())));
     if (offset + X.size(1) > max_len)
@@ -62,7 +62,7 @@ Tensor PositionalEncoding::forward(const Tensor& X, std::size_t offset) {
     return as_call("PositionalEncoding", [&]() -> Tensor {
         check_positions("PositionalEncoding", X, m_num_hiddens, offset, m_max_len);
         const long start = static_cast<long>(offset);
-        const Tensor P = slice(m_P, 1, start, start + static_cast<long>(X.size(1)));  // (1, T, d)
+        const Tensor P = slice(m_P, 1, start, start + X.size(1));  // (1, T, d)
         return m_dropout->forward(X + cast(P, X.dtype()));
     });
 }

@@ -157,7 +157,7 @@ std::tuple<Tensor, Tensor, Tensor> RecurrentBase::run(const Tensor& input, const
     std::vector<std::int64_t> short_lengths;
     const bool fused = m_kind == RecurrentKind::gru || (is_lstm && P == 0);
     if (lengths.defined()) {
-        if (lengths.dtype() != kInt64 || lengths.dim() != 1 || lengths.size(0) != B)
+        if (lengths.dtype() != kInt64 || lengths.dim() != 1 || lengths.shape()[0] != B)
             throw Error(fmt::format("{}: lengths must be int64 of shape ({},), one per sequence, got {} {}", who, B,
                                     dtype_name(lengths.dtype()), shape_str(lengths.shape())));
         const std::vector<std::int64_t> len = lengths.to_vector<std::int64_t>();

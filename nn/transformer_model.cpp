@@ -56,12 +56,12 @@ void check_state(const char* who, const Tensor& X, const TransformerDecoderState
         throw Error(fmt::format("{}: state.enc_outputs is an undefined tensor (make the state with "
                                 "init_state(enc_outputs, enc_valid_lens))",
                                 who));
-    if (enc.dim() != 3 || enc.size(0) != X.size(0) || enc.size(2) != num_hiddens)
+    if (enc.dim() != 3 || enc.size(0) != X.size(0) || enc.shape()[2] != num_hiddens)
         throw Error(fmt::format("{}: state.enc_outputs must have shape ({}, T_enc, {}) for X of shape {}, got {}",
                                 who, X.size(0), num_hiddens, shape_str(X.shape()), shape_str(enc.shape())));
     for (std::size_t i = 0; i < state.key_values.size(); ++i) {
         const Tensor& kv = state.key_values[i];
-        if (kv.defined() && (kv.dim() != 3 || kv.size(0) != X.size(0) || kv.size(2) != num_hiddens))
+        if (kv.defined() && (kv.dim() != 3 || kv.size(0) != X.size(0) || kv.shape()[2] != num_hiddens))
             throw Error(fmt::format("{}: state.key_values[{}] must have shape ({}, steps, {}) for X of shape {} "
                                     "(the batch the state was decoding), got {}",
                                     who, i, X.size(0), num_hiddens, shape_str(X.shape()), shape_str(kv.shape())));

@@ -149,7 +149,7 @@ template <class Options> void AdamBase<Options>::step() {
                            m_exp_avg_sq[i].mutable_data_ptr<T>(),
                            amsgrad ? m_max_exp_avg_sq[i].mutable_data_ptr<T>() : nullptr,
                            c,
-                           p.numel()};
+                           static_cast<std::size_t>(p.numel())};
             if constexpr (std::is_same_v<T, float>) jobs_f[decay][amsgrad].push_back(job);
             else jobs_d[decay][amsgrad].push_back(job);
         });

@@ -78,7 +78,7 @@ void LRScheduler::load_state_dict(const NamedTensors& state) {
     if (epoch.dim() != 0 || epoch.dtype() != kInt64 || epoch.item<std::int64_t>() < 0)
         throw Error(fmt::format("{}: 'last_epoch' must be a 0-d int64 count >= 0, got {}", op, to_string(epoch)));
     const std::size_t groups = m_base_lrs.size();
-    if (groups == 1 ? base.dim() != 0 : base.dim() != 1 || base.numel() != groups)
+    if (groups == 1 ? base.dim() != 0 : base.dim() != 1 || static_cast<std::size_t>(base.numel()) != groups)
         throw Error(fmt::format("{}: 'base_lr' holds {} base lr{} (shape {}), the schedule's optimizer has {} "
                                 "parameter group{}",
                                 op, base.numel(), base.numel() == 1 ? "" : "s", shape_str(base.shape()), groups,

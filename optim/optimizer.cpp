@@ -228,7 +228,7 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
         if (indices.dim() != 1 || indices.dtype() != kInt64)
             throw Error(fmt::format("{}: entry '{}params' must be a 1-D int64 tensor, got {} of shape {}", op, prefix,
                                     dtype_name(indices.dtype()), shape_str(indices.shape())));
-        if (indices.numel() != size)
+        if (static_cast<std::size_t>(indices.numel()) != size)
             throw Error(fmt::format("{}: parameter group {} has {} parameters in the state, {} in this optimizer", op,
                                     g, indices.numel(), size));
         const auto v = indices.to_vector<std::int64_t>();

@@ -132,7 +132,7 @@ void SGD::step() {
             SGDJob<T> job{p.mutable_data_ptr<T>(),
                           grads[i].const_data_ptr<T>(),
                           momentum ? buffer.mutable_data_ptr<T>() : nullptr,
-                          p.numel(),
+                          static_cast<std::size_t>(p.numel()),
                           first,
                           static_cast<T>(o.lr()),
                           static_cast<T>(o.weight_decay()),

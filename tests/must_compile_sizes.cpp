@@ -1,6 +1,7 @@
 // Built with -Wall -Wextra -Wconversion -Werror (tests/CMakeLists.txt): the lines a port from
 // torch writes with sizes from size() and shape() mixed with int and long counts compile with
 // no cast and no warning. Nothing here runs; tests/nn/test_porting_traps.cpp runs the same forms.
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -16,7 +17,7 @@ Tensor sizes_mixed(const Tensor& x, const Tensor& qkv, int n_head, long n_embd, 
     // nanoGPT: B, T, C = x.size()
     const auto B = x.size(0), T = x.size(1), C = x.size(2);
     std::vector<Tensor> parts = split(qkv, n_embd, 2);
-    Tensor q = parts[0].view(B, T, n_head, C / static_cast<std::size_t>(n_head)).transpose(1, 2);
+    Tensor q = parts[0].view(B, T, n_head, C / n_head).transpose(1, 2);
     Tensor k = parts[1].view({B, T, n_head, C / n_head}).transpose(1, 2);  // size_t / int, mixed in a list
     Tensor att = matmul(q, k.transpose(-2, -1));
     Tensor y = att.transpose(1, 2).reshape({B, T, C});
@@ -49,6 +50,13 @@ Tensor sizes_mixed(const Tensor& x, const Tensor& qkv, int n_head, long n_embd, 
     z = repeat_interleave(x.sum({2}), T);
     Shape s{B, T, C};
     z = zeros(s);
+    // Signed counts, as LibTorch's int64_t sizes: loops, comparisons and std::min with int and
+    // long, torch.Size's negative index, a Shape braced from size().
+    for (int i = 0; i < x.size(0); ++i) z = z + x.select(0, i).sum();
+    for (long d = 0; d < x.dim(); ++d) z = z + x.sum({d}).sum();
+    const std::int64_t top = std::min(block_size, x.size(1));
+    if (x.numel() > n_embd && top < T && x.shape()[-1] > 0) z = z * 2.0;
+    z = z + zeros(Shape{x.size(0), n_head, top}).sum();
     return z + y.sum() + static_cast<double>(chunks.size() + pieces.size() + thirds.size() + halves.size());
 }
 

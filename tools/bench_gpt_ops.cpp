@@ -77,7 +77,7 @@ public:
     }
 
     Tensor attention(const Tensor& x, const Tensor& future) {
-        const long B = static_cast<long>(x.size(0)), T = static_cast<long>(x.size(1)), C = m_s.d, H = m_s.heads;
+        const long B = x.size(0), T = x.size(1), C = m_s.d, H = m_s.heads;
         const std::vector<Tensor> qkv = split(c_attn->forward(x), C, 2);
         const Tensor q = qkv[0].view(B, T, H, C / H).transpose(1, 2);  // (B, H, T, hs)
         const Tensor k = qkv[1].view(B, T, H, C / H).transpose(1, 2);
@@ -120,7 +120,7 @@ public:
     }
 
     Tensor forward(const Tensor& idx) {
-        const long T = static_cast<long>(idx.size(1));
+        const long T = idx.size(1);
         const Tensor pos = arange(static_cast<double>(T), kInt64);
         Tensor x = drop->forward(wte->forward(idx) + wpe->forward(pos));
         const Tensor mask = future.narrow(0, 0, T).narrow(1, 0, T);

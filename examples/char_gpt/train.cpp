@@ -36,7 +36,7 @@ std::unique_ptr<optim::AdamW> build_optimizer(const GptConfig& c, const CharGpt&
 
 // Mean cross-entropy of the next character: (B, T, V) logits as (B·T, V) rows.
 Tensor next_char_loss(const Tensor& logits, const Tensor& targets) {
-    return cross_entropy(logits.reshape({-1, static_cast<long>(logits.size(2))}), targets.reshape({-1}));
+    return cross_entropy(logits.reshape({-1, logits.size(2)}), targets.reshape({-1}));
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {

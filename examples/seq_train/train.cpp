@@ -84,7 +84,7 @@ Tensor token_loss(const Tensor& logits, const Batch& b, nn::Reduction reduction)
     for (auto& v : t)
         if (v == kPad) v = kIgnore;
     const Tensor targets = from_vector(t, {static_cast<std::size_t>(t.size())});
-    return nn::cross_entropy(logits.reshape({-1, static_cast<long>(logits.size(-1))}), targets, reduction, kIgnore);
+    return nn::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets, reduction, kIgnore);
 }
 
 struct Correct {

@@ -254,8 +254,8 @@ struct MaxWithIndex : Function<MaxWithIndex> {
         Tensor idx_float = idx.to(kFloat64);
         ctx->mark_non_differentiable({idx_float});
         ctx->save_for_backward({idx});
-        ctx->saved_data["n"] = static_cast<std::int64_t>(x.size(-1));
-        Tensor largest = (x * one_hot(idx, static_cast<long>(x.size(-1))).to(kFloat64)).sum({-1});
+        ctx->saved_data["n"] = x.size(-1);
+        Tensor largest = (x * one_hot(idx, x.size(-1)).to(kFloat64)).sum({-1});
         return {largest, idx, idx_float};
     }
     static variable_list backward(AutogradContext* ctx, variable_list g) {

@@ -2,9 +2,11 @@
 // containers through make_shared, load_state_dict's unexpected_keys in torch's order.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/creation.hpp"
@@ -44,10 +46,58 @@ TEST_CASE("Sizes from size() go into reshape, view, narrow, select, expand and z
     REQUIRE(x.expand({2, B, T, C}).shape() == Shape{2, 2, 3, 4});
     // A size that went below zero, or a negative size, is refused naming the call.
     const Tensor e = zeros({0});
-    REQUIRE_THROWS_WITH(e.reshape({e.size(0) - 1}), Contains("reshape: entry 0") && Contains("above 2^63 - 1"));
+    const std::size_t unsigned_size = e.shape()[0];
+    REQUIRE_THROWS_WITH(e.reshape({unsigned_size - 1}), Contains("reshape: entry 0") && Contains("above 2^63 - 1"));
+    REQUIRE_THROWS_WITH(e.reshape({e.size(0) - 2}), Contains("reshape"));  // -2, as torch refuses it
     REQUIRE_THROWS_WITH(zeros({2, -1}), Contains("zeros: sizes must be non-negative, got [2, -1]"));
     REQUIRE_THROWS_WITH(randn({-3}), Contains("randn: sizes must be non-negative"));
     REQUIRE_THROWS_WITH(x.expand({-1, 3, 4, 4}), Contains("expand: sizes must be non-negative"));
+}
+
+TEST_CASE("size(), dim() and numel() are int64 as LibTorch's: they mix with signed counts", "[porting-traps]") {
+    const Tensor logits = zeros({2, 5});
+    static_assert(std::is_same_v<decltype(logits.size(-1)), std::int64_t>);
+    static_assert(std::is_same_v<decltype(logits.dim()), std::int64_t>);
+    static_assert(std::is_same_v<decltype(logits.numel()), std::int64_t>);
+    // nanoGPT's generate: v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+    const std::int64_t top_k = 200;
+    REQUIRE(std::min(top_k, logits.size(-1)) == 5);
+    // A size that goes below zero stays negative instead of wrapping to 2^64 - 1.
+    REQUIRE(logits.size(0) - 3 == -1);
+    int rows = 0;
+    for (int i = 0; i < logits.size(0); ++i) ++rows;
+    REQUIRE(rows == 2);
+    REQUIRE(logits.numel() == 10);
+}
+
+TEST_CASE("Shape reads and builds as torch.Size: shape()[-1], Shape{B, T} from size()", "[porting-traps]") {
+    const Tensor x = zeros({2, 3, 4});
+    // X.shape[-1], X.shape[1], X.shape[-3]
+    REQUIRE(x.shape()[-1] == 4);
+    REQUIRE(x.shape()[1] == 3);
+    REQUIRE(x.shape()[-3] == 2);
+    const long last = -1;
+    REQUIRE(x.shape()[last] == 4);
+    Shape s = x.shape();
+    s[-1] = 8;  // a write through a negative index lands on the last size too
+    REQUIRE(s == Shape{2, 3, 8});
+    // A signed index past either end throws instead of reading past the vector.
+    REQUIRE_THROWS_WITH(x.shape()[-4], Contains("Shape: index -4 is out of range for a shape of 3 sizes (2, 3, 4)"));
+    REQUIRE_THROWS_WITH(x.shape()[3], Contains("Shape: index 3 is out of range"));
+    REQUIRE_THROWS_WITH(Shape{}[-1], Contains("Shape: index -1 is out of range for a shape of 0 sizes ()"));
+    // Entries of any integer type, as size() gives them, with no narrowing error.
+    const auto B = x.size(0), T = x.size(1);
+    const std::size_t C = 4;
+    const int h = 2;
+    REQUIRE(Shape{B, T, C, h} == Shape{2, 3, 4, 2});
+    REQUIRE(zeros(Shape{B, T}).shape() == Shape{2, 3});
+    REQUIRE_THROWS_WITH((Shape{B, -1}), Contains("Shape: entry 1 is -1; a size must be non-negative"));
+    // It stays a std::vector<std::size_t>: vectors of sizes convert both ways.
+    const std::vector<std::size_t> v = x.shape();
+    REQUIRE(Shape(v) == x.shape());
+    REQUIRE(Shape(v.begin(), v.end() - 1) == Shape{2, 3});
+    REQUIRE(Shape(2) == Shape{0, 0});
+    REQUIRE(Shape(2, 7) == Shape{7, 7});
 }
 
 TEST_CASE("nn::LayerNorm(128) as torch's, and non-positive sizes refused", "[porting-traps]") {
