@@ -76,7 +76,7 @@ TEST_CASE("load_parts: a checkpoint whose last part is refused leaves every part
     // Each part differs from the checkpoint's, so a load that went through would show.
     REQUIRE(state_values(take_prefixed(good, "model.")) != state_values(run.model->state_dict()));
     REQUIRE(state_values(take_prefixed(good, "optim.")) != state_values(run.optimizer.state_dict()));
-    REQUIRE(vals(entry(good, "rng.data")) != vals(run.data_gen.get_state()));
+    REQUIRE(vals(find_entry(good, "rng.data")) != vals(run.data_gen.get_state()));
     const CheckpointFile file(path, "test");
     CHECK_THROWS_WITH(load_parts(file, run.parts()),
                       Catch::StartsWith("load checkpoint '" + path + "': ") && Catch::Contains("state"));
@@ -175,7 +175,7 @@ TEST_CASE("load_parts: each entry in turn missing, reshaped, retyped or corrupt 
     // run's from the same default state.
     run->steps(2);
     const std::vector<std::string> resumed = exact_state(run->entries());
-    set_rng_state(entry(good, "rng.default"));
+    set_rng_state(find_entry(good, "rng.default"));
     saved.steps(2);
     CHECK(resumed == exact_state(saved.entries()));
     std::filesystem::remove_all(dir);
