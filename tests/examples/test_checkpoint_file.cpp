@@ -37,16 +37,15 @@ struct Run {
     }
 
     NamedTensors entries() const {
-        NamedTensors all;
-        add_prefixed(all, "model.", model->state_dict());
-        add_prefixed(all, "optim.", optimizer.state_dict());
+        NamedTensors all = with_prefix("model", model->state_dict());
+        for (const auto& e : with_prefix("optim", optimizer.state_dict())) all.push_back(e);
         all.emplace_back("rng.data", data_gen.get_state());
         all.emplace_back("rng.default", get_rng_state());
         return all;
     }
 
     std::vector<CheckpointPart> parts() {
-        return {state_dict_part(*model, "model."), state_dict_part(optimizer, "optim."),
+        return {state_dict_part(*model, "model"), state_dict_part(optimizer, "optim"),
                 generator_part(data_gen, "rng.data"), default_generator_part("rng.default")};
     }
 
@@ -74,8 +73,8 @@ TEST_CASE("load_parts: a checkpoint whose last part is refused leaves every part
     run.steps(2);  // Adam with moments of its own, generators moved on
     const auto before = state_values(run.entries());
     // Each part differs from the checkpoint's, so a load that went through would show.
-    REQUIRE(state_values(take_prefixed(good, "model.")) != state_values(run.model->state_dict()));
-    REQUIRE(state_values(take_prefixed(good, "optim.")) != state_values(run.optimizer.state_dict()));
+    REQUIRE(state_values(sub_entries(good, "model")) != state_values(run.model->state_dict()));
+    REQUIRE(state_values(sub_entries(good, "optim")) != state_values(run.optimizer.state_dict()));
     REQUIRE(vals(find_entry(good, "rng.data")) != vals(run.data_gen.get_state()));
     const CheckpointFile file(path, "test");
     CHECK_THROWS_WITH(load_parts(file, run.parts()),
@@ -178,5 +177,26 @@ TEST_CASE("load_parts: each entry in turn missing, reshaped, retyped or corrupt 
     set_rng_state(find_entry(good, "rng.default"));
     saved.steps(2);
     CHECK(resumed == exact_state(saved.entries()));
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("load_parts: an entry named a part's prefix and its dot alone is not that part's", "[checkpoint-file]") {
+    // "model." holds no name under "model" (torch's load_state_dict under the prefix "model."
+    // finds none in it either): the model's part loads its own entries and leaves that one, as
+    // it leaves "trainer.step" or any other part's.
+    const std::string dir = test_programs::fresh_dir("checkpoint_bare_prefix");
+    manual_seed(21);
+    Run saved(21);
+    saved.steps(2);
+    const NamedTensors good = saved.entries();
+    NamedTensors all = good;
+    all.emplace_back("model.", zeros({2}));
+    all.emplace_back("optim", zeros({1}));
+    const std::string path = dir + "/checkpoint.npz";
+    save_npz(path, all);
+    manual_seed(22);
+    Run run(22);
+    load_parts(CheckpointFile(path, "test"), run.parts());
+    CHECK(state_values(run.entries()) == state_values(good));
     std::filesystem::remove_all(dir);
 }
