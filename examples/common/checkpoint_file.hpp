@@ -91,7 +91,9 @@ struct CheckpointPart {
 /// load in order, and if one refuses, every part is put back as it was, so nothing is left
 /// half-loaded (a model from the checkpoint beside the optimizer of the run). The refusal is
 /// rethrown as xgrad::Error "load checkpoint 'path': " and its message (as it came when it is
-/// the file's own, an entry missing, which says that already).
+/// the file's own, an entry missing, which says that already). When a part cannot be put back
+/// (its restore throws), the others still are, and the refusal is still the error thrown, with
+/// the parts that could not be put back named after it.
 void load_parts(const CheckpointFile& file, const std::vector<CheckpointPart>& parts);
 
 /// A part with state_dict() and load_state_dict() (a module, an optimizer, a schedule), under

@@ -200,3 +200,40 @@ TEST_CASE("load_parts: an entry named a part's prefix and its dot alone is not t
     CHECK(state_values(run.entries()) == state_values(good));
     std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("load_parts: a part that cannot be put back leaves the refusal as the error, and the others are put back",
+          "[checkpoint-file]") {
+    const std::string dir = test_programs::fresh_dir("checkpoint_failed_restore");
+    manual_seed(31);
+    Run saved(31);
+    saved.steps(3);
+    NamedTensors all = saved.entries();
+    all.erase(std::find_if(all.begin(), all.end(), [](const auto& e) { return e.first == "rng.data"; }));
+    const std::string path = dir + "/checkpoint.npz";
+    save_npz(path, all);
+
+    manual_seed(32);
+    Run run(32);
+    run.steps(2);
+    const auto before = state_values(run.entries());
+    // A part that loads, then throws when put back; before it the model and after it Adam, both
+    // loaded from the file before the data generator's entry is found missing.
+    int put_back_calls = 0;
+    const CheckpointPart unrestorable{[&put_back_calls] {
+                                          return [&put_back_calls] {
+                                              ++put_back_calls;
+                                              throw Error("the part's snapshot was lost");
+                                          };
+                                      },
+                                      [](const CheckpointFile&) {}};
+    std::vector<CheckpointPart> parts = run.parts();
+    parts.insert(parts.begin() + 1, unrestorable);
+    CHECK_THROWS_WITH(load_parts(CheckpointFile(path, "test"), parts),
+                      Catch::StartsWith("load checkpoint '" + path + "': entry 'rng.data' is missing") &&
+                          Catch::Contains("putting this run's state back as it was failed too") &&
+                          Catch::Contains("part 2 of 5: the part's snapshot was lost"));
+    CHECK(put_back_calls == 1);
+    // The model (before it) and Adam (after it) are as they were.
+    CHECK(state_values(run.entries()) == before);
+    std::filesystem::remove_all(dir);
+}
