@@ -447,9 +447,9 @@ std::vector<AdvancedAxis> advanced_axes(const IndexPlan& p) {
             axes.push_back({a.view_dim, a.axis, t.shape(), std::vector<std::int64_t>(v.begin(), v.end())});
             continue;
         }
-        const bool* m = values<bool>(t).data();
-        const std::size_t n = t.numel(), rank = std::max<std::size_t>(t.dim(), 1);
-        const std::size_t count = static_cast<std::size_t>(std::count(m, m + n, true));
+        const std::uint8_t* m = bool_bytes(t);
+        const std::size_t n = values<bool>(t).size(), rank = std::max<std::size_t>(t.dim(), 1);
+        const std::size_t count = n - static_cast<std::size_t>(std::count(m, m + n, std::uint8_t(0)));
         const std::size_t first = axes.size();
         for (std::size_t k = 0; k < rank; ++k) axes.push_back({a.view_dim + k, a.axis + k, Shape{count}, {}});
         const Shape& s = t.dim() ? t.shape() : Shape{1};
