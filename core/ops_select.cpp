@@ -1,4 +1,5 @@
-// Selection by a bool mask: where and masked_fill. Any dtype forward; float inputs get gradients.
+// Selection by a bool mask: where and masked_fill. Any dtype forward, by the elements' bits;
+// floating inputs (bfloat16 too) get gradients.
 #include "core/broadcast.hpp"
 #include "core/creation.hpp"
 #include "core/fill_value.hpp"
@@ -40,9 +41,9 @@ plan_operands(const std::vector<const Shape*>& shapes, const Shape& out) {
 
 // m ? u : v as a blend of their bits under a mask made from m: GCC keeps `m ? u : v` on a bool
 // loaded as a byte as a branch per element, this form it vectorises. The same value either way:
-// one operand's bits, untouched (a NaN's payload, a signalling NaN). Any byte but 0 selects u,
-// as numpy and load_npz read a bool: a mask whose bytes were written raw (a C array of 0/255
-// flags copied through data_ptr) must not blend the two operands' bits.
+// one operand's bits, untouched (a NaN's payload, a signalling NaN, bfloat16's 16 bits too). Any
+// byte but 0 selects u, as numpy and load_npz read a bool: a mask whose bytes were written raw
+// (a C array of 0/255 flags copied through data_ptr) must not blend the two operands' bits.
 template <class T> T select_bits(std::uint8_t m, T u, T v) {
     static_assert(std::is_trivially_copyable_v<T> &&
                   (sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8));
@@ -131,6 +132,16 @@ void select_into(S* y, const Shape& out, const std::uint8_t* m, const Shape& ms,
     select_loop<S>(1, mf.size(), mf.data(), Steps{0, 1}, af.data(), Steps{0, 1}, bf.data(), Steps{0, 1}, y);
 }
 
+// The result of a select of dtype T: a bfloat16 one keeps its gradient (its Formula sums in
+// float32), the others as make_any_result.
+template <class T>
+Tensor select_result(xt::xarray<T>&& y, std::vector<Tensor> inputs, const char* op, Formula formula, Saves saves) {
+    if constexpr (std::is_same_v<T, bfloat16>)
+        return make_result<T>(std::move(y), std::move(inputs), op, std::move(formula), saves);
+    else
+        return make_any_result<T>(std::move(y), std::move(inputs), op, std::move(formula), saves);
+}
+
 }  // namespace
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
@@ -139,26 +150,31 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
     check_defined("where", b, "b");
     check_bool("where", "cond", cond);
     check_same_dtype("where", a, b);
-    // bfloat16 selects through float32: both conversions are exact, and cast carries the gradient.
-    if (a.dtype() == kBFloat16) return cast(where(cond, cast(a, kFloat32), cast(b, kFloat32)), kBFloat16);
     const Shape shape = broadcast_shapes("where", broadcast_shapes("where", cond.shape(), a.shape()), b.shape());
     const AllocContext context("where", shape);
-    return dispatch_computable("where", a.dtype(), [&](auto tag) {
+    return dispatch_all(a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         using S = select_t<T>;
         xt::xarray<T> y = xt::xarray<T>::from_shape(shape);
         select_into<S>(reinterpret_cast<S*>(y.data()), shape, select_data<bool>(cond), cond.shape(), select_data<T>(a),
                        a.shape(), select_data<T>(b), b.shape());
-        return make_any_result<T>(
+        return select_result<T>(
             std::move(y), {cond, a, b}, "where",
             Formula([](const GradArgs& in) -> std::vector<Tensor> {
                 // a gets g where cond, b elsewhere (torch's where(cond, g, 0) and where(cond, 0, g)),
                 // each summed back to its shape. Both read cond's bytes as the forward did, so a
-                // mask byte other than 0 and 1 routes the gradient where it routed the value.
-                const Tensor &c = in.inputs[0], &g = in.grad();
+                // mask byte other than 0 and 1 routes the gradient where it routed the value. A
+                // bfloat16 g is summed in float32 and rounded once, as through a cast.
+                const Tensor& c = in.inputs[0];
+                const bool bf16 = in.grad().dtype() == kBFloat16;
+                const Tensor g = bf16 ? cast(in.grad(), kFloat32) : in.grad();
                 const Tensor zero = zeros({}, g.dtype());
-                return {Tensor(), in.needs(1) ? sum_to(where(c, g, zero), in.inputs[1].shape()) : Tensor(),
-                        in.needs(2) ? sum_to(where(c, zero, g), in.inputs[2].shape()) : Tensor()};
+                const auto back = [&](const Tensor& t, std::size_t i) {
+                    const Tensor s = sum_to(t, in.inputs[i].shape());
+                    return bf16 ? cast(s, kBFloat16) : s;
+                };
+                return {Tensor(), in.needs(1) ? back(where(c, g, zero), 1) : Tensor(),
+                        in.needs(2) ? back(where(c, zero, g), 2) : Tensor()};
             }),
             Saves::only_inputs(1u));
     });
@@ -175,14 +191,13 @@ Tensor masked_fill(const char* op, const Tensor& a, const Tensor& mask, const Sc
                                 shape_str(mask.shape()), shape_str(a.shape())));
     // The value must fit a's dtype, as torch: 1e300 into float32 is refused, not stored as inf.
     check_fill_value(op, "value", value, a.dtype());
-    // As torch: the fill value rounds to bfloat16 (through float32, exact for the kept values).
-    if (a.dtype() == kBFloat16) return cast(masked_fill(op, cast(a, kFloat32), mask, value), kBFloat16);
     const AllocContext context(op, a.shape());
-    return dispatch_computable(op, a.dtype(), [&](auto tag) {
+    return dispatch_all(a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         using S = select_t<T>;
         // An integer value as it is (an int64 keeps all 64 bits), a floating one converted
-        // (into int64 truncated; check_fill_value made sure it fits).
+        // (into int64 truncated; check_fill_value made sure it fits; into bfloat16 through
+        // float32, rounding as torch).
         const T fill = value.kind() == kFloat64 ? static_cast<T>(value.to_double()) : static_cast<T>(value.to_int64());
         const S fill_s = static_cast<S>(fill);
         xt::xarray<T> y = xt::xarray<T>::from_shape(a.shape());
@@ -190,11 +205,11 @@ Tensor masked_fill(const char* op, const Tensor& a, const Tensor& mask, const Sc
                        select_data<T>(a), a.shape());
         // The filled positions get no gradient: masked_fill(g, mask, 0), which is also its
         // own gradient.
-        return make_any_result<T>(std::move(y), {a, mask}, "masked_fill",
-                                  Formula([](const GradArgs& in) -> std::vector<Tensor> {
-                                      return {masked_fill(in.grad(), in.inputs[1], 0.0), Tensor()};
-                                  }),
-                                  Saves::only_inputs(2u));
+        return select_result<T>(std::move(y), {a, mask}, "masked_fill",
+                                Formula([](const GradArgs& in) -> std::vector<Tensor> {
+                                    return {masked_fill(in.grad(), in.inputs[1], 0.0), Tensor()};
+                                }),
+                                Saves::only_inputs(2u));
     });
 }
 
