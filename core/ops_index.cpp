@@ -644,9 +644,11 @@ Tensor Tensor::index_values(const std::vector<TensorIndex>& indices) const {
     const AllocContext context(op, plan.shape);
     return dispatch_all(dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
+        // a bool moves as its byte (bool_bytes.hpp), which it keeps
+        using S = std::conditional_t<std::is_same_v<T, bool>, std::uint8_t, T>;
         xt::xarray<T> y = xt::xarray<T>::from_shape(plan.shape);
-        const T* src = values<T>(*this).data();
-        T* dst = y.data();
+        const S* src = reinterpret_cast<const S*>(values<T>(*this).data());
+        S* dst = reinterpret_cast<S*>(y.data());
         for_each_pick(plan, [&](std::size_t d, std::size_t s) { dst[d] = src[s]; });
         return make_any_result<T>(
             std::move(y), {*this}, op, Formula([indices](const GradArgs& in) -> std::vector<Tensor> {
