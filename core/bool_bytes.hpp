@@ -5,10 +5,15 @@
 /// one bit). Every loop in core over a mask's values reads these bytes instead, any byte but 0
 /// true, as numpy and load_npz read a bool. Internal to core/.
 #include <cstdint>
+#include <type_traits>
 
 #include "core/tensor.hpp"
 
 namespace xgrad {
+
+/// The type a copy moves an element of T as: a bool as its byte (kept as it is), any other type
+/// as itself. Copy loops over any dtype read and write through pointers to it.
+template <class T> using moved_t = std::conditional_t<std::is_same_v<T, bool>, std::uint8_t, T>;
 
 /// The bytes of bool tensor t (its dtype must be bool), one per element, row-major.
 inline const std::uint8_t* bool_bytes(const Tensor& t) {

@@ -13,6 +13,7 @@
 #include "helpers.hpp"
 
 using namespace xgrad;
+using xgrad::indexing::Slice;
 
 namespace {
 
@@ -127,6 +128,23 @@ TEST_CASE("logical ops, comparisons, casts, reads and sums of a raw mask take an
     // as an index: the positions of the bytes that are not 0
     const Tensor x = operand({3, 7}, kFloat32, 0.0);
     CHECK(same(x.index({m}), x.index({cm})));
+}
+
+TEST_CASE("shape and index ops move a raw mask's bytes, which then read as the canonical mask's",
+          "[mask-bytes][adversarial]") {
+    const Tensor m = raw_bools({2, 3, 4}), cm = canonical(m);
+    const auto same_truth = [](const Tensor& x, const Tensor& y) { return bytes_of(canonical(x)) == bytes_of(y); };
+    CHECK(same_truth(m.reshape({4, 6}), cm.reshape({4, 6})));
+    CHECK(same_truth(m.permute({2, 0, 1}), cm.permute({2, 0, 1})));
+    CHECK(same_truth(m.transpose(0, 2), cm.transpose(0, 2)));
+    CHECK(same_truth(m.reshape({2, 1, 3, 4}).expand({2, 5, 3, 4}), cm.reshape({2, 1, 3, 4}).expand({2, 5, 3, 4})));
+    CHECK(same_truth(cat({m, m}, 1), cat({cm, cm}, 1)));
+    CHECK(same_truth(m.narrow(2, 1, 2), cm.narrow(2, 1, 2)));
+    CHECK(same_truth(m.index({Slice(), 1}), cm.index({Slice(), 1})));
+    const Tensor at = from_vector(std::vector<std::int64_t>{3, 0}, {2});
+    CHECK(same_truth(m.index({Slice(), Slice(), at}), cm.index({Slice(), Slice(), at})));
+    CHECK(same_truth(m.clone(), cm.clone()));
+    CHECK(same_truth(m.contiguous(), cm.contiguous()));
 }
 
 TEST_CASE("attention masks given as raw bools keep the keys whose byte is not 0", "[attention][mask-bytes][adversarial]") {
