@@ -553,13 +553,13 @@ Tensor keep_of(const Weights& w, Dtype dtype) {
     return dispatch_floating("head_attention_weights_backward", dtype, [&](auto tag) {
         using T = typename decltype(tag)::type;
         xt::xarray<T> keep = xt::empty<T>(Shape{w.B * H, Lq, Lk});
-        const bool* where = m.by_mask() ? m.where().const_data_ptr<bool>() : nullptr;
+        const std::uint8_t* where = m.by_mask() ? bool_bytes(m.where()) : nullptr;
         for (std::size_t r = 0; r < w.B * H * Lq; ++r) {
             // row r = (b·H + h)·Lq + i reads the mask's row b·Lq + i (or i, one for the batch)
             const std::size_t b = r / (H * Lq), i = r % Lq;
             T* row = keep.data() + r * Lk;
             if (where) {
-                const bool* kept = where + (m.shared() ? i : b * Lq + i) * Lk;
+                const std::uint8_t* kept = where + (m.shared() ? i : b * Lq + i) * Lk;
                 for (std::size_t j = 0; j < Lk; ++j) row[j] = kept[j] ? T(1) : T(0);
             } else {
                 const std::size_t L = m.prefix()[b * Lq + i];

@@ -54,7 +54,9 @@ Tensor cast_bfloat16(const Tensor& a, Dtype d) {
             if constexpr (std::is_same_v<From, bfloat16>) {
                 return a;  // not reached: same dtype returned above
             } else {
-                xt::xarray<bfloat16> y = to_bf16(values<From>(a));
+                xt::xarray<bfloat16> y;
+                if constexpr (std::is_same_v<From, bool>) y = to_bf16(xt::xarray<bool>(bool_values(a)));
+                else y = to_bf16(values<From>(a));
                 if constexpr (!std::is_floating_point_v<From>) {
                     return make_leaf(Storage(std::move(y)));  // int64 and bool carry no gradient
                 } else {

@@ -155,8 +155,8 @@ Tensor integer_arith(const char* op, Arith k, const Tensor& a, const Tensor& b) 
     const Shape shape = broadcast_shapes(op, a.shape(), b.shape());
     const AllocContext context(op, shape);
     if (a.dtype() == kBool) {
-        const auto& x = values<bool>(a);
-        const auto& y = values<bool>(b);
+        const auto x = bool_values(a);
+        const auto y = bool_values(b);
         const bool any = k == Arith::add || k == Arith::max;
         xt::xarray<bool> r = any ? xt::xarray<bool>(x || y) : xt::xarray<bool>(x && y);
         return make_leaf(Storage(std::move(r)));
@@ -572,9 +572,13 @@ Tensor cast(const Tensor& a, Dtype d) {
     return dispatch_all(d, [&](auto to_tag) {
         using To = typename decltype(to_tag)::type;
         xt::xarray<To> y = std::visit(
-            [](const auto& x) {
-                check_convertible<To>("cast", x.data(), x.size());
-                return xt::xarray<To>(xt::cast<To>(x));
+            [&a](const auto& x) {
+                if constexpr (std::is_same_v<std::decay_t<decltype(x)>, xt::xarray<bool>>) {
+                    return xt::xarray<To>(xt::cast<To>(bool_values(a)));
+                } else {
+                    check_convertible<To>("cast", x.data(), x.size());
+                    return xt::xarray<To>(xt::cast<To>(x));
+                }
             },
             a.node().data);
         if constexpr (std::is_floating_point_v<To>) {
@@ -606,7 +610,9 @@ template <class Cmp> Tensor compare(const char* op, const Tensor& a, const Tenso
         if constexpr (std::is_same_v<T, bfloat16>) {
             return Tensor();  // not reached: d is float32 instead
         } else {
-            xt::xarray<bool> r = cmp(values<T>(ca), values<T>(cb));
+            xt::xarray<bool> r;
+            if constexpr (std::is_same_v<T, bool>) r = cmp(bool_values(ca), bool_values(cb));
+            else r = cmp(values<T>(ca), values<T>(cb));
             return make_leaf(Storage(std::move(r)));
         }
     });
@@ -659,7 +665,7 @@ Tensor ge(const Tensor& a, Scalar s) {
 Tensor logical_not(const Tensor& mask) {
     if (mask.dtype() != kBool)
         throw Error(fmt::format("logical_not: expected a bool tensor, got {}", dtype_name(mask.dtype())));
-    xt::xarray<bool> r = !values<bool>(mask);
+    xt::xarray<bool> r = !bool_values(mask);
     return make_leaf(Storage(std::move(r)));
 }
 

@@ -108,7 +108,7 @@ struct RowBlock {
     std::size_t b, i0, nq;
     std::size_t key_end;  // keys [0, key_end) hold every kept key of the block's rows
     const std::size_t* prefix = nullptr;  // per row, when the mask keeps prefixes
-    const bool* where = nullptr;          // the bool mask's row of i0, rows Lk apart
+    const std::uint8_t* where = nullptr;  // the bool mask's bytes (bool_bytes) from row i0, rows Lk apart
     bool none[kBlockQ];                   // the row keeps no key
 };
 
@@ -124,11 +124,11 @@ void describe_rows(const Spec& s, std::size_t b, std::size_t i0, std::size_t nq,
         }
         return;
     }
-    rb.where = s.mask.where().const_data_ptr<bool>() + ((s.mask.shared() ? 0 : b * s.Lq) + i0) * Lk;
+    rb.where = bool_bytes(s.mask.where()) + ((s.mask.shared() ? 0 : b * s.Lq) + i0) * Lk;
     rb.key_end = Lk;
     for (std::size_t r = 0; r < nq; ++r) {
-        const bool* row = rb.where + r * Lk;
-        rb.none[r] = std::none_of(row, row + Lk, [](bool k) { return k; });
+        const std::uint8_t* row = rb.where + r * Lk;
+        rb.none[r] = std::all_of(row, row + Lk, [](std::uint8_t k) { return k == 0; });
     }
 }
 
@@ -142,7 +142,7 @@ template <class T> void apply_mask(const RowBlock& rb, std::size_t Lk, std::size
         for (std::size_t c = L > j0 ? L - j0 : 0; c < nk; ++c) S[c] = ninf;
         return;
     }
-    const bool* keep = rb.where + r * Lk + j0;
+    const std::uint8_t* keep = rb.where + r * Lk + j0;
     for (std::size_t c = 0; c < nk; ++c)
         if (!keep[c]) S[c] = ninf;
 }

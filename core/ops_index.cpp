@@ -447,9 +447,9 @@ std::vector<AdvancedAxis> advanced_axes(const IndexPlan& p) {
             axes.push_back({a.view_dim, a.axis, t.shape(), std::vector<std::int64_t>(v.begin(), v.end())});
             continue;
         }
-        const bool* m = values<bool>(t).data();
-        const std::size_t n = t.numel(), rank = std::max<std::size_t>(t.dim(), 1);
-        const std::size_t count = static_cast<std::size_t>(std::count(m, m + n, true));
+        const std::uint8_t* m = bool_bytes(t);
+        const std::size_t n = values<bool>(t).size(), rank = std::max<std::size_t>(t.dim(), 1);
+        const std::size_t count = n - static_cast<std::size_t>(std::count(m, m + n, std::uint8_t(0)));
         const std::size_t first = axes.size();
         for (std::size_t k = 0; k < rank; ++k) axes.push_back({a.view_dim + k, a.axis + k, Shape{count}, {}});
         const Shape& s = t.dim() ? t.shape() : Shape{1};
@@ -583,10 +583,12 @@ Tensor take_flat(const char* op, const Tensor& x, const FlatOffsets& at, const S
     const AllocContext context(op, shape);
     return dispatch_all(x.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
+        using M = moved_t<T>;
         xt::xarray<T> y = xt::xarray<T>::from_shape(shape);
-        const T* src = values<T>(x).data();
+        const M* src = reinterpret_cast<const M*>(values<T>(x).data());
+        M* dst = reinterpret_cast<M*>(y.data());
         const std::vector<std::size_t>& offsets = *at;
-        for (std::size_t k = 0; k < offsets.size(); ++k) y.data()[k] = src[offsets[k]];
+        for (std::size_t k = 0; k < offsets.size(); ++k) dst[k] = src[offsets[k]];
         return make_any_result<T>(std::move(y), {x}, op, Formula([at](const GradArgs& in) -> std::vector<Tensor> {
             const Tensor& g = in.grad();
             return {put_flat("index_backward", zeros(in.inputs[0].shape(), g.dtype()), at, g, true)};
@@ -644,9 +646,10 @@ Tensor Tensor::index_values(const std::vector<TensorIndex>& indices) const {
     const AllocContext context(op, plan.shape);
     return dispatch_all(dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
+        using M = moved_t<T>;
         xt::xarray<T> y = xt::xarray<T>::from_shape(plan.shape);
-        const T* src = values<T>(*this).data();
-        T* dst = y.data();
+        const M* src = reinterpret_cast<const M*>(values<T>(*this).data());
+        M* dst = reinterpret_cast<M*>(y.data());
         for_each_pick(plan, [&](std::size_t d, std::size_t s) { dst[d] = src[s]; });
         return make_any_result<T>(
             std::move(y), {*this}, op, Formula([indices](const GradArgs& in) -> std::vector<Tensor> {

@@ -77,9 +77,14 @@ Tensor reduce_sum(const char* op, const Tensor& a, const std::vector<std::size_t
         xt::xarray<std::int64_t> r = std::visit(
             [&](const auto& x) -> xt::xarray<std::int64_t> {
                 if (x.size() == 0) return xt::zeros<std::int64_t>(kept);  // see below
-                const xt::xarray<std::uint64_t> u =
-                    xt::sum(xt::cast<std::uint64_t>(xt::cast<std::int64_t>(x)), axes, xt::evaluation_strategy::immediate);
-                return xt::cast<std::int64_t>(u);
+                const auto wrapped = [&](const auto& e) -> xt::xarray<std::int64_t> {
+                    const xt::xarray<std::uint64_t> u = xt::sum(xt::cast<std::uint64_t>(xt::cast<std::int64_t>(e)), axes,
+                                                                xt::evaluation_strategy::immediate);
+                    return xt::cast<std::int64_t>(u);
+                };
+                // a mask counts its bytes that are not 0 (bool_values), whatever their value
+                if constexpr (std::is_same_v<std::decay_t<decltype(x)>, xt::xarray<bool>>) return wrapped(bool_values(a));
+                else return wrapped(x);
             },
             a.node().data);
         r.reshape(out_shape);
@@ -295,10 +300,14 @@ Tensor gather_flat(const Tensor& x, const FlatOffsets& at, const Shape& shape) {
     });
 }
 
-ValuesIndices max(const Tensor& a, long axis, bool keepdims) { return extreme<true>("max", a, axis, keepdims); }
-ValuesIndices min(const Tensor& a, long axis, bool keepdims) { return extreme<false>("min", a, axis, keepdims); }
-Tensor max(const Tensor& a) { return extreme_all<true>("max", a); }
-Tensor min(const Tensor& a) { return extreme_all<false>("min", a); }
+ValuesIndices max(const Tensor& a, long axis, bool keepdims) {
+    return extreme<true>("max", canonical_bools(a), axis, keepdims);
+}
+ValuesIndices min(const Tensor& a, long axis, bool keepdims) {
+    return extreme<false>("min", canonical_bools(a), axis, keepdims);
+}
+Tensor max(const Tensor& a) { return extreme_all<true>("max", canonical_bools(a)); }
+Tensor min(const Tensor& a) { return extreme_all<false>("min", canonical_bools(a)); }
 
 namespace {
 
@@ -321,8 +330,12 @@ template <bool Largest> Tensor arg_extreme(const char* op, const Tensor& a, long
 
 }  // namespace
 
-Tensor argmax(const Tensor& a, long axis, bool keepdims) { return arg_extreme<true>("argmax", a, axis, keepdims); }
-Tensor argmin(const Tensor& a, long axis, bool keepdims) { return arg_extreme<false>("argmin", a, axis, keepdims); }
+Tensor argmax(const Tensor& a, long axis, bool keepdims) {
+    return arg_extreme<true>("argmax", canonical_bools(a), axis, keepdims);
+}
+Tensor argmin(const Tensor& a, long axis, bool keepdims) {
+    return arg_extreme<false>("argmin", canonical_bools(a), axis, keepdims);
+}
 
 // --- var and std -------------------------------------------------------------------------
 

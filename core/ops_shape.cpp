@@ -50,15 +50,16 @@ template <class T> xt::xarray<T> permuted(const xt::xarray<T>& x, const std::vec
     }
     xt::xarray<T> y = xt::xarray<T>::from_shape(out_shape);
     if (y.size() == 0) return y;
-    const T* src = x.data();
-    T* dst = y.data();
+    using M = moved_t<T>;
+    const M* src = reinterpret_cast<const M*>(x.data());
+    M* dst = reinterpret_cast<M*>(y.data());
     const std::size_t last = rank - 1;
     const std::size_t run = out_shape[last];
     const std::size_t step = src_stride[last];
     std::vector<std::size_t> idx(rank, 0);
     std::size_t offset = 0;
     for (std::size_t r = 0, rows = y.size() / run; r < rows; ++r) {
-        const T* s = src + offset;
+        const M* s = src + offset;
         if (step == 1) std::copy(s, s + run, dst);
         else
             for (std::size_t j = 0; j < run; ++j) dst[j] = s[j * step];
@@ -334,7 +335,18 @@ Tensor expand(const Tensor& a, const IntList& shape_arg) {
         std::optional<xt::xarray<T>> fast;
         // The broadcasts the plain loops know (what every sum's gradient is) skip xtensor's.
         if constexpr (std::is_floating_point_v<T>) fast = broadcast_fast<T>(values<T>(a), shape);
-        xt::xarray<T> y = fast ? std::move(*fast) : xt::xarray<T>(xt::broadcast(values<T>(a), shape));
+        xt::xarray<T> y;
+        if (fast) {
+            y = std::move(*fast);
+        } else if constexpr (std::is_same_v<T, bool>) {  // a mask broadcasts its bytes (bool_bytes.hpp)
+            const auto& x = values<bool>(a);
+            const xt::xarray<std::uint8_t> b =
+                xt::broadcast(xt::adapt(bool_bytes(a), x.size(), xt::no_ownership(), x.shape()), shape);
+            y = xt::xarray<bool>::from_shape(shape);
+            std::copy(b.begin(), b.end(), reinterpret_cast<std::uint8_t*>(y.data()));
+        } else {
+            y = xt::broadcast(values<T>(a), shape);
+        }
         return make_any_result<T>(std::move(y), {a}, "expand", Formula([](const GradArgs& in) -> std::vector<Tensor> {
             return {sum_to(in.grad(), in.inputs[0].shape())};
         }), Saves::none());

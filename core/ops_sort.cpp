@@ -17,7 +17,8 @@ namespace {
 ValuesIndices sorted_prefix(const char* op, const Tensor& a, long axis, std::size_t k, bool descending) {
     if (!a.defined()) throw Error(fmt::format("{}: the input is an undefined tensor", op));
     // A 0-d tensor sorts as one element, as torch.
-    const Tensor in = a.dim() == 0 ? a.reshape({1}) : a;
+    // A mask orders its bytes as 0 and 1 (canonical_bools).
+    const Tensor in = a.dim() == 0 ? canonical_bools(a).reshape({1}) : canonical_bools(a);
     const Shape& shape = in.shape();
     const std::size_t ax = normalize_axis(op, axis, shape);
     const axis_split s = split_at(shape, ax);

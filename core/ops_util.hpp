@@ -3,6 +3,7 @@
 /// Internal to core/: includes xtensor through node.hpp.
 #include <type_traits>
 
+#include "core/bool_bytes.hpp"
 #include "core/node.hpp"
 
 namespace xgrad {
@@ -23,6 +24,21 @@ const Tensor& write_in_place(const char* op, const Tensor& self, const Tensor& v
 /// masked_fill with the value as a Scalar (an int64 keeps all its bits) and the name of the call
 /// the user made (masked_fill, masked_fill_) for its errors; the value is checked by check_fill_value.
 Tensor masked_fill(const char* op, const Tensor& a, const Tensor& mask, const Scalar& value);
+
+/// Bool tensor t's values as an xtensor expression, every byte but 0 true (core/bool_bytes.hpp):
+/// what casts, comparisons and logical ops over a mask compute from. It refers to t's storage.
+inline auto bool_values(const Tensor& t) {
+    const auto& v = values<bool>(t);
+    return xt::not_equal(xt::adapt(bool_bytes(t), v.size(), xt::no_ownership(), v.shape()), std::uint8_t(0));
+}
+
+/// t itself, or for a bool tensor a copy whose every byte but 0 is 1: what ops that compare or
+/// order a mask's values (max, argmax, sort) read, paying the copy only for bool tensors.
+inline Tensor canonical_bools(const Tensor& t) {
+    if (!t.defined() || t.dtype() != kBool) return t;
+    xt::xarray<bool> c = bool_values(t);
+    return make_leaf(Storage(std::move(c)));
+}
 
 /// Throws "op: arg is an undefined tensor" for a default-constructed argument: the entry check
 /// of an op, so that the error names the op, not the tensor it read first.

@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "core/attention_mask.hpp"
+#include "core/bool_bytes.hpp"
 #include "core/runtime/vec_math.hpp"
 
 namespace xgrad::kernel {
@@ -110,7 +111,7 @@ template <class T> void softmax_grad_prefix(const T* y, const T* g, T* d, std::s
 class MaskedRows {
 public:
     explicit MaskedRows(const ResolvedMask& mask) : m_mask(mask), m_by_mask(mask.by_mask()) {
-        if (m_by_mask) m_where = mask.where().const_data_ptr<bool>();
+        if (m_by_mask) m_where = bool_bytes(mask.where());
     }
     /// y = masked softmax of row r's scores x (y may be x).
     template <class T> void forward(std::size_t r, const T* x, T* y) const {
@@ -119,12 +120,12 @@ public:
         if (!m_by_mask) return softmax_prefix(x, y, n, m_mask.prefix()[r]);
         // Masked keys scored -inf: their exps are exactly 0 and they never raise the max, so
         // the row runs the unmasked kernel, lanes and sums as with d2l's fill.
-        const bool* keep = keep_row(r);
+        const std::uint8_t* keep = keep_row(r);
         const T fill = -std::numeric_limits<T>::infinity();
         bool any = false;
         for (std::size_t j = 0; j < n; ++j) {
             y[j] = keep[j] ? x[j] : fill;
-            any |= keep[j];
+            any |= keep[j] != 0;
         }
         if (!any) return uniform_row(y, n);
         softmax_prefix(y, y, n, n);
@@ -142,18 +143,19 @@ public:
         if (n == 0) return;
         if (!m_by_mask) return softmax_grad_prefix(y, g, d, n, m_mask.prefix()[r]);
         softmax_grad_prefix(y, g, d, n, n);
-        const bool* keep = keep_row(r);
+        const std::uint8_t* keep = keep_row(r);
         for (std::size_t j = 0; j < n; ++j)
             if (!keep[j]) d[j] = T(0);
     }
 
 private:
-    const bool* keep_row(std::size_t r) const {
+    // the mask's bytes (bool_bytes): any but 0 keeps the key
+    const std::uint8_t* keep_row(std::size_t r) const {
         return m_where + (m_mask.shared() ? r % m_mask.queries() : r) * m_mask.keys();
     }
     const ResolvedMask& m_mask;
     bool m_by_mask;  // (an empty bool mask has a null data pointer: the flag decides, not the pointer)
-    const bool* m_where = nullptr;
+    const std::uint8_t* m_where = nullptr;
 };
 
 }  // namespace xgrad::kernel

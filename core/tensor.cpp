@@ -344,6 +344,14 @@ Tensor Tensor::to(Dtype d) const {
     return as_call("to", [&] { return cast(*this, d); });  // a refused conversion names to, the call made
 }
 
+namespace {
+
+// The element at p as its type holds it: a bool's byte, any but 0 true (core/bool_bytes.hpp).
+template <class E> E stored_value(const E* p) { return *p; }
+bool stored_value(const bool* p) { return *reinterpret_cast<const std::uint8_t*>(p) != 0; }
+
+}  // namespace
+
 template <class T> T Tensor::item_as() const {
     check_defined("item", *this, "the tensor");
     if (numel() != 1)
@@ -352,7 +360,7 @@ template <class T> T Tensor::item_as() const {
     return std::visit(
         [](const auto& a) {
             check_convertible<T>("item", a.data(), 1);
-            return static_cast<T>(*a.data());
+            return static_cast<T>(stored_value(a.data()));
         },
         node().data);
 }
@@ -364,7 +372,7 @@ template <class T> std::vector<T> Tensor::to_vector_as() const {
             check_convertible<T>("to_vector", a.data(), a.size());
             std::vector<T> out;  // explicit conversions: bfloat16 converts only so
             out.reserve(a.size());
-            for (const auto& v : a) out.push_back(static_cast<T>(v));
+            for (std::size_t i = 0; i < a.size(); ++i) out.push_back(static_cast<T>(stored_value(a.data() + i)));
             return out;
         },
         node().data);

@@ -107,15 +107,6 @@ inline Tensor bool_tensor(const Shape& shape, const std::function<bool(std::size
     return gt(from_vector(v, shape, kFloat64), 0.5);
 }
 
-/// The entry called `name` of a state_dict or of a checkpoint read with load_npz (the handle:
-/// it aliases the entry); fails the test without it.
-inline Tensor entry(const NamedTensors& all, const std::string& name) {
-    for (const auto& [n, t] : all)
-        if (n == name) return t;
-    FAIL("no entry " << name);
-    return {};
-}
-
 /// Every entry's name and values, to compare two states exactly (before and after a refused load).
 inline std::vector<std::pair<std::string, std::vector<double>>> state_values(const NamedTensors& all) {
     std::vector<std::pair<std::string, std::vector<double>>> out;

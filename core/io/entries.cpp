@@ -19,6 +19,8 @@ NamedTensors sub_entries(const NamedTensors& entries, const std::string& prefix)
     const std::string head = prefix + ".";
     NamedTensors out;
     for (const auto& [n, t] : entries)
+        // "<prefix>." with nothing after it names no sub-entry, as torch's load_state_dict under a
+        // prefix finds no name in it
         if (n.size() > head.size() && n.compare(0, head.size(), head) == 0) out.emplace_back(n.substr(head.size()), t);
     return out;
 }
@@ -26,7 +28,14 @@ NamedTensors sub_entries(const NamedTensors& entries, const std::string& prefix)
 NamedTensors with_prefix(const std::string& prefix, const NamedTensors& entries) {
     NamedTensors out;
     out.reserve(entries.size());
-    for (const auto& [n, t] : entries) out.emplace_back(prefix + "." + n, t);
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+        // "<prefix>." alone is no entry of sub_entries(..., prefix), so the round trip would lose it.
+        if (entries[i].first.empty())
+            throw Error(fmt::format("with_prefix: entry {} has an empty name, expected a name such as \"weight\" "
+                                    "('{}.' alone would not read back through sub_entries(entries, \"{}\"))",
+                                    i, prefix, prefix));
+        out.emplace_back(prefix + "." + entries[i].first, entries[i].second);
+    }
     return out;
 }
 

@@ -44,11 +44,13 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 /// lookup does), returned by value so that `const auto& x = find_entry(load_npz(path), "X")`
 /// keeps x alive after the loaded list is gone. Throws naming `name` and the names there are.
 Tensor find_entry(const NamedTensors& entries, const std::string& name);
-/// Every entry named "<prefix>.<rest>", renamed <rest>, in order: a state_dict kept inside a
-/// checkpoint, as torch's checkpoint["model"] (`model->load_state_dict(sub_entries(ckpt,
-/// "model"))`). Empty when there is none.
+/// Every entry named "<prefix>.<rest>" with <rest> not empty, renamed <rest>, in order: a
+/// state_dict kept inside a checkpoint, as torch's checkpoint["model"]
+/// (`model->load_state_dict(sub_entries(ckpt, "model"))`). "<prefix>" and "<prefix>." themselves
+/// are not among them. Empty when there is none.
 NamedTensors sub_entries(const NamedTensors& entries, const std::string& prefix);
-/// `entries` renamed "<prefix>.<name>", in order: one part of a checkpoint, as torch's
+/// `entries` renamed "<prefix>.<name>", in order (an empty name is refused: it would not come
+/// back from sub_entries): one part of a checkpoint, as torch's
 /// torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), ...}):
 ///   NamedTensors ckpt = with_prefix("model", model->state_dict());
 ///   for (auto& e : with_prefix("optimizer", opt.state_dict())) ckpt.push_back(e);

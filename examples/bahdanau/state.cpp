@@ -1,7 +1,6 @@
 // bahdanau's run state and its checkpoint: one .npz that numpy reads.
 #include "state.hpp"
 
-#include "common/prefixed.hpp"
 #include "core/creation.hpp"
 #include "core/error.hpp"
 #include "corpus.hpp"
@@ -66,8 +65,8 @@ void save_checkpoint(const std::string& path, const RunState& s) {
     all.emplace_back("trainer.train_seconds", tensor(s.train_seconds, kFloat64));
     all.emplace_back("rng.data", s.data_gen.get_state());
     all.emplace_back("rng.default", get_rng_state());
-    add_prefixed(all, "model.", s.net->state_dict());
-    add_prefixed(all, "optim.", s.optimizer->state_dict());
+    for (const NamedTensors& part : {with_prefix("model", s.net->state_dict()), with_prefix("optim", s.optimizer->state_dict())})
+        all.insert(all.end(), part.begin(), part.end());
     for (const auto& [name, v] : curves(s.history))
         all.emplace_back(std::string("history.") + name, from_vector(*v, {v->size()}, kFloat64));
     save_npz(path, all);
@@ -90,7 +89,7 @@ void load_checkpoint(const std::string& path, RunState& s) {
                               h.eval_loss.size(), h.eval_seconds.size(), step));
 
     // Everything is checked before anything changes; a later refusal rolls the earlier loads back.
-    load_parts(file, {state_dict_part(*s.net, "model."), state_dict_part(*s.optimizer, "optim."),
+    load_parts(file, {state_dict_part(*s.net, "model"), state_dict_part(*s.optimizer, "optim"),
                       generator_part(s.data_gen, "rng.data"), default_generator_part("rng.default")});
     s.step = step;
     s.train_seconds = train_seconds;

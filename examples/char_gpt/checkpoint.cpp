@@ -6,7 +6,6 @@
 #include "core/creation.hpp"
 #include "core/error.hpp"
 #include "core/io/npz.hpp"
-#include "common/prefixed.hpp"
 #include "train.hpp"
 
 namespace xgrad::examples {
@@ -54,9 +53,9 @@ void save_gpt_checkpoint(const std::string& path, const GptState& s) {
     all.emplace_back("trainer.step", from_vector(std::vector<std::int64_t>{s.step}, {}));
     all.emplace_back("rng.data", s.data_gen.get_state());
     all.emplace_back("rng.default", get_rng_state());
-    add_prefixed(all, "model.", s.model->state_dict());
-    add_prefixed(all, "optim.", s.optimizer->state_dict());
-    add_prefixed(all, "sched.", s.schedule->state_dict());
+    for (const NamedTensors& part : {with_prefix("model", s.model->state_dict()), with_prefix("optim", s.optimizer->state_dict()),
+                                     with_prefix("sched", s.schedule->state_dict())})
+        all.insert(all.end(), part.begin(), part.end());
     for (const auto& [name, v] : curves(s.history))
         all.emplace_back(std::string("history.") + name, from_vector(*v, {v->size()}, kFloat64));
     save_npz(path, all);
@@ -86,8 +85,8 @@ void load_gpt_checkpoint(const std::string& path, GptState& s) {
                               h.eval_val.size(), step));
 
     // Everything is checked before anything changes; a later refusal rolls the earlier loads back.
-    load_parts(file, {state_dict_part(*s.model, "model."), state_dict_part(*s.optimizer, "optim."),
-                      state_dict_part(*s.schedule, "sched."), generator_part(s.data_gen, "rng.data"),
+    load_parts(file, {state_dict_part(*s.model, "model"), state_dict_part(*s.optimizer, "optim"),
+                      state_dict_part(*s.schedule, "sched"), generator_part(s.data_gen, "rng.data"),
                       default_generator_part("rng.default")});
     s.step = step;
     s.history = std::move(h);

@@ -93,10 +93,26 @@ void load_parts(const CheckpointFile& file, const std::vector<CheckpointPart>& p
     try {
         for (const CheckpointPart& part : parts) part.load(file);
     } catch (const std::exception& e) {
-        for (const auto& put_back : restore) put_back();
+        // Every part is put back even when one cannot be; the refusal stays the error thrown,
+        // since it says which part or entry of the file was wrong, and a failed put-back is added.
+        std::string unrestored;
+        for (std::size_t i = 0; i < restore.size(); ++i) {
+            try {
+                restore[i]();
+            } catch (const std::exception& r) {
+                unrestored += fmt::format("{}part {} of {}: {}", unrestored.empty() ? "" : "; ", i + 1, restore.size(),
+                                          r.what());
+            }
+        }
+        std::string what = e.what();
+        if (!unrestored.empty())
+            what += fmt::format(" (and putting this run's state back as it was failed too, so it is now partly the "
+                                "checkpoint's: {})", unrestored);
         // A refusal of the file's own (an entry missing) names the file already.
-        const std::string what = e.what();
-        if (what.rfind(fmt::format("load checkpoint '{}': ", file.path()), 0) == 0) throw;
+        if (what.rfind(fmt::format("load checkpoint '{}': ", file.path()), 0) == 0) {
+            if (unrestored.empty()) throw;
+            throw Error(what);
+        }
         file.fail(what);
     }
 }

@@ -10,7 +10,7 @@
 ///   for (const CheckpointSetting& s : settings) changed += changed_setting(s, file.saved(s));
 ///   refuse_changed_settings(path, changed, "the same flags");
 ///   const std::int64_t step = file.step("trainer.step", steps);
-///   load_parts(file, {state_dict_part(*model, "model."), state_dict_part(*optimizer, "optim."),
+///   load_parts(file, {state_dict_part(*model, "model"), state_dict_part(*optimizer, "optim"),
 ///                     generator_part(data_gen, "rng.data"), default_generator_part("rng.default")});
 #include <cstdint>
 #include <functional>
@@ -18,7 +18,6 @@
 #include <utility>
 #include <vector>
 
-#include "common/prefixed.hpp"
 #include "core/io/npz.hpp"
 #include "core/random.hpp"
 
@@ -92,16 +91,19 @@ struct CheckpointPart {
 /// load in order, and if one refuses, every part is put back as it was, so nothing is left
 /// half-loaded (a model from the checkpoint beside the optimizer of the run). The refusal is
 /// rethrown as xgrad::Error "load checkpoint 'path': " and its message (as it came when it is
-/// the file's own, an entry missing, which says that already).
+/// the file's own, an entry missing, which says that already). When a part cannot be put back
+/// (its restore throws), the others still are, and the refusal is still the error thrown, with
+/// the parts that could not be put back named after it.
 void load_parts(const CheckpointFile& file, const std::vector<CheckpointPart>& parts);
 
 /// A part with state_dict() and load_state_dict() (a module, an optimizer, a schedule), under
-/// `prefix` in the checkpoint ("model."). Its snapshot copies the tensors: state_dict() aliases them.
+/// `prefix` in the checkpoint ("model": its entries model.<name>, as with_prefix writes them and
+/// sub_entries reads them). Its snapshot copies the tensors: state_dict() aliases them.
 template <class Stateful>
 CheckpointPart state_dict_part(Stateful& part, std::string prefix) {
     return {[&part] { return [&part, before = detached(part.state_dict())] { part.load_state_dict(before); }; },
             [&part, prefix = std::move(prefix)](const CheckpointFile& file) {
-                part.load_state_dict(take_prefixed(file.entries(), prefix));
+                part.load_state_dict(sub_entries(file.entries(), prefix));
             }};
 }
 

@@ -7,7 +7,6 @@
 #include "core/creation.hpp"
 #include "core/io/npz.hpp"
 #include "common/checkpoint_file.hpp"
-#include "common/prefixed.hpp"
 #include "train.hpp"
 
 namespace xgrad::examples {
@@ -101,9 +100,9 @@ NamedTensors checkpoint_entries(const TrainState& s) {
             all.emplace_back(entry, tensor(code_of(setting.name, setting.shown), kFloat64));
     }
     all.emplace_back("trainer.step", from_vector(std::vector<std::int64_t>{s.step}, {}));
-    add_prefixed(all, "model.", s.model->state_dict());
-    add_prefixed(all, "optim.", s.optimizer->state_dict());
-    add_prefixed(all, "sched.", s.schedule->state_dict());
+    for (const NamedTensors& part : {with_prefix("model", s.model->state_dict()), with_prefix("optim", s.optimizer->state_dict()),
+                                     with_prefix("sched", s.schedule->state_dict())})
+        all.insert(all.end(), part.begin(), part.end());
     for (const auto& [name, v] : curves(s.history))
         all.emplace_back(std::string("history.") + name, from_vector(*v, {v->size()}, kFloat64));
     return all;
@@ -173,8 +172,8 @@ void load_checkpoint(const std::string& path, TrainState& s) {
 
     // Each load_state_dict checks everything before changing anything; if a later one throws,
     // the earlier ones are rolled back so the state stays as it was.
-    load_parts(file, {state_dict_part(*s.model, "model."), state_dict_part(*s.optimizer, "optim."),
-                      state_dict_part(*s.schedule, "sched.")});
+    load_parts(file, {state_dict_part(*s.model, "model"), state_dict_part(*s.optimizer, "optim"),
+                      state_dict_part(*s.schedule, "sched")});
     s.step = step;
     s.history = std::move(h);
 }

@@ -26,8 +26,6 @@ namespace xgrad::test_programs {
 
 namespace fs = std::filesystem;
 
-using test::entry;
-
 // An empty folder of its own for a test, under the temporary directory.
 inline std::string fresh_dir(const std::string& name) {
     const fs::path dir = fs::temp_directory_path() / fmt::format("xgrad_test_runs_{}_{}", name, ::getpid());

@@ -195,11 +195,11 @@ TEST_CASE("bahdanau stopped and resumed repeats the uninterrupted run bit for bi
             CHECK(parts[i].second.to_vector<double>() == whole[i].second.to_vector<double>());
     }
     // What it holds: every training step's loss, the evaluations, both generators, the model, Adam.
-    CHECK(entry(whole, "trainer.step").item<std::int64_t>() == 30);
-    CHECK(entry(whole, "history.loss").numel() == 30);
-    CHECK(entry(whole, "history.eval_step").to_vector<double>() == std::vector<double>{0, 15, 30});
+    CHECK(find_entry(whole, "trainer.step").item<std::int64_t>() == 30);
+    CHECK(find_entry(whole, "history.loss").numel() == 30);
+    CHECK(find_entry(whole, "history.eval_step").to_vector<double>() == std::vector<double>{0, 15, 30});
     for (const char* name : {"rng.data", "rng.default", "model.decoder.rnn.weight_hh_l1", "config.seed"})
-        CHECK_NOTHROW(entry(whole, name));
+        CHECK_NOTHROW(find_entry(whole, name));
     CHECK(std::any_of(whole.begin(), whole.end(), [](const auto& e) { return e.first.rfind("optim.", 0) == 0; }));
     const auto m = [&](const std::string& out) {
         return nlohmann::json::parse(read_file(dir + "/" + out + "/metrics.json", "test"));
@@ -284,7 +284,7 @@ TEST_CASE("bahdanau: Ctrl-C writes the checkpoint and the results so far, and th
     CHECK(wait_for(pid) == 130);
     CHECK_THAT(read_file(stdout_file, "test"), Catch::Contains("stopped at step") &&
                                                    Catch::Contains("continue with --resume"));
-    const std::int64_t step = entry(load_npz(out + "/checkpoint.npz"), "trainer.step").item<std::int64_t>();
+    const std::int64_t step = find_entry(load_npz(out + "/checkpoint.npz"), "trainer.step").item<std::int64_t>();
     CHECK(step >= 1);
     const auto m = nlohmann::json::parse(read_file(out + "/metrics.json", "test"));
     CHECK(m["finished"] == false);

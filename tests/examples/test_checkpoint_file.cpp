@@ -37,16 +37,15 @@ struct Run {
     }
 
     NamedTensors entries() const {
-        NamedTensors all;
-        add_prefixed(all, "model.", model->state_dict());
-        add_prefixed(all, "optim.", optimizer.state_dict());
+        NamedTensors all = with_prefix("model", model->state_dict());
+        for (const auto& e : with_prefix("optim", optimizer.state_dict())) all.push_back(e);
         all.emplace_back("rng.data", data_gen.get_state());
         all.emplace_back("rng.default", get_rng_state());
         return all;
     }
 
     std::vector<CheckpointPart> parts() {
-        return {state_dict_part(*model, "model."), state_dict_part(optimizer, "optim."),
+        return {state_dict_part(*model, "model"), state_dict_part(optimizer, "optim"),
                 generator_part(data_gen, "rng.data"), default_generator_part("rng.default")};
     }
 
@@ -74,9 +73,9 @@ TEST_CASE("load_parts: a checkpoint whose last part is refused leaves every part
     run.steps(2);  // Adam with moments of its own, generators moved on
     const auto before = state_values(run.entries());
     // Each part differs from the checkpoint's, so a load that went through would show.
-    REQUIRE(state_values(take_prefixed(good, "model.")) != state_values(run.model->state_dict()));
-    REQUIRE(state_values(take_prefixed(good, "optim.")) != state_values(run.optimizer.state_dict()));
-    REQUIRE(vals(entry(good, "rng.data")) != vals(run.data_gen.get_state()));
+    REQUIRE(state_values(sub_entries(good, "model")) != state_values(run.model->state_dict()));
+    REQUIRE(state_values(sub_entries(good, "optim")) != state_values(run.optimizer.state_dict()));
+    REQUIRE(vals(find_entry(good, "rng.data")) != vals(run.data_gen.get_state()));
     const CheckpointFile file(path, "test");
     CHECK_THROWS_WITH(load_parts(file, run.parts()),
                       Catch::StartsWith("load checkpoint '" + path + "': ") && Catch::Contains("state"));
@@ -175,8 +174,66 @@ TEST_CASE("load_parts: each entry in turn missing, reshaped, retyped or corrupt 
     // run's from the same default state.
     run->steps(2);
     const std::vector<std::string> resumed = exact_state(run->entries());
-    set_rng_state(entry(good, "rng.default"));
+    set_rng_state(find_entry(good, "rng.default"));
     saved.steps(2);
     CHECK(resumed == exact_state(saved.entries()));
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("load_parts: an entry named a part's prefix and its dot alone is not that part's", "[checkpoint-file]") {
+    // "model." holds no name under "model" (torch's load_state_dict under the prefix "model."
+    // finds none in it either): the model's part loads its own entries and leaves that one, as
+    // it leaves "trainer.step" or any other part's.
+    const std::string dir = test_programs::fresh_dir("checkpoint_bare_prefix");
+    manual_seed(21);
+    Run saved(21);
+    saved.steps(2);
+    const NamedTensors good = saved.entries();
+    NamedTensors all = good;
+    all.emplace_back("model.", zeros({2}));
+    all.emplace_back("optim", zeros({1}));
+    const std::string path = dir + "/checkpoint.npz";
+    save_npz(path, all);
+    manual_seed(22);
+    Run run(22);
+    load_parts(CheckpointFile(path, "test"), run.parts());
+    CHECK(state_values(run.entries()) == state_values(good));
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("load_parts: a part that cannot be put back leaves the refusal as the error, and the others are put back",
+          "[checkpoint-file]") {
+    const std::string dir = test_programs::fresh_dir("checkpoint_failed_restore");
+    manual_seed(31);
+    Run saved(31);
+    saved.steps(3);
+    NamedTensors all = saved.entries();
+    all.erase(std::find_if(all.begin(), all.end(), [](const auto& e) { return e.first == "rng.data"; }));
+    const std::string path = dir + "/checkpoint.npz";
+    save_npz(path, all);
+
+    manual_seed(32);
+    Run run(32);
+    run.steps(2);
+    const auto before = state_values(run.entries());
+    // A part that loads, then throws when put back; before it the model and after it Adam, both
+    // loaded from the file before the data generator's entry is found missing.
+    int put_back_calls = 0;
+    const CheckpointPart unrestorable{[&put_back_calls] {
+                                          return [&put_back_calls] {
+                                              ++put_back_calls;
+                                              throw Error("the part's snapshot was lost");
+                                          };
+                                      },
+                                      [](const CheckpointFile&) {}};
+    std::vector<CheckpointPart> parts = run.parts();
+    parts.insert(parts.begin() + 1, unrestorable);
+    CHECK_THROWS_WITH(load_parts(CheckpointFile(path, "test"), parts),
+                      Catch::StartsWith("load checkpoint '" + path + "': entry 'rng.data' is missing") &&
+                          Catch::Contains("putting this run's state back as it was failed too") &&
+                          Catch::Contains("part 2 of 5: the part's snapshot was lost"));
+    CHECK(put_back_calls == 1);
+    // The model (before it) and Adam (after it) are as they were.
+    CHECK(state_values(run.entries()) == before);
     std::filesystem::remove_all(dir);
 }

@@ -136,9 +136,9 @@ template <class T> void adam_matches_scalar_loop(bool decoupled, bool amsgrad, d
         const std::string at = "parameter " + std::to_string(i) + " (" + std::to_string(kSizes[i]) + " elements)";
         require_same_bits(params[i], refs[i].p, at + ": the parameter");
         const std::string key = "state." + std::to_string(i) + ".";
-        require_same_bits(entry(state, key + "exp_avg"), refs[i].m, at + ": exp_avg");
-        require_same_bits(entry(state, key + "exp_avg_sq"), refs[i].v, at + ": exp_avg_sq");
-        if (amsgrad) require_same_bits(entry(state, key + "max_exp_avg_sq"), refs[i].vmax, at + ": max_exp_avg_sq");
+        require_same_bits(find_entry(state, key + "exp_avg"), refs[i].m, at + ": exp_avg");
+        require_same_bits(find_entry(state, key + "exp_avg_sq"), refs[i].v, at + ": exp_avg_sq");
+        if (amsgrad) require_same_bits(find_entry(state, key + "max_exp_avg_sq"), refs[i].vmax, at + ": max_exp_avg_sq");
     }
 }
 
@@ -191,7 +191,7 @@ template <class T> void sgd_matches_scalar_loop(double momentum, double dampenin
         const std::string at = "parameter " + std::to_string(i) + " (" + std::to_string(kSizes[i]) + " elements)";
         require_same_bits(params[i], refs[i].p, at + ": the parameter");
         if (momentum != 0)
-            require_same_bits(entry(state, "state." + std::to_string(i) + ".momentum_buffer"), refs[i].b,
+            require_same_bits(find_entry(state, "state." + std::to_string(i) + ".momentum_buffer"), refs[i].b,
                               at + ": momentum_buffer");
     }
 }
