@@ -106,9 +106,41 @@ Tensor ones_like(const Tensor& t) {
     return as_call("ones_like", [&] { return ones(t.shape(), t.dtype()); });
 }
 
-Tensor arange(double end, TensorOptions opts) { return arange(0.0, end, 1.0, opts); }
+Tensor arange(Scalar end, TensorOptions opts) { return arange(0, end, 1, opts); }
 
-Tensor arange(double start, double end, double step, TensorOptions opts) {
+Tensor arange(Scalar start, Scalar end, TensorOptions opts) { return arange(start, end, 1, opts); }
+
+namespace {
+// arange of integers into int64, exactly (the double path rounds past 2^53): the count
+// ceil((end - start) / step) in 128 bits, where end - start cannot overflow.
+Tensor integer_arange(std::int64_t start, std::int64_t end, std::int64_t step, TensorOptions opts) {
+    if (step == 0)
+        throw Error(fmt::format("arange: expected finite start, end and a non-zero step, got start={}, end={}, step={}",
+                                start, end, step));
+    const __int128 span = static_cast<__int128>(end) - start;
+    __int128 count = 0;
+    if (step > 0 && span > 0) count = (span + step - 1) / step;
+    else if (step < 0 && span < 0) count = (span + step + 1) / step;
+    if (count > static_cast<__int128>(kMaxElements))
+        throw Error(fmt::format("arange: start={}, end={}, step={} give {} elements, more than fit in memory", start,
+                                end, step, static_cast<double>(count)));
+    const auto n = static_cast<std::size_t>(count);
+    return build("arange", {n}, opts, [&](auto& a) {
+        using T = typename std::decay_t<decltype(a)>::value_type;
+        // Every value lies between start and end, so within int64.
+        if constexpr (std::is_same_v<T, std::int64_t>)
+            for (std::size_t i = 0; i < n; ++i)
+                a(i) = static_cast<T>(start + static_cast<__int128>(step) * static_cast<__int128>(i));
+    });
+}
+}  // namespace
+
+Tensor arange(Scalar start_arg, Scalar end_arg, Scalar step_arg, TensorOptions opts) {
+    const bool integers = start_arg.kind() != kFloat64 && end_arg.kind() != kFloat64 && step_arg.kind() != kFloat64;
+    if (integers && !opts.has_dtype()) opts.dtype(kInt64);
+    if (integers && opts.dtype() == kInt64)
+        return integer_arange(start_arg.to_int64(), end_arg.to_int64(), step_arg.to_int64(), opts);
+    const double start = start_arg.to_double(), end = end_arg.to_double(), step = step_arg.to_double();
     if (step == 0.0 || !std::isfinite(step) || !std::isfinite(start) || !std::isfinite(end))
         throw Error(fmt::format("arange: expected finite start, end and a non-zero step, got start={}, "
                                 "end={}, step={}",

@@ -15,9 +15,12 @@ Tensor ones(const IntList& shape, TensorOptions opts = {});
 Tensor full(const IntList& shape, double value, TensorOptions opts = {});
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
-/// start, start+step, ... < end (as torch.arange); arange(5) is 0..4.
-Tensor arange(double end, TensorOptions opts = {});
-Tensor arange(double start, double end, double step = 1.0, TensorOptions opts = {});
+/// start, start+step, ... < end (as torch.arange); arange(5) is 0..4. As torch's, the dtype
+/// follows the numbers when none is given: int64 when all are integers (arange(5), arange(0, T),
+/// exact over all of int64), float32 when any is floating (arange(0, 1, 0.25), arange(5.0)).
+Tensor arange(Scalar end, TensorOptions opts = {});
+Tensor arange(Scalar start, Scalar end, TensorOptions opts = {});
+Tensor arange(Scalar start, Scalar end, Scalar step, TensorOptions opts = {});
 /// Identity matrix n×n.
 Tensor eye(std::size_t n, TensorOptions opts = {});
 

@@ -47,14 +47,18 @@ Generator& default_generator();
 class TensorOptions {
 public:
     TensorOptions() = default;
-    TensorOptions(Dtype d) : m_dtype(d) {}  // NOLINT: implicit, as torch::TensorOptions
-    TensorOptions& dtype(Dtype d) { m_dtype = d; return *this; }
+    TensorOptions(Dtype d) : m_dtype(d), m_has_dtype(true) {}  // NOLINT: implicit, as torch::TensorOptions
+    TensorOptions& dtype(Dtype d) { m_dtype = d; m_has_dtype = true; return *this; }
     TensorOptions& requires_grad(bool on) { m_requires_grad = on; return *this; }
+    /// The dtype asked for, float32 when none was.
     Dtype dtype() const { return m_dtype; }
+    /// Whether a dtype was asked for: arange(5) and tensor({1, 2}) infer int64 only when not.
+    bool has_dtype() const { return m_has_dtype; }
     bool requires_grad() const { return m_requires_grad; }
 
 private:
     Dtype m_dtype = kFloat32;
+    bool m_has_dtype = false;
     bool m_requires_grad = false;
 };
 

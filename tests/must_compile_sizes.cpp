@@ -49,6 +49,11 @@ Tensor sizes_mixed(const Tensor& x, const Tensor& qkv, int n_head, long n_embd, 
     z = repeat_interleave(x.sum({2}), T);
     Shape s{B, T, C};
     z = zeros(s);
+    // nanoGPT's pos = torch.arange(0, t), torch.randint(len(data) - block_size, (batch_size,)),
+    // sizes of any integer type: int64 tensors, no cast.
+    Tensor pos = arange(0, T);
+    pos = arange(x.size(1));
+    pos = arange(block_size, kFloat32);
     return z + y.sum() + static_cast<double>(chunks.size() + pieces.size() + thirds.size() + halves.size());
 }
 

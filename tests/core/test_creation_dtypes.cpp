@@ -1,0 +1,60 @@
+// The dtype a creation function infers from the numbers it is given, as torch's: torch.arange(5)
+// is int64, torch.arange(0, 5, 0.5) float32.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "../helpers.hpp"
+#include "core/creation.hpp"
+#include "core/ops.hpp"
+
+using namespace xgrad;
+using namespace xgrad::test;
+using Catch::Matchers::Contains;
+
+TEST_CASE("torch.arange(5) is int64 and torch.arange(0, 5, 0.5) float32", "[arange-dtype]") {
+    CHECK(arange(5).dtype() == kInt64);
+    CHECK(arange(5).to_vector<std::int64_t>() == std::vector<std::int64_t>{0, 1, 2, 3, 4});
+    const std::size_t T = 4;
+    const long start = 1;
+    CHECK(arange(start, T + 1).to_vector<std::int64_t>() == std::vector<std::int64_t>{1, 2, 3, 4});  // arange(1, T + 1)
+    CHECK(arange(10, 0, -3).to_vector<std::int64_t>() == std::vector<std::int64_t>{10, 7, 4, 1});
+    CHECK(arange(true).to_vector<std::int64_t>() == std::vector<std::int64_t>{0});  // torch.arange(True)
+    CHECK(arange(0, -3).numel() == 0);
+    CHECK(arange(0, 5, -1).numel() == 0);
+    // Any floating number makes float32, today's default.
+    CHECK(arange(0, 5, 0.5).dtype() == kFloat32);
+    CHECK(arange(5.0).dtype() == kFloat32);
+    CHECK(arange(0, 5.0).dtype() == kFloat32);
+    CHECK(arange(0.0, 1.0, 0.3).to_vector<float>() == std::vector<float>{0.0f, 0.3f, 0.6f, 0.9f});
+    // A dtype given wins, with the values the double path always gave.
+    CHECK(arange(5, kFloat32).to_vector<float>() == std::vector<float>{0, 1, 2, 3, 4});
+    CHECK(arange(0, 4, 2, kFloat64).to_vector<double>() == std::vector<double>{0, 2});
+    CHECK(arange(0, 3, kBool).to_vector<bool>() == std::vector<bool>{false, true, true});
+    CHECK(arange(0.5, 3.5, kInt64).to_vector<std::int64_t>() == std::vector<std::int64_t>{0, 1, 2});
+    // torch.arange(5, requires_grad=True) is refused (int64 has no gradient); with a float dtype it is a leaf.
+    CHECK(arange(3, TensorOptions(kFloat32).requires_grad(true)).requires_grad());
+}
+
+TEST_CASE("torch.arange of integers is exact over all of int64", "[arange-dtype]") {
+    const std::int64_t big = std::numeric_limits<std::int64_t>::max();
+    // 2^53 + 1 is no double: the double path would give 2^53 twice.
+    const std::int64_t p53 = (std::int64_t(1) << 53) + 1;
+    CHECK(arange(p53, p53 + 3).to_vector<std::int64_t>() == std::vector<std::int64_t>{p53, p53 + 1, p53 + 2});
+    CHECK(arange(big - 2, big).to_vector<std::int64_t>() == std::vector<std::int64_t>{big - 2, big - 1});
+    CHECK(arange(big, big - 5, -2).to_vector<std::int64_t>() == std::vector<std::int64_t>{big, big - 2, big - 4});
+    CHECK(arange(-big - 1, big, big).to_vector<std::int64_t>() == std::vector<std::int64_t>{-big - 1, -1, big - 1});
+}
+
+TEST_CASE("torch.arange refuses a zero step and a count that overflows, naming arange", "[arange-dtype]") {
+    CHECK_THROWS_WITH(arange(0, 10, 0), Contains("arange: expected finite start, end and a non-zero step") &&
+                                            Contains("step=0"));
+    const std::int64_t big = std::numeric_limits<std::int64_t>::max();
+    CHECK_THROWS_WITH(arange(-big - 1, big), Contains("arange: start=-9223372036854775808, end=9223372036854775807") &&
+                                                 Contains("more than fit in memory"));
+    CHECK_THROWS_WITH(arange(big, -big, -1), Contains("arange: ") && Contains("more than fit in memory"));
+    CHECK_THROWS_WITH(arange(0, std::int64_t(1) << 60), Contains("more than fit in memory"));
+    CHECK_THROWS_WITH(arange(0, std::numeric_limits<double>::quiet_NaN()), Contains("arange: expected finite"));
+}
