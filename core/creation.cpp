@@ -331,6 +331,8 @@ Tensor randint(std::int64_t low, std::int64_t high, const IntList& shape_arg, Ge
     return make_leaf(Storage(std::move(a)));
 }
 
+Tensor randint(std::int64_t high, const IntList& shape, Generator& gen) { return randint(0, high, shape, gen); }
+
 Tensor randperm(std::size_t n, Generator& gen) {
     checked_numel("randperm", {n});
     const Shape shape{n};

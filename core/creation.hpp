@@ -52,6 +52,9 @@ Tensor uniform(const IntList& shape, double low, double high, TensorOptions opts
 /// Integers uniform in [low, high) (int64).
 Tensor randint(std::int64_t low, std::int64_t high, const IntList& shape,
                Generator& gen = default_generator());
+/// Integers uniform in [0, high) (int64), as torch.randint(high, size): the draws of
+/// randint(0, high, shape, gen).
+Tensor randint(std::int64_t high, const IntList& shape, Generator& gen = default_generator());
 /// A random permutation of 0..n-1 (int64).
 Tensor randperm(std::size_t n, Generator& gen = default_generator());
 

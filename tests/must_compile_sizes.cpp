@@ -54,6 +54,8 @@ Tensor sizes_mixed(const Tensor& x, const Tensor& qkv, int n_head, long n_embd, 
     Tensor pos = arange(0, T);
     pos = arange(x.size(1));
     pos = arange(block_size, kFloat32);
+    Tensor ix = randint(static_cast<std::int64_t>(x.numel()) - block_size, {B});
+    ix = randint(block_size, {B, n_head});
     return z + y.sum() + static_cast<double>(chunks.size() + pieces.size() + thirds.size() + halves.size());
 }
 

@@ -1,5 +1,5 @@
 // The dtype a creation function infers from the numbers it is given, as torch's: torch.arange(5)
-// is int64, torch.arange(0, 5, 0.5) float32.
+// is int64, torch.arange(0, 5, 0.5) float32; and torch.randint(high, size).
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -57,4 +57,17 @@ TEST_CASE("torch.arange refuses a zero step and a count that overflows, naming a
     CHECK_THROWS_WITH(arange(big, -big, -1), Contains("arange: ") && Contains("more than fit in memory"));
     CHECK_THROWS_WITH(arange(0, std::int64_t(1) << 60), Contains("more than fit in memory"));
     CHECK_THROWS_WITH(arange(0, std::numeric_limits<double>::quiet_NaN()), Contains("arange: expected finite"));
+}
+
+TEST_CASE("torch.randint(10, (3,)) draws from [0, 10) as torch.randint(0, 10, (3,))", "[randint-high]") {
+    Generator a(7), b(7);
+    const Tensor x = randint(10, {3, 4}, a);
+    CHECK(x.dtype() == kInt64);
+    CHECK(x.shape() == Shape{3, 4});
+    CHECK(x.to_vector<std::int64_t>() == randint(0, 10, {3, 4}, b).to_vector<std::int64_t>());
+    for (std::int64_t v : randint(3, {1000}).to_vector<std::int64_t>()) REQUIRE((v >= 0 && v < 3));
+    const long n = 2;
+    CHECK(randint(5, {n, 3}).shape() == Shape{2, 3});
+    CHECK_THROWS_WITH(randint(0, {3}), Contains("randint: expected low < high, got low=0, high=0"));
+    CHECK_THROWS_WITH(randint(-1, {3}), Contains("randint: expected low < high"));
 }
