@@ -201,22 +201,37 @@ Tensor from_vector(const std::vector<std::int64_t>& values, const IntList& shape
     return make_leaf(Storage(std::move(a)));
 }
 
-// Nested braces: flatten row by row, checking every row at one depth has the same length.
+namespace detail {
+void add_list_row(std::vector<long>& shape, std::size_t depth, std::size_t length) {
+    if (shape.size() <= depth) shape.push_back(static_cast<long>(length));
+    else if (shape[depth] != static_cast<long>(length))
+        throw Error(fmt::format("tensor: ragged nested list: a row at depth {} has {} elements, an earlier one {}",
+                                depth, length, shape[depth]));
+}
+
+Tensor integer_list(const std::vector<std::int64_t>& values, const std::vector<long>& shape, bool bools,
+                    TensorOptions opts) {
+    if (!opts.has_dtype()) opts.dtype(bools ? kBool : kInt64);
+    return as_call("tensor", [&]() -> Tensor {
+        if (opts.dtype() == kInt64 && !opts.requires_grad()) return from_vector(values, shape);
+        // Any other dtype converts as a double list would (an int64 past 2^53 rounds, as torch's).
+        return from_vector(std::vector<double>(values.begin(), values.end()), shape, opts);
+    });
+}
+}  // namespace detail
+
+// Nested braces of doubles: flattened row by row, every row at one depth of one length.
 namespace {
-void flatten(double v, std::vector<double>& out, Shape&, std::size_t) { out.push_back(v); }
-template <class L> void flatten(std::initializer_list<L> list, std::vector<double>& out, Shape& shape,
+void flatten(double v, std::vector<double>& out, std::vector<long>&, std::size_t) { out.push_back(v); }
+template <class L> void flatten(std::initializer_list<L> list, std::vector<double>& out, std::vector<long>& shape,
                                 std::size_t depth) {
-    if (shape.size() <= depth) shape.push_back(list.size());
-    else if (shape[depth] != list.size())
-        throw Error(fmt::format("tensor: ragged nested list: a row at depth {} has {} elements, an "
-                                "earlier one {}",
-                                depth, list.size(), shape[depth]));
+    detail::add_list_row(shape, depth, list.size());
     for (const auto& item : list) flatten(item, out, shape, depth + 1);
 }
 // Built by from_vector, whose errors (a value int64 cannot hold) name tensor, the call made.
 template <class L> Tensor from_nested(std::initializer_list<L> list, TensorOptions opts) {
     std::vector<double> values;
-    Shape shape;
+    std::vector<long> shape;
     flatten(list, values, shape, 0);
     return as_call("tensor", [&] { return from_vector(values, shape, opts); });
 }

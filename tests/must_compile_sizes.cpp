@@ -56,6 +56,7 @@ Tensor sizes_mixed(const Tensor& x, const Tensor& qkv, int n_head, long n_embd, 
     pos = arange(block_size, kFloat32);
     Tensor ix = randint(static_cast<std::int64_t>(x.numel()) - block_size, {B});
     ix = randint(block_size, {B, n_head});
+    Tensor lens = tensor({B, T});
     return z + y.sum() + static_cast<double>(chunks.size() + pieces.size() + thirds.size() + halves.size());
 }
 

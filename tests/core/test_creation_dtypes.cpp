@@ -1,5 +1,6 @@
 // The dtype a creation function infers from the numbers it is given, as torch's: torch.arange(5)
-// is int64, torch.arange(0, 5, 0.5) float32; and torch.randint(high, size).
+// and torch.tensor([1, 2, 3]) are int64, torch.tensor([True]) bool, any float makes float32;
+// and torch.randint(high, size).
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -57,6 +58,40 @@ TEST_CASE("torch.arange refuses a zero step and a count that overflows, naming a
     CHECK_THROWS_WITH(arange(big, -big, -1), Contains("arange: ") && Contains("more than fit in memory"));
     CHECK_THROWS_WITH(arange(0, std::int64_t(1) << 60), Contains("more than fit in memory"));
     CHECK_THROWS_WITH(arange(0, std::numeric_limits<double>::quiet_NaN()), Contains("arange: expected finite"));
+}
+
+TEST_CASE("torch.tensor([1, 2, 3]) is int64, torch.tensor([True, False]) bool, torch.tensor([1, 2.5]) float32",
+          "[tensor-dtype]") {
+    CHECK(tensor({1, 2, 3}).dtype() == kInt64);
+    CHECK(tensor({1, 2, 3}).to_vector<std::int64_t>() == std::vector<std::int64_t>{1, 2, 3});
+    const Tensor m = tensor({{1, 2}, {3, 4}});
+    CHECK(m.dtype() == kInt64);
+    CHECK(m.shape() == Shape{2, 2});
+    CHECK(tensor({{{1}, {2}}}).shape() == Shape{1, 2, 1});
+    CHECK(tensor({{{{7}}}}).dtype() == kInt64);
+    CHECK(tensor(5).dtype() == kInt64);  // torch.tensor(5)
+    CHECK(tensor(5).shape() == Shape{});
+    CHECK(tensor(5).item<std::int64_t>() == 5);
+    CHECK(tensor({true, false}).dtype() == kBool);
+    CHECK(tensor({true, false}).to_vector<bool>() == std::vector<bool>{true, false});
+    CHECK(tensor({{true}, {false}}).dtype() == kBool);
+    CHECK(tensor(true).dtype() == kBool);
+    // Every int64 exactly (a double list would round 2^62 + 1).
+    const std::int64_t big = (std::int64_t(1) << 62) + 1;
+    CHECK(tensor({big, -big}).to_vector<std::int64_t>() == std::vector<std::int64_t>{big, -big});
+    // Any floating number makes the float32 default, as today.
+    CHECK(tensor({1.0, 2, 3}).dtype() == kFloat32);
+    CHECK(tensor({{1, 2}, {3.5, 4}}).dtype() == kFloat32);
+    CHECK(tensor({0.5}).dtype() == kFloat32);
+    CHECK(tensor(2.0).dtype() == kFloat32);
+    // A dtype given wins.
+    CHECK(tensor({1, 2}, kFloat32).to_vector<float>() == std::vector<float>{1, 2});
+    CHECK(tensor({{1, 0}}, kFloat64).dtype() == kFloat64);
+    CHECK(tensor({1, 0, 2}, kBool).to_vector<bool>() == std::vector<bool>{true, false, true});
+    CHECK(tensor({true, false}, kInt64).to_vector<std::int64_t>() == std::vector<std::int64_t>{1, 0});
+    CHECK(tensor({1, 2}, TensorOptions(kFloat32).requires_grad(true)).requires_grad());
+    CHECK_THROWS_WITH(tensor({{1, 2}, {3}}), Contains("tensor: ragged nested list"));
+    CHECK_THROWS_WITH(tensor({std::numeric_limits<std::uint64_t>::max()}), Contains("does not fit int64"));
 }
 
 TEST_CASE("torch.randint(10, (3,)) draws from [0, 10) as torch.randint(0, 10, (3,))", "[randint-high]") {
