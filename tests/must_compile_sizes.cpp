@@ -66,6 +66,8 @@ std::shared_ptr<nn::Module> containers(long n_embd, std::size_t vocab) {
     auto ln3 = std::make_shared<nn::LayerNorm>(std::vector<long>{4, n_embd});
     nn::LayerNorm ln4(128);
     nn::LayerNorm ln5({4, vocab});
+    auto ln6 = std::make_shared<nn::LayerNorm>(n_embd, 1e-5, true, /*bias=*/false);  // nanoGPT's LayerNorm(ndim, bias)
+    nn::LayerNorm ln7({4, vocab}, 1e-6, true, false);
     auto list = std::make_shared<nn::ModuleList>(nn::ModuleList::Items{ln, ln2});
     auto dict = std::make_shared<nn::ModuleDict>(nn::ModuleDict::Items{{"ln_f", ln3}, {"wte", std::make_shared<nn::Embedding>(vocab, n_embd)}});
     auto seq = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(n_embd, vocab), std::make_shared<nn::ReLU>());
@@ -73,5 +75,6 @@ std::shared_ptr<nn::Module> containers(long n_embd, std::size_t vocab) {
     root->insert("h", list);
     root->insert("t", dict);
     root->insert("s", seq);
+    root->insert("ln6", ln6);
     return root;
 }
