@@ -27,6 +27,11 @@ Tensor pow(const Tensor& a, double p);
 /// d2l's PositionalEncoding writes it). Gradient to the exponent: g·(y·ln base), 0 where base
 /// is 0 and the exponent ≥ 0 (torch's pow_backward_exponent).
 Tensor pow(double base, const Tensor& exponent);
+/// base^exponent elementwise with broadcasting (torch.pow(a, b), a.pow(b)); the dtype is
+/// result_type(base, exponent); int64 raises integers as torch's (wrapping; a negative exponent
+/// gives 0 unless the base is ±1). Gradients as torch's: to the base g·e·base^(e−1), 0 where e is 0; to
+/// the exponent g·y·ln base, 0 where base is 0 and e ≥ 0 (NaN for a negative base).
+Tensor pow(const Tensor& base, const Tensor& exponent);
 Tensor exp(const Tensor& a);
 Tensor log(const Tensor& a);
 Tensor sqrt(const Tensor& a);

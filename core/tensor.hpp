@@ -267,6 +267,7 @@ public:
     Tensor mean(const IntList& axes, bool keepdims = false) const;
     Tensor matmul(const Tensor& other) const;
     Tensor pow(double exponent) const;
+    Tensor pow(const Tensor& exponent) const;
     Tensor exp() const;
     Tensor log() const;
 

@@ -57,6 +57,7 @@ Tensor sizes_mixed(const Tensor& x, const Tensor& qkv, int n_head, long n_embd, 
     Tensor ix = randint(static_cast<std::int64_t>(x.numel()) - block_size, {B});
     ix = randint(block_size, {B, n_head});
     Tensor lens = tensor({B, T});
+    z = z.pow(x.index({Slice(), Slice(), Slice(None, 1)}));
     return z + y.sum() + static_cast<double>(chunks.size() + pieces.size() + thirds.size() + halves.size());
 }
 
