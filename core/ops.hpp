@@ -93,7 +93,9 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 /// Copy of a (any dtype) with `value` wherever mask is true. The mask is bool and must
 /// broadcast to a's shape (not the other way: the result keeps a's shape). No gradient flows
 /// to the filled positions. The value must fit a's dtype (check_fill_value in fill_value.hpp).
-Tensor masked_fill(const Tensor& a, const Tensor& mask, double value);
+/// The value is a Scalar as torch's: an integer keeps all 64 bits into int64, a bool fills a
+/// bool tensor, a floating value into int64 truncates toward zero (NaN and ±inf refused).
+Tensor masked_fill(const Tensor& a, const Tensor& mask, Scalar value);
 
 // --- reductions (ops_reduce.cpp) ---------------------------------------------------------
 /// Sum of all elements (0-d result) or over `axes`; keepdims keeps them as length 1.

@@ -254,7 +254,7 @@ public:
     std::vector<Tensor> chunk(long chunks, long axis = 0) const;
     /// A copy with `value` where mask is true (torch's x.masked_fill(mask, v); masked_fill in
     /// ops.hpp). masked_fill_ below writes into this tensor instead.
-    Tensor masked_fill(const Tensor& mask, double value) const;
+    Tensor masked_fill(const Tensor& mask, Scalar value) const;
     /// This tensor itself, an alias, as torch's contiguous() of a contiguous tensor: every xgrad
     /// tensor is contiguous (an op's result owns a row-major array), so a ported
     /// `y.transpose(1, 2).contiguous().view(B, T, C)` reads as in torch.

@@ -58,6 +58,7 @@ Tensor sizes_mixed(const Tensor& x, const Tensor& qkv, int n_head, long n_embd, 
     ix = randint(block_size, {B, n_head});
     Tensor lens = tensor({B, T});
     z = z.pow(x.index({Slice(), Slice(), Slice(None, 1)}));
+    pos = pos.masked_fill(pos == 0, T);
     return z + y.sum() + static_cast<double>(chunks.size() + pieces.size() + thirds.size() + halves.size());
 }
 
