@@ -209,49 +209,41 @@ void add_list_row(std::vector<long>& shape, std::size_t depth, std::size_t lengt
                                 depth, length, shape[depth]));
 }
 
-Tensor integer_list(const std::vector<std::int64_t>& values, const std::vector<long>& shape, bool bools,
-                    TensorOptions opts) {
-    if (!opts.has_dtype()) opts.dtype(bools ? kBool : kInt64);
+Tensor list_tensor(const std::vector<Scalar>& numbers, const std::vector<long>& shape, TensorOptions opts) {
+    const auto any = [&](Dtype kind) {
+        return std::any_of(numbers.begin(), numbers.end(), [kind](const Scalar& s) { return s.kind() == kind; });
+    };
+    const bool floating = numbers.empty() || any(kFloat64);  // torch.tensor([]) is float32
+    if (!opts.has_dtype()) opts.dtype(floating ? kFloat32 : any(kInt64) ? kInt64 : kBool);
+    // Built by from_vector, whose errors (a value int64 cannot hold) name tensor, the call made.
     return as_call("tensor", [&]() -> Tensor {
-        if (opts.dtype() == kInt64 && !opts.requires_grad()) return from_vector(values, shape);
-        // Any other dtype converts as a double list would (an int64 past 2^53 rounds, as torch's).
-        return from_vector(std::vector<double>(values.begin(), values.end()), shape, opts);
+        // Integers into int64 keep every bit; the rest converts from doubles (an integer past
+        // 2^53 into a floating dtype rounds, as torch's).
+        if (opts.dtype() == kInt64 && !floating && !opts.requires_grad()) {
+            std::vector<std::int64_t> values(numbers.size());
+            std::transform(numbers.begin(), numbers.end(), values.begin(), [](const Scalar& s) { return s.to_int64(); });
+            return from_vector(values, shape);
+        }
+        std::vector<double> values(numbers.size());
+        std::transform(numbers.begin(), numbers.end(), values.begin(), [](const Scalar& s) { return s.to_double(); });
+        return from_vector(values, shape, opts);
     });
 }
 }  // namespace detail
 
-// Nested braces of doubles: flattened row by row, every row at one depth of one length.
-namespace {
-void flatten(double v, std::vector<double>& out, std::vector<long>&, std::size_t) { out.push_back(v); }
-template <class L> void flatten(std::initializer_list<L> list, std::vector<double>& out, std::vector<long>& shape,
-                                std::size_t depth) {
-    detail::add_list_row(shape, depth, list.size());
-    for (const auto& item : list) flatten(item, out, shape, depth + 1);
-}
-// Built by from_vector, whose errors (a value int64 cannot hold) name tensor, the call made.
-template <class L> Tensor from_nested(std::initializer_list<L> list, TensorOptions opts) {
-    std::vector<double> values;
-    std::vector<long> shape;
-    flatten(list, values, shape, 0);
-    return as_call("tensor", [&] { return from_vector(values, shape, opts); });
-}
-}  // namespace
-
 Tensor tensor(double scalar, TensorOptions opts) {
     return as_call("tensor", [&] { return from_vector({scalar}, {}, opts); });
 }
-Tensor tensor(std::initializer_list<double> v, TensorOptions opts) { return from_nested(v, opts); }
-Tensor tensor(std::initializer_list<std::initializer_list<double>> v, TensorOptions opts) {
-    return from_nested(v, opts);
+Tensor tensor(std::initializer_list<Scalar> v, TensorOptions opts) { return detail::from_list(v, opts); }
+Tensor tensor(std::initializer_list<std::initializer_list<Scalar>> v, TensorOptions opts) {
+    return detail::from_list(v, opts);
 }
-Tensor tensor(std::initializer_list<std::initializer_list<std::initializer_list<double>>> v,
+Tensor tensor(std::initializer_list<std::initializer_list<std::initializer_list<Scalar>>> v, TensorOptions opts) {
+    return detail::from_list(v, opts);
+}
+Tensor tensor(std::initializer_list<std::initializer_list<std::initializer_list<std::initializer_list<Scalar>>>> v,
               TensorOptions opts) {
-    return from_nested(v, opts);
-}
-Tensor tensor(
-    std::initializer_list<std::initializer_list<std::initializer_list<std::initializer_list<double>>>> v,
-    TensorOptions opts) {
-    return from_nested(v, opts);
+    return detail::from_list(v, opts);
 }
 
 Tensor rand(const IntList& shape, TensorOptions opts, Generator& gen) {

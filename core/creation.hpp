@@ -1,6 +1,7 @@
 #pragma once
 /// Making tensors: constants, ranges, from C++ values, and random draws. All are leaves;
-/// float32 unless the options say otherwise.
+/// float32 unless the options say otherwise, except where torch infers the dtype from the
+/// numbers: arange and tensor of integers give int64 (of bools, tensor gives bool).
 #include <cstdint>
 #include <initializer_list>
 #include <type_traits>
@@ -30,66 +31,66 @@ Tensor from_vector(const std::vector<double>& values, const IntList& shape, Tens
 Tensor from_vector(const std::vector<std::int64_t>& values, const IntList& shape);
 
 /// From nested braces, as torch.tensor: tensor({{1, 2}, {3, 4}}). Ragged rows throw. As
-/// torch's, the dtype follows the numbers when none is given: all integers give int64
-/// (tensor({1, 2, 3}), every int64 exact), all bools bool, any floating one float32
-/// (tensor({1.0, 2}), tensor({0.5})).
+/// torch's, the dtype follows the numbers when none is given: any floating number makes
+/// float32 (tensor({1.0, 2}), tensor({0.5})), else any integer int64 (tensor({1, 2, 3}),
+/// tensor({x.size(0), 5}), every int64 exact), else bool (tensor({true, false})); a dtype given
+/// wins. One number gives a 0-d tensor the same way: tensor(5) is int64, tensor(2.0) float32.
 Tensor tensor(double scalar, TensorOptions opts = {});
-Tensor tensor(std::initializer_list<double> v, TensorOptions opts = {});
-Tensor tensor(std::initializer_list<std::initializer_list<double>> v, TensorOptions opts = {});
-Tensor tensor(std::initializer_list<std::initializer_list<std::initializer_list<double>>> v,
-              TensorOptions opts = {});
-Tensor tensor(
-    std::initializer_list<std::initializer_list<std::initializer_list<std::initializer_list<double>>>> v,
-    TensorOptions opts = {});
 
 namespace detail {
-template <class T> inline constexpr bool is_list_integer_v = std::is_integral_v<T> && !std::is_same_v<T, char>;
-/// tensor's lists of integers or bools: values flattened row by row (shape their lengths),
-/// int64 (or bool, for bools) unless opts give a dtype.
-Tensor integer_list(const std::vector<std::int64_t>& values, const std::vector<long>& shape, bool bools,
-                    TensorOptions opts);
 /// Throws tensor's error for a ragged list: a row at `depth` of a length other than an earlier one's.
 void add_list_row(std::vector<long>& shape, std::size_t depth, std::size_t length);
-template <class T> void flatten_list(T v, std::vector<std::int64_t>& out, std::vector<long>&, std::size_t) {
-    out.push_back(Scalar(v).to_int64());  // a 64-bit unsigned value beyond int64 is refused
+/// tensor's numbers, flattened row by row, as written, with the row lengths (`shape`): the
+/// tensor, its dtype inferred as torch.tensor infers it unless opts give one.
+Tensor list_tensor(const std::vector<Scalar>& numbers, const std::vector<long>& shape, TensorOptions opts);
+template <class T> void flatten_list(const T& v, std::vector<Scalar>& out, std::vector<long>&, std::size_t) {
+    out.emplace_back(v);  // a 64-bit unsigned value beyond int64 is refused here
 }
 template <class L>
-void flatten_list(std::initializer_list<L> list, std::vector<std::int64_t>& out, std::vector<long>& shape,
+void flatten_list(std::initializer_list<L> list, std::vector<Scalar>& out, std::vector<long>& shape,
                   std::size_t depth) {
     add_list_row(shape, depth, list.size());
     for (const auto& item : list) flatten_list(item, out, shape, depth + 1);
 }
-template <class T, class L> Tensor from_integer_list(const L& list, TensorOptions opts) {
-    std::vector<std::int64_t> values;
+template <class L> Tensor from_list(const L& list, TensorOptions opts) {
+    std::vector<Scalar> numbers;
     std::vector<long> shape;
-    flatten_list(list, values, shape, 0);
-    return integer_list(values, shape, std::is_same_v<T, bool>, opts);
+    flatten_list(list, numbers, shape, 0);
+    return list_tensor(numbers, shape, opts);
 }
+template <class T> inline constexpr bool is_list_number_v = std::is_arithmetic_v<T>;
 }  // namespace detail
 
-/// Lists of integers or of bools, and one integer or bool (tensor(5) is a 0-d int64); the
-/// double forms above take any list with a floating number in it.
-template <class T, std::enable_if_t<detail::is_list_integer_v<T>, int> = 0>
+/// Lists whose numbers are of one C++ type (tensor({1, 2}), tensor({0.5, 1.5}), a
+/// std::initializer_list<double> variable), and one number of any arithmetic type.
+template <class T, std::enable_if_t<detail::is_list_number_v<T>, int> = 0>
 Tensor tensor(T scalar, TensorOptions opts = {}) {
-    return detail::from_integer_list<T>(scalar, opts);
+    return detail::from_list(scalar, opts);
 }
-template <class T, std::enable_if_t<detail::is_list_integer_v<T>, int> = 0>
+template <class T, std::enable_if_t<detail::is_list_number_v<T>, int> = 0>
 Tensor tensor(std::initializer_list<T> v, TensorOptions opts = {}) {
-    return detail::from_integer_list<T>(v, opts);
+    return detail::from_list(v, opts);
 }
-template <class T, std::enable_if_t<detail::is_list_integer_v<T>, int> = 0>
+template <class T, std::enable_if_t<detail::is_list_number_v<T>, int> = 0>
 Tensor tensor(std::initializer_list<std::initializer_list<T>> v, TensorOptions opts = {}) {
-    return detail::from_integer_list<T>(v, opts);
+    return detail::from_list(v, opts);
 }
-template <class T, std::enable_if_t<detail::is_list_integer_v<T>, int> = 0>
+template <class T, std::enable_if_t<detail::is_list_number_v<T>, int> = 0>
 Tensor tensor(std::initializer_list<std::initializer_list<std::initializer_list<T>>> v, TensorOptions opts = {}) {
-    return detail::from_integer_list<T>(v, opts);
+    return detail::from_list(v, opts);
 }
-template <class T, std::enable_if_t<detail::is_list_integer_v<T>, int> = 0>
+template <class T, std::enable_if_t<detail::is_list_number_v<T>, int> = 0>
 Tensor tensor(std::initializer_list<std::initializer_list<std::initializer_list<std::initializer_list<T>>>> v,
               TensorOptions opts = {}) {
-    return detail::from_integer_list<T>(v, opts);
+    return detail::from_list(v, opts);
 }
+/// Lists mixing types ({1, 2.5}, {x.size(0), 5}, {true, 2}), where the forms above deduce
+/// nothing: each number as written (a Scalar).
+Tensor tensor(std::initializer_list<Scalar> v, TensorOptions opts = {});
+Tensor tensor(std::initializer_list<std::initializer_list<Scalar>> v, TensorOptions opts = {});
+Tensor tensor(std::initializer_list<std::initializer_list<std::initializer_list<Scalar>>> v, TensorOptions opts = {});
+Tensor tensor(std::initializer_list<std::initializer_list<std::initializer_list<std::initializer_list<Scalar>>>> v,
+              TensorOptions opts = {});
 
 /// Uniform in [0, 1).
 Tensor rand(const IntList& shape, TensorOptions opts = {}, Generator& gen = default_generator());

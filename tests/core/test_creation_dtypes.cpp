@@ -94,6 +94,24 @@ TEST_CASE("torch.tensor([1, 2, 3]) is int64, torch.tensor([True, False]) bool, t
     CHECK_THROWS_WITH(tensor({std::numeric_limits<std::uint64_t>::max()}), Contains("does not fit int64"));
 }
 
+TEST_CASE("torch.tensor([x.size(0), 5]) of mixed integer types is int64, torch.tensor([True, 2]) int64",
+          "[tensor-dtype]") {
+    const Tensor x = zeros({3, 2});
+    const long five = 5;
+    // size_t beside int (and beside long): no one C++ type, still integers.
+    CHECK(tensor({x.size(0), 5}).dtype() == kInt64);
+    CHECK(tensor({x.size(0), 5}).to_vector<std::int64_t>() == std::vector<std::int64_t>{3, 5});
+    CHECK(tensor({{x.size(1), five}, {1, 2}}).to_vector<std::int64_t>() == std::vector<std::int64_t>{2, 5, 1, 2});
+    CHECK(tensor({true, 2}).to_vector<std::int64_t>() == std::vector<std::int64_t>{1, 2});
+    CHECK(tensor({1, 2.5}).to_vector<float>() == std::vector<float>{1.0f, 2.5f});
+    CHECK(tensor({{1, 2}, {3.5, 4}}).dtype() == kFloat32);
+    // One number per row is rows of one, not a flat list: torch.tensor([[1.5], [0.3]]).
+    CHECK(tensor({{1.5}, {0.3}}).shape() == Shape{2, 1});
+    CHECK(tensor({{1}, {2}}).dtype() == kInt64);
+    CHECK(tensor(2.5f).dtype() == kFloat32);
+    CHECK(tensor({x.size(0), 5}, kFloat64).to_vector<double>() == std::vector<double>{3, 5});
+}
+
 TEST_CASE("torch.randint(10, (3,)) draws from [0, 10) as torch.randint(0, 10, (3,))", "[randint-high]") {
     Generator a(7), b(7);
     const Tensor x = randint(10, {3, 4}, a);
