@@ -106,9 +106,41 @@ Tensor ones_like(const Tensor& t) {
     return as_call("ones_like", [&] { return ones(t.shape(), t.dtype()); });
 }
 
-Tensor arange(double end, TensorOptions opts) { return arange(0.0, end, 1.0, opts); }
+Tensor arange(Scalar end, TensorOptions opts) { return arange(0, end, 1, opts); }
 
-Tensor arange(double start, double end, double step, TensorOptions opts) {
+Tensor arange(Scalar start, Scalar end, TensorOptions opts) { return arange(start, end, 1, opts); }
+
+namespace {
+// arange of integers into int64, exactly (the double path rounds past 2^53): the count
+// ceil((end - start) / step) in 128 bits, where end - start cannot overflow.
+Tensor integer_arange(std::int64_t start, std::int64_t end, std::int64_t step, TensorOptions opts) {
+    if (step == 0)
+        throw Error(fmt::format("arange: expected finite start, end and a non-zero step, got start={}, end={}, step={}",
+                                start, end, step));
+    const __int128 span = static_cast<__int128>(end) - start;
+    __int128 count = 0;
+    if (step > 0 && span > 0) count = (span + step - 1) / step;
+    else if (step < 0 && span < 0) count = (span + step + 1) / step;
+    if (count > static_cast<__int128>(kMaxElements))
+        throw Error(fmt::format("arange: start={}, end={}, step={} give {} elements, more than fit in memory", start,
+                                end, step, static_cast<double>(count)));
+    const auto n = static_cast<std::size_t>(count);
+    return build("arange", {n}, opts, [&](auto& a) {
+        using T = typename std::decay_t<decltype(a)>::value_type;
+        // Every value lies between start and end, so within int64.
+        if constexpr (std::is_same_v<T, std::int64_t>)
+            for (std::size_t i = 0; i < n; ++i)
+                a(i) = static_cast<T>(start + static_cast<__int128>(step) * static_cast<__int128>(i));
+    });
+}
+}  // namespace
+
+Tensor arange(Scalar start_arg, Scalar end_arg, Scalar step_arg, TensorOptions opts) {
+    const bool integers = start_arg.kind() != kFloat64 && end_arg.kind() != kFloat64 && step_arg.kind() != kFloat64;
+    if (integers && !opts.has_dtype()) opts.dtype(kInt64);
+    if (integers && opts.dtype() == kInt64)
+        return integer_arange(start_arg.to_int64(), end_arg.to_int64(), step_arg.to_int64(), opts);
+    const double start = start_arg.to_double(), end = end_arg.to_double(), step = step_arg.to_double();
     if (step == 0.0 || !std::isfinite(step) || !std::isfinite(start) || !std::isfinite(end))
         throw Error(fmt::format("arange: expected finite start, end and a non-zero step, got start={}, "
                                 "end={}, step={}",
@@ -169,42 +201,49 @@ Tensor from_vector(const std::vector<std::int64_t>& values, const IntList& shape
     return make_leaf(Storage(std::move(a)));
 }
 
-// Nested braces: flatten row by row, checking every row at one depth has the same length.
-namespace {
-void flatten(double v, std::vector<double>& out, Shape&, std::size_t) { out.push_back(v); }
-template <class L> void flatten(std::initializer_list<L> list, std::vector<double>& out, Shape& shape,
-                                std::size_t depth) {
-    if (shape.size() <= depth) shape.push_back(list.size());
-    else if (shape[depth] != list.size())
-        throw Error(fmt::format("tensor: ragged nested list: a row at depth {} has {} elements, an "
-                                "earlier one {}",
-                                depth, list.size(), shape[depth]));
-    for (const auto& item : list) flatten(item, out, shape, depth + 1);
+namespace detail {
+void add_list_row(std::vector<long>& shape, std::size_t depth, std::size_t length) {
+    if (shape.size() <= depth) shape.push_back(static_cast<long>(length));
+    else if (shape[depth] != static_cast<long>(length))
+        throw Error(fmt::format("tensor: ragged nested list: a row at depth {} has {} elements, an earlier one {}",
+                                depth, length, shape[depth]));
 }
-// Built by from_vector, whose errors (a value int64 cannot hold) name tensor, the call made.
-template <class L> Tensor from_nested(std::initializer_list<L> list, TensorOptions opts) {
-    std::vector<double> values;
-    Shape shape;
-    flatten(list, values, shape, 0);
-    return as_call("tensor", [&] { return from_vector(values, shape, opts); });
+
+Tensor list_tensor(const std::vector<Scalar>& numbers, const std::vector<long>& shape, TensorOptions opts) {
+    const auto any = [&](Dtype kind) {
+        return std::any_of(numbers.begin(), numbers.end(), [kind](const Scalar& s) { return s.kind() == kind; });
+    };
+    const bool floating = numbers.empty() || any(kFloat64);  // torch.tensor([]) is float32
+    if (!opts.has_dtype()) opts.dtype(floating ? kFloat32 : any(kInt64) ? kInt64 : kBool);
+    // Built by from_vector, whose errors (a value int64 cannot hold) name tensor, the call made.
+    return as_call("tensor", [&]() -> Tensor {
+        // Integers into int64 keep every bit; the rest converts from doubles (an integer past
+        // 2^53 into a floating dtype rounds, as torch's).
+        if (opts.dtype() == kInt64 && !floating && !opts.requires_grad()) {
+            std::vector<std::int64_t> values(numbers.size());
+            std::transform(numbers.begin(), numbers.end(), values.begin(), [](const Scalar& s) { return s.to_int64(); });
+            return from_vector(values, shape);
+        }
+        std::vector<double> values(numbers.size());
+        std::transform(numbers.begin(), numbers.end(), values.begin(), [](const Scalar& s) { return s.to_double(); });
+        return from_vector(values, shape, opts);
+    });
 }
-}  // namespace
+}  // namespace detail
 
 Tensor tensor(double scalar, TensorOptions opts) {
     return as_call("tensor", [&] { return from_vector({scalar}, {}, opts); });
 }
-Tensor tensor(std::initializer_list<double> v, TensorOptions opts) { return from_nested(v, opts); }
-Tensor tensor(std::initializer_list<std::initializer_list<double>> v, TensorOptions opts) {
-    return from_nested(v, opts);
+Tensor tensor(std::initializer_list<Scalar> v, TensorOptions opts) { return detail::from_list(v, opts); }
+Tensor tensor(std::initializer_list<std::initializer_list<Scalar>> v, TensorOptions opts) {
+    return detail::from_list(v, opts);
 }
-Tensor tensor(std::initializer_list<std::initializer_list<std::initializer_list<double>>> v,
+Tensor tensor(std::initializer_list<std::initializer_list<std::initializer_list<Scalar>>> v, TensorOptions opts) {
+    return detail::from_list(v, opts);
+}
+Tensor tensor(std::initializer_list<std::initializer_list<std::initializer_list<std::initializer_list<Scalar>>>> v,
               TensorOptions opts) {
-    return from_nested(v, opts);
-}
-Tensor tensor(
-    std::initializer_list<std::initializer_list<std::initializer_list<std::initializer_list<double>>>> v,
-    TensorOptions opts) {
-    return from_nested(v, opts);
+    return detail::from_list(v, opts);
 }
 
 Tensor rand(const IntList& shape, TensorOptions opts, Generator& gen) {
@@ -298,6 +337,8 @@ Tensor randint(std::int64_t low, std::int64_t high, const IntList& shape_arg, Ge
     }
     return make_leaf(Storage(std::move(a)));
 }
+
+Tensor randint(std::int64_t high, const IntList& shape, Generator& gen) { return randint(0, high, shape, gen); }
 
 Tensor randperm(std::size_t n, Generator& gen) {
     checked_numel("randperm", {n});

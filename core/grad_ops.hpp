@@ -20,6 +20,12 @@ Tensor threshold_backward(const Tensor& g, const Tensor& x);
 /// gelu's gradient g·(Φ(x) + x·φ(x)); its own gradient in x is g·φ(x)·(2 − x²).
 Tensor gelu_backward(const Tensor& g, const Tensor& x);
 
+/// pow's gradient to the exponent (torch's pow_backward_exponent), at y's shape: g·y·ln base,
+/// 0 where the base is 0 and the exponent ≥ 0, -inf where it is 0 and the exponent < 0. The
+/// one formula of pow(number, Tensor) and pow(Tensor, Tensor) (a base of any broadcastable shape).
+Tensor pow_exponent_backward(const Tensor& g, const Tensor& y, const Tensor& exponent, double base);
+Tensor pow_exponent_backward(const Tensor& g, const Tensor& y, const Tensor& exponent, const Tensor& base);
+
 // --- the shape and index ops' gradients (ops_shape.cpp, ops_index.cpp) ------------------------
 // Each is linear in g, so its own gradient is the forward op it undoes, applied to the incoming
 // gradient gg (as torch's derivatives.yaml pairs slice_backward with slice, index_add with

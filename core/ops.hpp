@@ -27,6 +27,11 @@ Tensor pow(const Tensor& a, double p);
 /// d2l's PositionalEncoding writes it). Gradient to the exponent: g·(y·ln base), 0 where base
 /// is 0 and the exponent ≥ 0 (torch's pow_backward_exponent).
 Tensor pow(double base, const Tensor& exponent);
+/// base^exponent elementwise with broadcasting (torch.pow(a, b), a.pow(b)); the dtype is
+/// result_type(base, exponent); int64 raises integers as torch's (wrapping; a negative exponent
+/// gives 0 unless the base is ±1). Gradients as torch's: to the base g·e·base^(e−1), 0 where e is 0; to
+/// the exponent g·y·ln base, 0 where base is 0 and e ≥ 0 (NaN for a negative base).
+Tensor pow(const Tensor& base, const Tensor& exponent);
 Tensor exp(const Tensor& a);
 Tensor log(const Tensor& a);
 Tensor sqrt(const Tensor& a);
@@ -88,7 +93,9 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 /// Copy of a (any dtype) with `value` wherever mask is true. The mask is bool and must
 /// broadcast to a's shape (not the other way: the result keeps a's shape). No gradient flows
 /// to the filled positions. The value must fit a's dtype (check_fill_value in fill_value.hpp).
-Tensor masked_fill(const Tensor& a, const Tensor& mask, double value);
+/// The value is a Scalar as torch's: an integer keeps all 64 bits into int64, a bool fills a
+/// bool tensor, a floating value into int64 truncates toward zero (NaN and ±inf refused).
+Tensor masked_fill(const Tensor& a, const Tensor& mask, Scalar value);
 
 // --- reductions (ops_reduce.cpp) ---------------------------------------------------------
 /// Sum of all elements (0-d result) or over `axes`; keepdims keeps them as length 1.

@@ -271,6 +271,55 @@ Tensor pow(const Tensor& a, double p) {
         });
 }
 
+namespace {
+// b^e for int64 as torch's: by squaring, wrapping at the int64 limits; a negative e gives 1 for
+// b = 1, ±1 for b = -1 (by e's parity) and 0 for every other b (the integer part of 1/b^|e|).
+std::int64_t int_pow(std::int64_t b, std::int64_t e) {
+    if (e < 0) {
+        if (b == 1) return 1;
+        if (b == -1) return e % 2 == 0 ? 1 : -1;
+        return 0;
+    }
+    std::int64_t r = 1;
+    for (; e > 0; e >>= 1) {
+        if (e & 1) r = wrapping_mul(r, b);
+        b = wrapping_mul(b, b);
+    }
+    return r;
+}
+}  // namespace
+
+Tensor pow(const Tensor& base, const Tensor& exponent) {
+    check_defined("pow", base, "base");
+    check_defined("pow", exponent, "exponent");
+    const Dtype d = result_type(base, exponent);
+    if (d == kBool) throw Error("pow: bool base and exponent are not supported (as in torch); cast one to int64 or float");
+    const Tensor b = cast(base, d), e = cast(exponent, d);
+    if (d == kInt64) {
+        const Shape shape = broadcast_shapes("pow", b.shape(), e.shape());
+        const AllocContext context("pow", shape);
+        auto bb = xt::broadcast(values<std::int64_t>(b), shape);
+        auto be = xt::broadcast(values<std::int64_t>(e), shape);
+        xt::xarray<std::int64_t> r = xt::xarray<std::int64_t>::from_shape(shape);
+        std::transform(bb.begin(), bb.end(), be.begin(), r.begin(), int_pow);
+        return make_leaf(Storage(std::move(r)));
+    }
+    // Gradients as torch's pow_backward_self and pow_backward_exponent.
+    return binary<true>(
+        "pow", b, e, Saves::all(),
+        [](const auto& x, const auto& y) {
+            using std::pow;
+            return pow(x, y);
+        },
+        [](const Tensor& x0, const Tensor& x1, const Tensor&, const Tensor& g) {
+            // base^0 is constant: 0 even at base 0, where e·base^(e−1) is 0·inf.
+            return where(eq(x1, 0.0), zeros({}, g.dtype()), g * (x1 * pow(x0, x1 - 1.0)));
+        },
+        [](const Tensor& x0, const Tensor& x1, const Tensor& y, const Tensor& g) {
+            return pow_exponent_backward(g, y, x1, x0);
+        });
+}
+
 Tensor exp(const Tensor& a) {
     return unary(
         "exp", a, kReadsY, [](const auto& x) { return xt::exp(x); },

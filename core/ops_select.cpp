@@ -180,7 +180,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
     });
 }
 
-Tensor masked_fill(const Tensor& a, const Tensor& mask, double value) { return masked_fill("masked_fill", a, mask, value); }
+Tensor masked_fill(const Tensor& a, const Tensor& mask, Scalar value) { return masked_fill("masked_fill", a, mask, value); }
 
 Tensor masked_fill(const char* op, const Tensor& a, const Tensor& mask, const Scalar& value) {
     check_defined(op, a);

@@ -1122,7 +1122,7 @@ Tensor Tensor::transpose(long a, long b) const { return xgrad::transpose(*this, 
 std::vector<Tensor> Tensor::split(long split_size, long axis) const { return xgrad::split(*this, split_size, axis); }
 std::vector<Tensor> Tensor::split(const IntList& sizes, long axis) const { return xgrad::split(*this, sizes, axis); }
 std::vector<Tensor> Tensor::chunk(long chunks, long axis) const { return xgrad::chunk(*this, chunks, axis); }
-Tensor Tensor::masked_fill(const Tensor& mask, double value) const { return xgrad::masked_fill(*this, mask, value); }
+Tensor Tensor::masked_fill(const Tensor& mask, Scalar value) const { return xgrad::masked_fill(*this, mask, value); }
 Tensor Tensor::unsqueeze(long axis) const { return xgrad::unsqueeze(*this, axis); }
 Tensor Tensor::squeeze(long axis) const { return xgrad::squeeze(*this, axis); }
 Tensor Tensor::sum() const { return xgrad::sum(*this); }
@@ -1131,6 +1131,7 @@ Tensor Tensor::mean() const { return xgrad::mean(*this); }
 Tensor Tensor::mean(const IntList& axes, bool keepdims) const { return xgrad::mean(*this, axes, keepdims); }
 Tensor Tensor::matmul(const Tensor& other) const { return xgrad::matmul(*this, other); }
 Tensor Tensor::pow(double p) const { return xgrad::pow(*this, p); }
+Tensor Tensor::pow(const Tensor& exponent) const { return xgrad::pow(*this, exponent); }
 Tensor Tensor::exp() const { return xgrad::exp(*this); }
 Tensor Tensor::log() const { return xgrad::log(*this); }
 

@@ -47,14 +47,18 @@ Generator& default_generator();
 class TensorOptions {
 public:
     TensorOptions() = default;
-    TensorOptions(Dtype d) : m_dtype(d) {}  // NOLINT: implicit, as torch::TensorOptions
-    TensorOptions& dtype(Dtype d) { m_dtype = d; return *this; }
+    TensorOptions(Dtype d) : m_dtype(d), m_has_dtype(true) {}  // NOLINT: implicit, as torch::TensorOptions
+    TensorOptions& dtype(Dtype d) { m_dtype = d; m_has_dtype = true; return *this; }
     TensorOptions& requires_grad(bool on) { m_requires_grad = on; return *this; }
+    /// The dtype asked for, float32 when none was.
     Dtype dtype() const { return m_dtype; }
+    /// Whether a dtype was asked for: arange(5) and tensor({1, 2}) infer int64 only when not.
+    bool has_dtype() const { return m_has_dtype; }
     bool requires_grad() const { return m_requires_grad; }
 
 private:
     Dtype m_dtype = kFloat32;
+    bool m_has_dtype = false;
     bool m_requires_grad = false;
 };
 
@@ -187,6 +191,8 @@ public:
     ///    write (bumps version(), see there) even if the caller only reads;
     ///  - const_data_ptr() (and data_ptr() on a const tensor) is for reading, and counts nothing;
     ///  - mutable_data_ptr() writes, also through a const handle (optimisers, communication).
+    /// A bool element is one byte, and every op reads any byte but 0 as true (as numpy does), so
+    /// a mask written as raw 0/255 bytes through data_ptr<bool> or a cast pointer is a mask.
     template <class T> T* data_ptr() {
         static_assert(is_element_type_v<T>, XGRAD_ELEMENT_TYPES_MESSAGE("data_ptr"));
         return data_ptr_as<T>();
@@ -253,7 +259,7 @@ public:
     std::vector<Tensor> chunk(long chunks, long axis = 0) const;
     /// A copy with `value` where mask is true (torch's x.masked_fill(mask, v); masked_fill in
     /// ops.hpp). masked_fill_ below writes into this tensor instead.
-    Tensor masked_fill(const Tensor& mask, double value) const;
+    Tensor masked_fill(const Tensor& mask, Scalar value) const;
     /// This tensor itself, an alias, as torch's contiguous() of a contiguous tensor: every xgrad
     /// tensor is contiguous (an op's result owns a row-major array), so a ported
     /// `y.transpose(1, 2).contiguous().view(B, T, C)` reads as in torch.
@@ -266,6 +272,7 @@ public:
     Tensor mean(const IntList& axes, bool keepdims = false) const;
     Tensor matmul(const Tensor& other) const;
     Tensor pow(double exponent) const;
+    Tensor pow(const Tensor& exponent) const;
     Tensor exp() const;
     Tensor log() const;
 

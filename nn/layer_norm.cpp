@@ -10,8 +10,8 @@
 
 namespace xgrad::nn {
 
-LayerNorm::LayerNorm(const IntList& normalized_shape, double eps, BoolArg elementwise_affine)
-    : Module("LayerNorm"), m_eps(eps), m_affine(elementwise_affine) {
+LayerNorm::LayerNorm(const IntList& normalized_shape, double eps, BoolArg elementwise_affine, BoolArg bias)
+    : Module("LayerNorm"), m_eps(eps), m_affine(elementwise_affine), m_bias(elementwise_affine && bias) {
     normalized_shape.check("LayerNorm");
     if (normalized_shape.empty() ||
         std::any_of(normalized_shape.begin(), normalized_shape.end(), [](long s) { return s <= 0; }))
@@ -24,7 +24,7 @@ LayerNorm::LayerNorm(const IntList& normalized_shape, double eps, BoolArg elemen
     // Running out of memory for the parameters names LayerNorm, not the ones and zeros that make them.
     if (m_affine) as_call("LayerNorm", [&] {
         register_parameter("weight", ones(m_shape));
-        register_parameter("bias", zeros(m_shape));
+        if (m_bias) register_parameter("bias", zeros(m_shape));
     });
 }
 

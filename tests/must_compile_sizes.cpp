@@ -57,6 +57,16 @@ Tensor sizes_mixed(const Tensor& x, const Tensor& qkv, int n_head, long n_embd, 
     const std::int64_t top = std::min(block_size, x.size(1));
     if (x.numel() > n_embd && top < T && x.shape()[-1] > 0) z = z * 2.0;
     z = z + zeros(Shape{x.size(0), n_head, top}).sum();
+    // nanoGPT's pos = torch.arange(0, t), torch.randint(len(data) - block_size, (batch_size,)),
+    // sizes of any integer type: int64 tensors, no cast.
+    Tensor pos = arange(0, T);
+    pos = arange(x.size(1));
+    pos = arange(block_size, kFloat32);
+    Tensor ix = randint(x.numel() - block_size, {B});
+    ix = randint(block_size, {B, n_head});
+    Tensor lens = tensor({B, T});
+    z = z.pow(x.index({Slice(), Slice(), Slice(None, 1)}));
+    pos = pos.masked_fill(pos == 0, T);
     return z + y.sum() + static_cast<double>(chunks.size() + pieces.size() + thirds.size() + halves.size());
 }
 
@@ -66,6 +76,8 @@ std::shared_ptr<nn::Module> containers(long n_embd, std::size_t vocab) {
     auto ln3 = std::make_shared<nn::LayerNorm>(std::vector<long>{4, n_embd});
     nn::LayerNorm ln4(128);
     nn::LayerNorm ln5({4, vocab});
+    auto ln6 = std::make_shared<nn::LayerNorm>(n_embd, 1e-5, true, /*bias=*/false);  // nanoGPT's LayerNorm(ndim, bias)
+    nn::LayerNorm ln7({4, vocab}, 1e-6, true, false);
     auto list = std::make_shared<nn::ModuleList>(nn::ModuleList::Items{ln, ln2});
     auto dict = std::make_shared<nn::ModuleDict>(nn::ModuleDict::Items{{"ln_f", ln3}, {"wte", std::make_shared<nn::Embedding>(vocab, n_embd)}});
     auto seq = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(n_embd, vocab), std::make_shared<nn::ReLU>());
@@ -73,5 +85,6 @@ std::shared_ptr<nn::Module> containers(long n_embd, std::size_t vocab) {
     root->insert("h", list);
     root->insert("t", dict);
     root->insert("s", seq);
+    root->insert("ln6", ln6);
     return root;
 }

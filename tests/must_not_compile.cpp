@@ -1,8 +1,11 @@
-// Writes through t[i] / t.index(...) that would land in a copy, and a typed accessor (item,
-// to_vector, data_ptr, grad_ptr..., dtype_of) of a type that is no element type: each CASE_
-// must fail to compile with the message that names the form that works (see IndexedTensor and
-// the accessors in tensor.hpp).
+// Writes through t[i] / t.index(...) that would land in a copy, a typed accessor (item,
+// to_vector, data_ptr, grad_ptr..., dtype_of) of a type that is no element type, and a bool
+// where nn::LayerNorm takes eps: each CASE_ must fail to compile with the message that names
+// the form that works (see IndexedTensor and the accessors in tensor.hpp, nn/layer_norm.hpp).
 #include "core/tensor.hpp"
+#if defined(CASE_layer_norm_bool_eps) || defined(CASE_layer_norm_list_bool_eps)
+#include "nn/layer_norm.hpp"  // only there: the other cases see core alone
+#endif
 
 using namespace xgrad;
 
@@ -38,6 +41,10 @@ void f(Tensor t, Tensor v, const Tensor& c) {
     (void)t.mutable_grad_ptr<unsigned char>();
 #elif defined(CASE_dtype_of_int)
     (void)dtype_of<int>();
+#elif defined(CASE_layer_norm_bool_eps)
+    nn::LayerNorm ln(4, false);  // nanoGPT's LayerNorm(ndim, bias): torch's second argument is eps
+#elif defined(CASE_layer_norm_list_bool_eps)
+    nn::LayerNorm ln({2, 4}, false);
 #else
     std::move(r) = v;  // the form that works compiles
     (void)t.item<std::int64_t>();

@@ -169,7 +169,7 @@ TEST_CASE("writes by mask and by indices land in the tensor as torch's setitem",
 TEST_CASE("scatter and scatter_add match torch, in place and out of place", "[adv-indexing][scatter]") {
     const Tensor a = zeros({3, 4});
     const Tensor i = ids({3, 0, 3, 1, 1, 2}, {2, 3});
-    const Tensor s = arange(1, 13).reshape({3, 4});
+    const Tensor s = arange(1, 13, kFloat32).reshape({3, 4});
     // a.scatter(1, i, s): the index (2, 3) reads src's top-left (2, 3) corner.
     CHECK(scatter(a, 1, i, s).to_vector<float>() == std::vector<float>{2, 0, 0, 3, 0, 6, 7, 0, 0, 0, 0, 0});
     CHECK(scatter_add(a, 1, i, s).to_vector<float>() == std::vector<float>{2, 0, 0, 4, 0, 11, 7, 0, 0, 0, 0, 0});
@@ -350,7 +350,7 @@ TEST_CASE("advanced indices torch refuses are refused, naming the op, the axis a
 
 TEST_CASE("scatter refuses what torch refuses", "[adv-indexing][scatter][errors]") {
     const Tensor a = zeros({2, 3});
-    const Tensor s = arange(1, 7).reshape({2, 3});
+    const Tensor s = arange(1, 7, kFloat32).reshape({2, 3});
     CHECK_THROWS_WITH(scatter(a, 1, ids({-1}, {1, 1}), s), Catch::Contains("scatter: index -1") && Catch::Contains("negative"));
     CHECK_THROWS_WITH(scatter(a, 1, ids({3}, {1, 1}), s), Catch::Contains("scatter: index 3 is out of range [0, 3)"));
     CHECK_THROWS_WITH(scatter(a, 1, zeros({1, 1}), s), Catch::Contains("scatter: index must be an int64"));
@@ -361,7 +361,7 @@ TEST_CASE("scatter refuses what torch refuses", "[adv-indexing][scatter][errors]
                                                                   Catch::Contains("axis 0"));
     CHECK_THROWS_WITH(scatter(a, 1, ids({0}, {1, 1}), cast(s, kFloat64)), Catch::Contains("scatter: dtypes differ"));
     CHECK_THROWS_WITH(scatter(a, 2, ids({0}, {1, 1}), s), Catch::Contains("scatter") && Catch::Contains("axis 2"));
-    CHECK_THROWS_WITH(scatter_add(a, 1, ids({0}, {1, 1}), arange(3)), Catch::Contains("scatter_add: src has rank 1"));
+    CHECK_THROWS_WITH(scatter_add(a, 1, ids({0}, {1, 1}), arange(3, kFloat32)), Catch::Contains("scatter_add: src has rank 1"));
     CHECK_THROWS_WITH(a.scatter_(1, ids({4}, {1, 1}), 1.0), Catch::Contains("scatter_: index 4"));
     CHECK_THROWS_WITH(scatter(a, 1, ids({std::numeric_limits<std::int64_t>::min()}, {1, 1}), s),
                       Catch::Contains("index -9223372036854775808"));

@@ -5,8 +5,8 @@ using namespace xgrad;
 using namespace xgrad::test;
 
 TEST_CASE("binary ops compute values with broadcasting", "[elementwise]") {
-    Tensor a = tensor({{1, 2, 3}, {4, 5, 6}});
-    Tensor b = tensor({10, 20, 30});
+    Tensor a = tensor({{1., 2., 3.}, {4., 5., 6.}});
+    Tensor b = tensor({10., 20., 30.});
     CHECK_THAT(vals(a + b), approx({11, 22, 33, 14, 25, 36}));
     CHECK_THAT(vals(a - b), approx({-9, -18, -27, -6, -15, -24}));
     CHECK_THAT(vals(a * b), approx({10, 40, 90, 40, 100, 180}));

@@ -19,7 +19,7 @@ Tensor mask(const std::vector<bool>& v, const Shape& shape) {
 
 TEST_CASE("where picks from a or b by a broadcast condition", "[select]") {
     Tensor c = mask({true, false, true}, {3});
-    Tensor a = tensor({{1, 2, 3}, {4, 5, 6}});
+    Tensor a = tensor({{1., 2., 3.}, {4., 5., 6.}});
     Tensor b = from_vector(std::vector<double>{-1.0, -2.0}, {2, 1});
     Tensor y = where(c, a, b);
     CHECK(y.shape() == Shape{2, 3});

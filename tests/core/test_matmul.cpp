@@ -5,8 +5,8 @@ using namespace xgrad;
 using namespace xgrad::test;
 
 TEST_CASE("matmul of 2-D matrices", "[matmul]") {
-    Tensor a = tensor({{1, 2, 3}, {4, 5, 6}});
-    Tensor b = tensor({{1, 0}, {0, 1}, {1, 1}});
+    Tensor a = tensor({{1., 2., 3.}, {4., 5., 6.}});
+    Tensor b = tensor({{1., 0.}, {0., 1.}, {1., 1.}});
     Tensor c = matmul(a, b);
     CHECK(c.shape() == Shape{2, 2});
     CHECK_THAT(vals(c), approx({4, 5, 10, 11}));
@@ -14,13 +14,13 @@ TEST_CASE("matmul of 2-D matrices", "[matmul]") {
 }
 
 TEST_CASE("matmul treats 1-D operands as numpy does", "[matmul]") {
-    Tensor v = tensor({1, 2, 3});
-    Tensor m = tensor({{1, 0}, {0, 1}, {1, 1}});
+    Tensor v = tensor({1., 2., 3.});
+    Tensor m = tensor({{1., 0.}, {0., 1.}, {1., 1.}});
     CHECK(matmul(v, v).shape() == Shape{});
     CHECK(matmul(v, v).item<float>() == 14);
     CHECK(matmul(v, m).shape() == Shape{2});
     CHECK_THAT(vals(matmul(v, m)), approx({4, 5}));
-    Tensor mt = tensor({{1, 0, 1}, {0, 1, 1}});
+    Tensor mt = tensor({{1., 0., 1.}, {0., 1., 1.}});
     CHECK(matmul(mt, v).shape() == Shape{2});
     CHECK_THAT(vals(matmul(mt, v)), approx({4, 5}));
 }
@@ -113,7 +113,7 @@ TEST_CASE("matmul_t equals matmul of transposed operands, scaled", "[matmul]") {
 }
 
 TEST_CASE("matmul_t in float32 and its errors", "[matmul]") {
-    const Tensor a = tensor({{1, 2}, {3, 4}, {5, 6}});  // (3, 2)
+    const Tensor a = tensor({{1., 2.}, {3., 4.}, {5., 6.}});  // (3, 2)
     CHECK_THAT(vals(matmul_t(a, a, true, false, 1.0)), approx({35, 44, 44, 56}));
     CHECK_THAT(vals(matmul_t(a, a, false, true, 2.0)), approx({10, 22, 34, 22, 50, 78, 34, 78, 122}));
     CHECK_THROWS_WITH(matmul_t(a, a, false, false, 1.0),

@@ -7,7 +7,7 @@ using namespace xgrad;
 using namespace xgrad::test;
 
 TEST_CASE("sum and mean over all axes or some", "[reduce]") {
-    Tensor a = tensor({{1, 2, 3}, {4, 5, 6}});
+    Tensor a = tensor({{1., 2., 3.}, {4., 5., 6.}});
     CHECK(sum(a).shape() == Shape{});
     CHECK(sum(a).item<double>() == 21);
     CHECK_THAT(vals(sum(a, {0})), approx({5, 7, 9}));
@@ -66,7 +66,7 @@ TEST_CASE("sum and mean pass gradcheck", "[reduce][gradcheck]") {
 }
 
 TEST_CASE("max and argmax along an axis", "[reduce]") {
-    Tensor a = tensor({{1, 5, 3}, {4, 2, 6}});
+    Tensor a = tensor({{1., 5., 3.}, {4., 2., 6.}});
     CHECK_THAT(vals(max(a, 1).values), approx({5, 6}));
     CHECK_THAT(vals(max(a, 0).values), approx({4, 5, 6}));
     CHECK(max(a, -1, true).values.shape() == Shape{2, 1});

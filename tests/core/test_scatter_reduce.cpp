@@ -16,7 +16,7 @@ Tensor ids(const std::vector<std::int64_t>& v, const Shape& shape) { return from
 TEST_CASE("scatter with reduce adds or multiplies as torch's", "[scatter][scatter-reduce]") {
     const Tensor a = ones({3, 4});
     const Tensor i = ids({3, 0, 3, 1, 1, 2}, {2, 3});
-    const Tensor s = arange(1, 13).reshape({3, 4});
+    const Tensor s = arange(1, 13, kFloat32).reshape({3, 4});
     CHECK(scatter(a, 1, i, s, "add").to_vector<float>() ==
           std::vector<float>{3, 1, 1, 5, 1, 12, 8, 1, 1, 1, 1, 1});
     CHECK(scatter(a, 1, i, s, "multiply").to_vector<float>() ==
@@ -46,7 +46,7 @@ TEST_CASE("scatter with reduce adds or multiplies as torch's", "[scatter][scatte
 }
 
 TEST_CASE("scatter with reduce refuses what torch refuses", "[scatter][scatter-reduce]") {
-    const Tensor a = ones({3, 4}), i = ids({3, 0, 3, 1, 1, 2}, {2, 3}), s = arange(1, 13).reshape({3, 4});
+    const Tensor a = ones({3, 4}), i = ids({3, 0, 3, 1, 1, 2}, {2, 3}), s = arange(1, 13, kFloat32).reshape({3, 4});
     CHECK_THROWS_WITH(scatter(a, 1, i, s, "mean"),
                       Catch::Contains("scatter: reduce must be \"add\" or \"multiply\", got \"mean\""));
     CHECK_THROWS_WITH(scatter(a, 1, i, 2.5, "sum"), Catch::Contains("reduce must be \"add\" or \"multiply\""));
@@ -58,7 +58,7 @@ TEST_CASE("scatter with reduce refuses what torch refuses", "[scatter][scatter-r
 }
 
 TEST_CASE("scatter with reduce has no derivative, as in torch 1.13", "[scatter][scatter-reduce]") {
-    const Tensor a = ones({3, 4}).requires_grad_(), s = arange(1, 13).reshape({3, 4}).requires_grad_();
+    const Tensor a = ones({3, 4}).requires_grad_(), s = arange(1, 13, kFloat32).reshape({3, 4}).requires_grad_();
     const Tensor i = ids({3, 0, 3, 1, 1, 2}, {2, 3});
     // The forward records (the result requires grad); a backward through it throws.
     const Tensor y = scatter(a, 1, i, s, "add");

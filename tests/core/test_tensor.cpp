@@ -196,7 +196,7 @@ TEST_CASE("a very long chain neither overflows backward nor the destructor", "[a
 }
 
 TEST_CASE("printing shows values, shape, dtype and the op", "[tensor][print]") {
-    Tensor a = tensor({{1, 2}, {3, 4}});
+    Tensor a = tensor({{1., 2.}, {3., 4.}});
     CHECK(fmt::format("{}", a) ==
           "tensor([[1.0000, 2.0000],\n        [3.0000, 4.0000]], shape=(2, 2), dtype=float32)");
     Tensor x = tensor({1.5}, kFloat64).requires_grad_();

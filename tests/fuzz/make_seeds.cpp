@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
     for (const auto& [name, t] : arrays) write(dir + "/" + name + ".npy", npy_bytes(t));
     write(dir + "/all.npz", npz_bytes(arrays));
     write(dir + "/all-compressed.npz", npz_compressed_bytes(arrays));
-    write(dir + "/one.npz", npz_bytes({{"a.b.c", arange(6).reshape({2, 3})}}));
+    write(dir + "/one.npz", npz_bytes({{"a.b.c", arange(6, kFloat32).reshape({2, 3})}}));
     nn::Linear layer(3, 2);
     write(dir + "/linear.npz", npz_bytes(layer.state_dict()));
     write(dir + "/linear-compressed.npz", npz_compressed_bytes(layer.state_dict()));

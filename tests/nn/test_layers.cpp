@@ -23,11 +23,11 @@ std::shared_ptr<Linear> hand_linear() {
 
 TEST_CASE("Linear computes x·Wᵀ + b on the last axis of any rank", "[linear]") {
     auto lin = hand_linear();
-    CHECK_THAT(vals(lin->forward(tensor({{1, 0}, {0, 1}}))), approx({1.5, 2, 5, 2.5, 3, 6}));
-    const Tensor y1 = (*lin)(tensor({1, 1}));
+    CHECK_THAT(vals(lin->forward(tensor({{1., 0.}, {0., 1.}}))), approx({1.5, 2, 5, 2.5, 3, 6}));
+    const Tensor y1 = (*lin)(tensor({1., 1.}));
     CHECK(y1.shape() == Shape{3});
     CHECK_THAT(vals(y1), approx({3.5, 6, 11}));
-    const Tensor y3 = lin->forward(tensor({{{1, 0}}, {{1, 1}}}));
+    const Tensor y3 = lin->forward(tensor({{{1., 0.}}, {{1., 1.}}}));
     CHECK(y3.shape() == Shape{2, 1, 3});
     CHECK_THAT(vals(y3), approx({1.5, 2, 5, 3.5, 6, 11}));
     CHECK(lin->forward(zeros({2, 3, 4, 2})).shape() == Shape{2, 3, 4, 3});
