@@ -37,7 +37,7 @@ struct MaskedSoftmax : autograd::Function<MaskedSoftmax> {
             const long keys = static_cast<long>(shape[2]);
             Tensor lens = valid_lens.dim() == 1 ? repeat_interleave(valid_lens, shape[1], 0) : valid_lens.reshape({-1});
             // sequence_mask: key j of row i is kept when j < lens[i].
-            Tensor mask = arange(static_cast<double>(keys), kInt64).unsqueeze(0) < lens.unsqueeze(1);
+            Tensor mask = arange(keys).unsqueeze(0) < lens.unsqueeze(1);
             Tensor masked = masked_fill(X.reshape({-1, keys}), logical_not(mask), -1e6);
             Y = softmax(masked.reshape({static_cast<long>(shape[0]), static_cast<long>(shape[1]), keys}), -1);
         }

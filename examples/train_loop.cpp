@@ -23,7 +23,7 @@ int main() {
         // A batch: 64 sequences of 6 numbers, of which the first 1..6 count.
         Tensor x = rand({64, 6, 1});                           // (batch, keys, 1)
         Tensor valid_lens = randint(1, 7, {64});               // 1..6 visible keys
-        Tensor visible = lt(arange(6, kInt64).reshape({1, 6}), valid_lens.unsqueeze(1)).to(kFloat32);
+        Tensor visible = lt(arange(6).reshape({1, 6}), valid_lens.unsqueeze(1)).to(kFloat32);
         Tensor target = sum(x.squeeze(2) * visible, {1}, true) / sum(visible, {1}, true);  // (batch, 1)
         // Forward: one query of ones attends over the sequence; the head maps 8 → 1.
         Tensor query = ones({64, 1, 1});

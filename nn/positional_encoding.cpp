@@ -82,8 +82,7 @@ LearnedPositionalEmbedding::LearnedPositionalEmbedding(SizeArg max_len, SizeArg 
 Tensor LearnedPositionalEmbedding::forward(const Tensor& X, std::size_t offset) {
     return as_call("LearnedPositionalEmbedding", [&]() -> Tensor {
         check_positions("LearnedPositionalEmbedding", X, m_num_hiddens, offset, m_max_len);
-        const double start = static_cast<double>(offset);
-        const Tensor positions = arange(start, start + static_cast<double>(X.size(1)), 1.0, kInt64);
+        const Tensor positions = arange(offset, offset + X.size(1));  // int64, as Embedding takes
         const Tensor E = unsqueeze(m_embedding->forward(positions), 0);  // (1, T, d)
         return m_dropout->forward(X + E);
     });

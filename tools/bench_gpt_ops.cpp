@@ -121,7 +121,7 @@ public:
 
     Tensor forward(const Tensor& idx) {
         const long T = idx.size(1);
-        const Tensor pos = arange(static_cast<double>(T), kInt64);
+        const Tensor pos = arange(T);
         Tensor x = drop->forward(wte->forward(idx) + wpe->forward(pos));
         const Tensor mask = future.narrow(0, 0, T).narrow(1, 0, T);
         for (const auto& b : blocks) x = b->forward(x, mask);

@@ -247,7 +247,7 @@ LoopStats train(RunState& s, const Options& o, const std::set<std::string>& held
         h.step.push_back(static_cast<double>(s.step));
         h.loss.push_back(loss.per_token);
         // Token accuracy over the real target tokens, for the progress line.
-        const Tensor real = lt(arange(c.num_steps, kInt64).unsqueeze(0), b.label_valid_len.unsqueeze(1));
+        const Tensor real = lt(arange(c.num_steps).unsqueeze(0), b.label_valid_len.unsqueeze(1));
         const double right =
             mul(cast(eq(argmax(logits, 2), b.label), kFloat64), cast(real, kFloat64)).sum().item<double>();
         const double tokens = b.label_valid_len.sum().item<double>();

@@ -67,7 +67,7 @@ Tensor CharGpt::forward(const Tensor& idx) {
     const std::size_t T = idx.size(1);
     if (T > m_spec.block)
         throw Error(fmt::format("CharGpt: a context of {} characters is longer than the block ({})", T, m_spec.block));
-    const Tensor pos = arange(static_cast<double>(T), kInt64);
+    const Tensor pos = arange(T);
     Tensor x = m_drop->forward(add(m_wte->forward(idx), m_wpe->forward(pos)));  // (B, T, d) + (T, d)
     for (const auto& block : m_blocks) x = block->forward(x);
     // The head is the token embedding: (B, T, d)·(V, d)ᵀ → (B, T, V), gradients from both uses summed.

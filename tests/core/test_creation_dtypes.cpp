@@ -112,7 +112,7 @@ TEST_CASE("torch.tensor([x.size(0), 5]) of mixed integer types is int64, torch.t
     CHECK(tensor({x.size(0), 5}, kFloat64).to_vector<double>() == std::vector<double>{3, 5});
 }
 
-TEST_CASE("torch.randint(10, (3,)) draws from [0, 10) as torch.randint(0, 10, (3,))", "[randint-high]") {
+TEST_CASE("torch.randint(10, (3,)) draws from 0 to 9 as torch.randint(0, 10, (3,))", "[randint-high]") {
     Generator a(7), b(7);
     const Tensor x = randint(10, {3, 4}, a);
     CHECK(x.dtype() == kInt64);
