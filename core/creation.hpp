@@ -18,8 +18,8 @@ Tensor ones_like(const Tensor& t);
 /// start, start+step, ... < end (as torch.arange); arange(5) is 0..4.
 Tensor arange(double end, TensorOptions opts = {});
 Tensor arange(double start, double end, double step = 1.0, TensorOptions opts = {});
-/// Identity matrix n×n.
-Tensor eye(std::size_t n, TensorOptions opts = {});
+/// Identity matrix n×n. n is int64 as torch's: a negative n throws, naming it.
+Tensor eye(std::int64_t n, TensorOptions opts = {});
 
 /// From row-major values and a shape (their counts must agree).
 Tensor from_vector(const std::vector<double>& values, const IntList& shape, TensorOptions opts = {});
@@ -49,7 +49,7 @@ Tensor uniform(const IntList& shape, double low, double high, TensorOptions opts
 /// Integers uniform in [low, high) (int64).
 Tensor randint(std::int64_t low, std::int64_t high, const IntList& shape,
                Generator& gen = default_generator());
-/// A random permutation of 0..n-1 (int64).
-Tensor randperm(std::size_t n, Generator& gen = default_generator());
+/// A random permutation of 0..n-1 (int64). n is int64 as torch's: a negative n throws, naming it.
+Tensor randperm(std::int64_t n, Generator& gen = default_generator());
 
 }  // namespace xgrad
