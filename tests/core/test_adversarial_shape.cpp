@@ -1,6 +1,8 @@
 // size(), dim() and numel() as int64 and Shape as torch.Size, used as a hostile or careless
 // porter would: counts computed from sizes that go below zero, and Shape in every habit a
 // std::vector<std::size_t> had.
+#include <map>
+#include <set>
 #include <vector>
 
 #include "core/creation.hpp"
@@ -35,4 +37,27 @@ TEST_CASE("A count from size() that went below zero is refused as negative, not 
     REQUIRE(eye(0).shape() == Shape{0, 0});
     REQUIRE(randperm(x.numel()).shape() == Shape{6});
     REQUIRE(randperm(0).shape() == Shape{0});
+}
+
+TEST_CASE("Shape keeps std::vector's constructors, comparisons and containers", "[adversarial-shape]") {
+    // Parentheses count, braces list, as std::vector's.
+    REQUIRE(Shape(3) == std::vector<std::size_t>{0, 0, 0});
+    REQUIRE(Shape(2, 7) == std::vector<std::size_t>{7, 7});
+    REQUIRE(Shape{3} == std::vector<std::size_t>{3});
+    REQUIRE(Shape{2, 7} == std::vector<std::size_t>{2, 7});
+    const std::vector<std::size_t> v{4, 5};
+    REQUIRE(Shape(v.begin(), v.end()) == v);
+    REQUIRE(Shape{v.begin(), v.end()} == v);
+    REQUIRE(v == Shape{4, 5});
+    REQUIRE(Shape{4, 4} < Shape{4, 5});
+    const std::map<Shape, int> by_shape{{Shape{2, 3}, 1}, {{4}, 2}};
+    REQUIRE(by_shape.at(zeros({2, 3}).shape()) == 1);
+    REQUIRE(std::set<Shape>{Shape{1}, Shape{1}, Shape{}}.size() == 2);
+    REQUIRE(Catch::Detail::stringify(Shape{2, 3}) == "{ 2, 3 }");
+    // A signed index in a loop over dim() reads each size; a size_t index as std::vector's.
+    const Tensor x = zeros({2, 3, 4});
+    std::int64_t product = 1;
+    for (int d = 0; d < x.dim(); ++d) product *= static_cast<std::int64_t>(x.shape()[d]);
+    for (long d = -1; d >= -x.dim(); --d) product *= static_cast<std::int64_t>(x.shape()[d]);
+    REQUIRE(product == x.numel() * x.numel());
 }
