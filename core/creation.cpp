@@ -164,7 +164,9 @@ Tensor arange(Scalar start_arg, Scalar end_arg, Scalar step_arg, TensorOptions o
     });
 }
 
-Tensor eye(std::size_t n, TensorOptions opts) {
+Tensor eye(std::int64_t n_arg, TensorOptions opts) {
+    if (n_arg < 0) throw Error(fmt::format("eye: n must be non-negative, got {}", n_arg));
+    const auto n = static_cast<std::size_t>(n_arg);
     return build("eye", {n, n}, opts, [n](auto& a) {
         using T = typename std::decay_t<decltype(a)>::value_type;
         for (std::size_t i = 0; i < n; ++i) a(i, i) = static_cast<T>(1);
@@ -340,7 +342,9 @@ Tensor randint(std::int64_t low, std::int64_t high, const IntList& shape_arg, Ge
 
 Tensor randint(std::int64_t high, const IntList& shape, Generator& gen) { return randint(0, high, shape, gen); }
 
-Tensor randperm(std::size_t n, Generator& gen) {
+Tensor randperm(std::int64_t n_arg, Generator& gen) {
+    if (n_arg < 0) throw Error(fmt::format("randperm: n must be non-negative, got {}", n_arg));
+    const auto n = static_cast<std::size_t>(n_arg);
     checked_numel("randperm", {n});
     const Shape shape{n};
     const AllocContext context("randperm", shape);

@@ -23,8 +23,8 @@ Tensor ones_like(const Tensor& t);
 Tensor arange(Scalar end, TensorOptions opts = {});
 Tensor arange(Scalar start, Scalar end, TensorOptions opts = {});
 Tensor arange(Scalar start, Scalar end, Scalar step, TensorOptions opts = {});
-/// Identity matrix n×n.
-Tensor eye(std::size_t n, TensorOptions opts = {});
+/// Identity matrix n×n. n is int64 as torch's: a negative n throws, naming it.
+Tensor eye(std::int64_t n, TensorOptions opts = {});
 
 /// From row-major values and a shape (their counts must agree).
 Tensor from_vector(const std::vector<double>& values, const IntList& shape, TensorOptions opts = {});
@@ -109,7 +109,7 @@ Tensor randint(std::int64_t low, std::int64_t high, const IntList& shape,
 /// Integers uniform in [0, high) (int64), as torch.randint(high, size): the draws of
 /// randint(0, high, shape, gen).
 Tensor randint(std::int64_t high, const IntList& shape, Generator& gen = default_generator());
-/// A random permutation of 0..n-1 (int64).
-Tensor randperm(std::size_t n, Generator& gen = default_generator());
+/// A random permutation of 0..n-1 (int64). n is int64 as torch's: a negative n throws, naming it.
+Tensor randperm(std::int64_t n, Generator& gen = default_generator());
 
 }  // namespace xgrad

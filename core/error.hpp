@@ -9,6 +9,18 @@
 #include <type_traits>
 #include <vector>
 
+// xgrad::Shape is a std::vector<std::size_t> of its own class, which xtensor's template
+// matching does not see through: an adaptor or broadcast shaped by one (in core, or in a
+// program that includes xtensor itself) asks for its strides' container type here, a
+// std::vector as for the vector itself. Declared, not included: xtensor stays out of this header.
+namespace xgrad { class Shape; }
+namespace xt {
+template <class X, class C> struct rebind_container;
+template <class X> struct rebind_container<X, xgrad::Shape> {
+    using type = std::vector<X>;
+};
+}  // namespace xt
+
 namespace xgrad {
 
 /// A tensor's sizes, torch.Size's counterpart: a std::vector<std::size_t>, so every container

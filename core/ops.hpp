@@ -340,11 +340,13 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction =
 
 // --- indexing (ops_index.cpp) -----------------------------------------------------------
 /// Each element repeated `repeats` times along axis (torch.repeat_interleave; any dtype):
-/// [3, 2] with repeats 2 → [3, 3, 2, 2]. Backward sums each group of repeats.
-Tensor repeat_interleave(const Tensor& a, std::size_t repeats, long axis);
+/// [3, 2] with repeats 2 → [3, 3, 2, 2]. Backward sums each group of repeats. repeats is
+/// int64 as torch's and as size() gives it: a negative count (x.size(1) - 2 at size 1, or a
+/// size_t that went below zero) throws, as torch's "repeats can not be negative".
+Tensor repeat_interleave(const Tensor& a, std::int64_t repeats, long axis);
 /// Without an axis, the elements of a flattened (torch's repeat_interleave(x, r) with dim=None):
 /// [[1, 2], [3, 4]] with repeats 2 → [1, 1, 2, 2, 3, 3, 4, 4], 1-D.
-Tensor repeat_interleave(const Tensor& a, std::size_t repeats);
+Tensor repeat_interleave(const Tensor& a, std::int64_t repeats);
 /// Rows of a along axis picked by an int64 index tensor of any shape; the result's `axis` is
 /// replaced by the index's shape, as numpy.take (embedding lookup: index_select(weight (V, D),
 /// 0, ids (B, T)) → (B, T, D)). Indices must lie in [0, size); negative ones throw.

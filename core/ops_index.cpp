@@ -38,11 +38,18 @@ void check_indices(const char* op, const xt::xarray<std::int64_t>& index, std::s
 
 }  // namespace
 
-Tensor repeat_interleave(const Tensor& a, std::size_t repeats) {
+Tensor repeat_interleave(const Tensor& a, std::int64_t repeats) {
     return as_call("repeat_interleave", [&] { return repeat_interleave(a.reshape({-1}), repeats, 0); });
 }
 
-Tensor repeat_interleave(const Tensor& a, std::size_t repeats, long axis) {
+Tensor repeat_interleave(const Tensor& a, std::int64_t repeats_arg, long axis) {
+    // Refused before anything is read: on an empty input a wrapped count would make an empty
+    // result and pass unnoticed.
+    if (repeats_arg < 0)
+        throw Error(fmt::format("repeat_interleave: repeats must be non-negative, got {} (as torch's \"repeats can "
+                                "not be negative\")",
+                                repeats_arg));
+    const auto repeats = static_cast<std::size_t>(repeats_arg);
     const Shape& in = a.shape();
     const std::size_t ax = normalize_axis("repeat_interleave", axis, in);
     const axis_split s = split_at(in, ax);

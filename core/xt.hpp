@@ -22,13 +22,6 @@
 
 #include "core/tensor.hpp"
 
-/// xgrad::Shape is a std::vector<std::size_t> of its own class, which xtensor's template
-/// matching does not see through: an adaptor or broadcast shaped by one asks for its strides'
-/// container here, a std::vector as for the vector itself.
-template <class X> struct xt::rebind_container<X, xgrad::Shape> {
-    using type = std::vector<X, std::allocator<X>>;
-};
-
 namespace xgrad {
 
 /// Typed access to a tensor's values as an xarray (throws when T is not its dtype).

@@ -37,7 +37,7 @@ public:
 
     /// q, k, v: (batch_size, seq_len, d_model) → (batch_size, seq_len, d_model).
     Tensor forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in) {
-        if (q_in.dim() != 3 || q_in.size(2) != d_model)
+        if (q_in.dim() != 3 || q_in.shape()[2] != d_model)
             throw Error(fmt::format("MultiHeadAttention: q must be (batch_size, seq_len, {}), got {}", d_model,
                                     shape_str(q_in.shape())));
         const long batch_size = q_in.size(0), seq_len = q_in.size(1);

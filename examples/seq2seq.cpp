@@ -339,8 +339,8 @@ int run(int argc, char** argv) {
         const Tensor w = net.decoder().block(l).attention2()->attention_weights_copy();  // (1, heads, T, Ts)
         panels.emplace_back();
         titles.emplace_back();
-        for (std::size_t h = 0; h < w.size(1); ++h) {
-            panels.back().push_back(squeeze(slice(w, 1, long(h), long(h) + 1), 1).squeeze(0));
+        for (long h = 0; h < w.size(1); ++h) {
+            panels.back().push_back(squeeze(slice(w, 1, h, h + 1), 1).squeeze(0));
             titles.back().push_back(fmt::format("layer {} head {}", l + 1, h + 1));
         }
     }

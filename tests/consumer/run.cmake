@@ -14,7 +14,9 @@ set(README ${SOURCE_DIR}/README.md)
 set(OUT_DIR ${WORK_DIR}/readme)
 file(MAKE_DIRECTORY ${OUT_DIR})
 include(${CMAKE_CURRENT_LIST_DIR}/readme.cmake)
-run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/build
+# CMAKE_CXX_STANDARD 14: as a program built by a compiler whose default is C++14 (clang 14), which
+# must get the C++17 the headers need from the package.
+run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/build -DCMAKE_CXX_STANDARD=14
     -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}"
     -DWANT_DISTRIBUTED=${EXPECT_DISTRIBUTED} -DREADME_DIR=${OUT_DIR})
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
