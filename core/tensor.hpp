@@ -407,7 +407,9 @@ struct SliceBound {
 
 /// Python's start:stop:step. Bounds clamp to the axis as Python's do; step must be ≥ 1 (as torch).
 struct Slice {
-    Slice(SliceBound start = None, SliceBound stop = None, long step = 1) : start(start), stop(stop), step(step) {}  // NOLINT
+    // Parameter names differ from the members', so a program built with -Wshadow builds quietly.
+    Slice(SliceBound first = None, SliceBound last = None, long stride = 1)  // NOLINT: implicit
+        : start(first), stop(last), step(stride) {}
     SliceBound start, stop;
     long step;
 };
