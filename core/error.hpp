@@ -28,8 +28,8 @@ namespace xgrad {
 /// - a braced list takes entries of any integer type, mixed: `Shape{B, T, C}` with B, T, C
 ///   from size() (int64, as LibTorch's) has no narrowing error; a negative entry throws.
 /// - a signed index counts from the end, as Python's: `x.shape()[-1]` is the last size, and a
-///   signed index out of range throws instead of reading past the end. An unsigned index
-///   reads unchecked, as std::vector's.
+///   signed index out of range throws instead of reading past the end, for operator[] and at()
+///   alike. An unsigned index reads as std::vector's (unchecked, or std::out_of_range from at()).
 class Shape : public std::vector<std::size_t> {
 public:
     using Base = std::vector<std::size_t>;
@@ -56,6 +56,13 @@ public:
     reference operator[](I i) { return Base::operator[](wrap(static_cast<long long>(i))); }
     template <class I, std::enable_if_t<std::is_integral_v<I> && std::is_signed_v<I>, int> = 0>
     const_reference operator[](I i) const { return Base::operator[](wrap(static_cast<long long>(i))); }
+    /// at() with a signed index is that operator[] (from the end, out of range throws
+    /// xgrad::Error naming Shape); with an unsigned one, std::vector's.
+    using Base::at;
+    template <class I, std::enable_if_t<std::is_integral_v<I> && std::is_signed_v<I>, int> = 0>
+    reference at(I i) { return Base::operator[](wrap(static_cast<long long>(i))); }
+    template <class I, std::enable_if_t<std::is_integral_v<I> && std::is_signed_v<I>, int> = 0>
+    const_reference at(I i) const { return Base::operator[](wrap(static_cast<long long>(i))); }
 
 private:
     /// i, or size() + i for a negative i; throws "Shape: index -4 is out of range for a shape of 3 sizes (2, 3, 4)".

@@ -5,6 +5,12 @@
 ///
 /// Axes are `long` and may be negative (counted from the end). Unless said otherwise an op
 /// needs float32 or float64 inputs of one dtype and throws xgrad::Error otherwise.
+///
+/// Integer and bool inputs of the unary math ops, as torch: exp, log, sqrt, sin, cos, tanh and
+/// sigmoid compute in float32, the default dtype (exp(arange(3)) is float32), with no gradient
+/// (an integer tensor cannot require one); neg, abs, sign, relu keep int64, and so do clamp and
+/// pow with integer numbers; sign keeps bool, while neg, abs and relu refuse it; gelu, softmax
+/// and the reductions that average (mean, var) refuse both.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -21,8 +27,9 @@ Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);
 Tensor neg(const Tensor& a);
-/// a^p for a scalar p. d/da = p·a^(p-1).
-Tensor pow(const Tensor& a, double p);
+/// a^p for a number p. d/da = p·a^(p-1). For an int64 or bool a, as torch's a ** p: an
+/// integer p gives int64 (a negative one is refused), a floating p gives float32.
+Tensor pow(const Tensor& a, Scalar p);
 /// base^exponent elementwise, a number raised to a floating tensor (torch.pow(10000, x), as
 /// d2l's PositionalEncoding writes it). Gradient to the exponent: g·(y·ln base), 0 where base
 /// is 0 and the exponent ≥ 0 (torch's pow_backward_exponent).
@@ -49,7 +56,10 @@ Tensor abs(const Tensor& a);
 /// a limited to [min, max], either bound optional (not both missing), as torch.clamp: with
 /// min > max every element becomes max. NaN stays NaN. The gradient passes where
 /// min ≤ a ≤ max (bounds included, as torch) and is 0 elsewhere. Bounds must fit a's dtype, as torch's.
-Tensor clamp(const Tensor& a, std::optional<double> min, std::optional<double> max = std::nullopt);
+/// The result's dtype is result_type of a and the bounds, as torch's: an int64 a with integer
+/// bounds stays int64, with a floating bound (clamp(i, 0.5)) becomes float32; a bool a gives
+/// int64 with integer bounds.
+Tensor clamp(const Tensor& a, std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);
 /// Elementwise larger / smaller of two tensors, broadcast and promoted as add; NaN propagates.
 /// On a tie the gradient is split half and half between a and b, as torch 1.13.
 Tensor maximum(const Tensor& a, const Tensor& b);

@@ -59,6 +59,14 @@ Tensor unary(const char* op, const Tensor& a, Saves reads, Fwd fwd, Grad grad, F
     });
 }
 
+// The input of a math op that torch computes in the default dtype for integers: int64 and bool
+// become float32 (exp(arange(3)) is float32), floating tensors pass as they are. The cast
+// result is a leaf without gradient, as an integer tensor cannot require one.
+Tensor floating_input(const char* op, const Tensor& a) {
+    check_defined(op, a);
+    return a.dtype() == kInt64 || a.dtype() == kBool ? cast(a, kFloat32) : a;
+}
+
 // One broadcasting binary op: y = fwd(a, b), and the gradient formulas grad_a(a, b, y, g) and
 // grad_b(...) in ops, each at the broadcast shape, then summed back to its input's shape. With
 // Scalar, fwd also takes plain T values, and the broadcasts plan_broadcast knows run as plain
@@ -254,7 +262,30 @@ Tensor neg(const Tensor& a) {
         [](const Tensor&, const Tensor&, const Tensor& g) { return -g; });
 }
 
-Tensor pow(const Tensor& a, double p) {
+namespace {
+std::int64_t int_pow(std::int64_t b, std::int64_t e);
+}  // namespace
+
+Tensor pow(const Tensor& a, Scalar exponent) {
+    check_defined("pow", a);
+    if (!is_floating(a.dtype())) {
+        // torch's a ** p for an integer or bool a: a floating p computes in float32, an integer
+        // one stays in int64 (bool too: result_type(bool, 2) is int64).
+        if (exponent.kind() == kFloat64) return pow(cast(a, kFloat32), exponent);
+        if (exponent.kind() == kBool)
+            throw Error(fmt::format("pow: a {} tensor to a bool power is not supported (as in torch); use 0 or 1",
+                                    dtype_name(a.dtype())));
+        const std::int64_t e = exponent.to_int64();
+        if (e < 0)
+            throw Error(fmt::format("pow: integers to negative integer powers are not allowed (as in torch); got a {} "
+                                    "tensor to the power {}: use a floating exponent ({}.0) or cast the tensor to float",
+                                    dtype_name(a.dtype()), e, e));
+        const AllocContext context("pow", a.shape());
+        xt::xarray<std::int64_t> r = values<std::int64_t>(cast(a, kInt64));
+        std::transform(r.begin(), r.end(), r.begin(), [e](std::int64_t b) { return int_pow(b, e); });
+        return make_leaf(Storage(std::move(r)));
+    }
+    const double p = exponent.to_double();
     return unary(
         "pow", a, kReadsX,
         [p](const auto& x) {
@@ -322,31 +353,31 @@ Tensor pow(const Tensor& base, const Tensor& exponent) {
 
 Tensor exp(const Tensor& a) {
     return unary(
-        "exp", a, kReadsY, [](const auto& x) { return xt::exp(x); },
+        "exp", floating_input("exp", a), kReadsY, [](const auto& x) { return xt::exp(x); },
         [](const Tensor&, const Tensor& y, const Tensor& g) { return g * y; }, vec::exp);
 }
 
 Tensor log(const Tensor& a) {
     return unary(
-        "log", a, kReadsX, [](const auto& x) { return xt::log(x); },
+        "log", floating_input("log", a), kReadsX, [](const auto& x) { return xt::log(x); },
         [](const Tensor& x, const Tensor&, const Tensor& g) { return g / x; });
 }
 
 Tensor sqrt(const Tensor& a) {
     return unary(
-        "sqrt", a, kReadsY, [](const auto& x) { return xt::sqrt(x); },
+        "sqrt", floating_input("sqrt", a), kReadsY, [](const auto& x) { return xt::sqrt(x); },
         [](const Tensor&, const Tensor& y, const Tensor& g) { return g / (2.0 * y); });
 }
 
 Tensor tanh(const Tensor& a) {
     return unary(
-        "tanh", a, kReadsY, [](const auto& x) { return xt::tanh(x); },
+        "tanh", floating_input("tanh", a), kReadsY, [](const auto& x) { return xt::tanh(x); },
         [](const Tensor&, const Tensor& y, const Tensor& g) { return g * (1.0 - y * y); }, vec::tanh);
 }
 
 Tensor sigmoid(const Tensor& a) {
     return unary(
-        "sigmoid", a, kReadsY,
+        "sigmoid", floating_input("sigmoid", a), kReadsY,
         [](const auto& x) {
             using T = value_t<decltype(x)>;
             return static_cast<T>(1) / (static_cast<T>(1) + xt::exp(-x));
@@ -359,7 +390,12 @@ Tensor relu(const Tensor& a) {
     // with 0 would turn it into 0 and hide it), and so does its gradient. Plain loops over the
     // pool: both directions are one comparison per element.
     check_defined("relu", a);
+    if (a.dtype() == kBool) throw Error("relu: bool inputs are not supported (as in torch); cast the mask to int64 or float");
     const AllocContext context("relu", a.shape());
+    if (a.dtype() == kInt64) {  // stays int64, as torch's (no gradient)
+        xt::xarray<std::int64_t> r = xt::maximum(values<std::int64_t>(a), std::int64_t{0});
+        return make_leaf(Storage(std::move(r)));
+    }
     return dispatch_floating("relu", a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         const xt::xarray<T>& xv = values<T>(a);
@@ -472,13 +508,13 @@ template <class F> Tensor scalar_arith(const char* op, Arith k, const Tensor& a,
 
 Tensor sin(const Tensor& a) {
     return unary(
-        "sin", a, kReadsX, [](const auto& x) { return xt::sin(x); },
+        "sin", floating_input("sin", a), kReadsX, [](const auto& x) { return xt::sin(x); },
         [](const Tensor& x, const Tensor&, const Tensor& g) { return g * cos(x); });
 }
 
 Tensor cos(const Tensor& a) {
     return unary(
-        "cos", a, kReadsX, [](const auto& x) { return xt::cos(x); },
+        "cos", floating_input("cos", a), kReadsX, [](const auto& x) { return xt::cos(x); },
         [](const Tensor& x, const Tensor&, const Tensor& g) { return -g * sin(x); });
 }
 
@@ -501,17 +537,41 @@ Tensor sign(const Tensor& a) {
         xt::xarray<std::int64_t> r = xt::sign(values<std::int64_t>(a));
         return make_leaf(Storage(std::move(r)));
     }
+    if (a.dtype() == kBool) {  // the sign of true is 1, true: a bool copy, as torch's
+        xt::xarray<bool> r = bool_values(a);
+        return make_leaf(Storage(std::move(r)));
+    }
     // A step: its gradient is 0 wherever it has one.
     return unary(
         "sign", a, kReadsNone, [](const auto& x) { return xt::sign(x); },
         [](const Tensor&, const Tensor&, const Tensor& g) { return zeros_like(g); });
 }
 
-Tensor clamp(const Tensor& a, std::optional<double> min, std::optional<double> max) {
-    check_defined("clamp", a);
-    if (!min && !max) throw Error("clamp: at least one of min and max must be given (as torch)");
+Tensor clamp(const Tensor& a_in, std::optional<Scalar> min_in, std::optional<Scalar> max_in) {
+    check_defined("clamp", a_in);
+    if (!min_in && !max_in) throw Error("clamp: at least one of min and max must be given (as torch)");
+    const auto bound = [](const std::optional<Scalar>& s) { return s ? std::optional<double>(s->to_double()) : std::nullopt; };
+    const std::optional<double> min = bound(min_in), max = bound(max_in);
     if ((min && std::isnan(*min)) || (max && std::isnan(*max)))
         throw Error("clamp: a bound is NaN; the bounds must be numbers");
+    // The result's dtype is result_type(a, min, max), as torch's: an int64 tensor with integer
+    // bounds stays int64, a floating bound makes it float32.
+    PromotionState st;
+    st.add(a_in);
+    if (min_in) st.add(*min_in);
+    if (max_in) st.add(*max_in);
+    const Dtype d = st.result();
+    if (d == kBool)
+        throw Error("clamp: a bool tensor with bool bounds is not supported (as in torch); cast the mask to int64");
+    if (d == kInt64) {
+        const std::int64_t lo = min_in ? min_in->to_int64() : INT64_MIN, hi = max_in ? max_in->to_int64() : INT64_MAX;
+        const AllocContext context("clamp", a_in.shape());
+        xt::xarray<std::int64_t> r = values<std::int64_t>(cast(a_in, kInt64));
+        // Lower bound first, then upper, as the floating path.
+        std::transform(r.begin(), r.end(), r.begin(), [lo, hi](std::int64_t v) { return std::min(std::max(v, lo), hi); });
+        return make_leaf(Storage(std::move(r)));
+    }
+    const Tensor a = cast(a_in, d);
     // torch converts the bounds to a's dtype and refuses one that does not fit (1e300 for float32).
     if (is_floating(a.dtype())) {
         if (min) check_fill_value("clamp", "min", *min, a.dtype());

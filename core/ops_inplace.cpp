@@ -174,7 +174,7 @@ const Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) const {
     });
 }
 
-const Tensor& Tensor::clamp_(std::optional<double> min, std::optional<double> max) const {
+const Tensor& Tensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max) const {
     return in_place("clamp_", *this, {}, true,
                     [min, max](const Tensor& a, const std::vector<Tensor>&) { return clamp(a, min, max); });
 }

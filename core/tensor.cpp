@@ -1130,7 +1130,7 @@ Tensor Tensor::sum(const IntList& axes, bool keepdims) const { return xgrad::sum
 Tensor Tensor::mean() const { return xgrad::mean(*this); }
 Tensor Tensor::mean(const IntList& axes, bool keepdims) const { return xgrad::mean(*this, axes, keepdims); }
 Tensor Tensor::matmul(const Tensor& other) const { return xgrad::matmul(*this, other); }
-Tensor Tensor::pow(double p) const { return xgrad::pow(*this, p); }
+Tensor Tensor::pow(Scalar p) const { return xgrad::pow(*this, p); }
 Tensor Tensor::pow(const Tensor& exponent) const { return xgrad::pow(*this, exponent); }
 Tensor Tensor::exp() const { return xgrad::exp(*this); }
 Tensor Tensor::log() const { return xgrad::log(*this); }

@@ -35,12 +35,40 @@
 namespace xgrad {
 
 struct Node;
-class Scalar;
 class TensorIndex;
 class IndexedTensor;
 class Generator;
 /// The calling thread's default generator (core/random.hpp).
 Generator& default_generator();
+
+/// A number beside a tensor, remembering how it was written (torch's wrapped numbers): a bool,
+/// an integer or a floating-point value. It promotes as torch's Python scalars do: an int64
+/// tensor + 2 stays int64, + 2.5 becomes float32 (the default dtype); a float32 tensor + 2.5
+/// (a C++ double) stays float32.
+class Scalar {
+public:
+    // A template, so only a real bool matches: a pointer (or anything else that merely converts
+    // to bool) is not a Scalar.
+    template <class T, std::enable_if_t<std::is_same_v<T, bool>, int> = 0>
+    Scalar(T v) : m_kind(kBool), m_int(v), m_double(v) {}  // NOLINT: implicit, as at::Scalar
+    template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
+    Scalar(T v) : m_kind(kInt64), m_int(static_cast<std::int64_t>(v)), m_double(static_cast<double>(v)) {  // NOLINT
+        if constexpr (std::is_unsigned_v<T> && sizeof(T) >= sizeof(std::int64_t))
+            if (v > static_cast<T>(INT64_MAX)) throw Error(fmt::format("Scalar: {} does not fit int64", v));
+    }
+    template <class T, std::enable_if_t<std::is_floating_point_v<T>, int> = 0>
+    Scalar(T v) : m_kind(kFloat64), m_int(0), m_double(static_cast<double>(v)) {}  // NOLINT
+    /// kBool, kInt64 or kFloat64: how the number was written.
+    Dtype kind() const { return m_kind; }
+    double to_double() const { return m_double; }
+    /// The integer value (for a bool or integer Scalar).
+    std::int64_t to_int64() const { return m_int; }
+
+private:
+    Dtype m_kind;
+    std::int64_t m_int;
+    double m_double;
+};
 
 /// What to build a tensor as: `zeros({2, 3}, kFloat64)` or
 /// `zeros({2, 3}, TensorOptions(kFloat64).requires_grad(true))`.
@@ -271,7 +299,7 @@ public:
     Tensor mean() const;
     Tensor mean(const IntList& axes, bool keepdims = false) const;
     Tensor matmul(const Tensor& other) const;
-    Tensor pow(double exponent) const;
+    Tensor pow(Scalar exponent) const;
     Tensor pow(const Tensor& exponent) const;
     Tensor exp() const;
     Tensor log() const;
@@ -344,8 +372,9 @@ public:
     const Tensor& div_(Scalar other) const;
     /// value (it must fit this dtype: check_fill_value) where mask (bool, broadcastable) is true; no gradient there.
     const Tensor& masked_fill_(const Tensor& mask, Scalar value) const;
-    /// clamp (ops.hpp) in place; either bound may be missing, not both.
-    const Tensor& clamp_(std::optional<double> min, std::optional<double> max = std::nullopt) const;
+    /// clamp (ops.hpp) in place; either bound may be missing, not both. An integer tensor takes
+    /// integer bounds (a floating one would make the result float32, which it cannot hold).
+    const Tensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt) const;
     /// src's values (broadcast to this shape, cast to this dtype as torch's copy_, a float into
     /// int64 truncating); the gradient goes to src, summed over its broadcast, none to the old
     /// values.
@@ -407,7 +436,9 @@ struct SliceBound {
 
 /// Python's start:stop:step. Bounds clamp to the axis as Python's do; step must be ≥ 1 (as torch).
 struct Slice {
-    Slice(SliceBound start = None, SliceBound stop = None, long step = 1) : start(start), stop(stop), step(step) {}  // NOLINT
+    // Parameter names differ from the members', so a program built with -Wshadow builds quietly.
+    Slice(SliceBound first = None, SliceBound last = None, long stride = 1)  // NOLINT: implicit
+        : start(first), stop(last), step(stride) {}
     SliceBound start, stop;
     long step;
 };
@@ -499,7 +530,7 @@ public:
     const IndexedTensor& div_(const Tensor& other) const;
     const IndexedTensor& div_(Scalar other) const;
     const IndexedTensor& masked_fill_(const Tensor& mask, Scalar value) const;
-    const IndexedTensor& clamp_(std::optional<double> min, std::optional<double> max = std::nullopt) const;
+    const IndexedTensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt) const;
     const IndexedTensor& copy_(const Tensor& src) const;
     const IndexedTensor& zero_() const;
     const IndexedTensor& fill_(Scalar value) const;
@@ -579,34 +610,6 @@ IndexedTensor IndexedTensor::operator[](I i) const {
 // promotes, int64 / int64 → float32, and any `-` with a bool operand throws, as in torch.
 // Comparisons give bool tensors without gradient. A number on either side is a Scalar.
 
-/// A number beside a tensor, remembering how it was written (torch's wrapped numbers): a bool,
-/// an integer or a floating-point value. It promotes as torch's Python scalars do: an int64
-/// tensor + 2 stays int64, + 2.5 becomes float32 (the default dtype); a float32 tensor + 2.5
-/// (a C++ double) stays float32.
-class Scalar {
-public:
-    // A template, so only a real bool matches: a pointer (or anything else that merely converts
-    // to bool) is not a Scalar.
-    template <class T, std::enable_if_t<std::is_same_v<T, bool>, int> = 0>
-    Scalar(T v) : m_kind(kBool), m_int(v), m_double(v) {}  // NOLINT: implicit, as at::Scalar
-    template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
-    Scalar(T v) : m_kind(kInt64), m_int(static_cast<std::int64_t>(v)), m_double(static_cast<double>(v)) {  // NOLINT
-        if constexpr (std::is_unsigned_v<T> && sizeof(T) >= sizeof(std::int64_t))
-            if (v > static_cast<T>(INT64_MAX)) throw Error(fmt::format("Scalar: {} does not fit int64", v));
-    }
-    template <class T, std::enable_if_t<std::is_floating_point_v<T>, int> = 0>
-    Scalar(T v) : m_kind(kFloat64), m_int(0), m_double(static_cast<double>(v)) {}  // NOLINT
-    /// kBool, kInt64 or kFloat64: how the number was written.
-    Dtype kind() const { return m_kind; }
-    double to_double() const { return m_double; }
-    /// The integer value (for a bool or integer Scalar).
-    std::int64_t to_int64() const { return m_int; }
-
-private:
-    Dtype m_kind;
-    std::int64_t m_int;
-    double m_double;
-};
 
 /// The dtype torch gives `a op b` (torch.result_type): the highest category (bool < integer <
 /// floating) wins; within one, the wider type. Tensors with dimensions outrank 0-d tensors,

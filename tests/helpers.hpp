@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -96,6 +97,24 @@ inline double max_abs_diff(const Tensor& a, const Tensor& b) {
     double m = 0;
     for (std::size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]));
     return m;
+}
+
+/// How near a value must be to its expected one: within relative·|want| or within absolute,
+/// either enough, as Catch's Approx (whose own relative tolerance is the default here).
+struct Tolerance {
+    double relative = std::numeric_limits<float>::epsilon() * 100;
+    double absolute = 0;
+};
+
+/// got equals want element by element within tol, NaN where want is NaN (an infinity must be
+/// the same infinity).
+inline void check_close_or_both_nan(const std::vector<double>& got, const std::vector<double>& want, Tolerance tol) {
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+        INFO("element " << i << ": got " << got[i] << ", want " << want[i]);
+        if (std::isnan(want[i])) CHECK(std::isnan(got[i]));
+        else CHECK(got[i] == Approx(want[i]).epsilon(tol.relative).margin(tol.absolute));
+    }
 }
 
 /// A bool tensor of `shape` whose element k (row-major) is at(k).

@@ -1,4 +1,4 @@
-// Built with -Wall -Wextra -Wconversion -Werror (tests/CMakeLists.txt): the lines a port from
+// Built with -Wall -Wextra -Wconversion -Wshadow -Werror (tests/CMakeLists.txt): the lines a port from
 // torch writes with sizes from size() and shape() mixed with int and long counts compile with
 // no cast and no warning. Nothing here runs; tests/nn/test_porting_traps.cpp runs the same forms.
 #include <algorithm>

@@ -3,8 +3,8 @@
 // measured run (the `ddp:` line seq_train --distributed prints at the end) and a link's
 // bandwidth and latency. The model is in tools/scaling_model.hpp.
 //
-//   ddp_scaling --compute-ms 41.2 --grad-bytes 3.2e6 --buckets 4 --rate 100mbit --latency 5ms \
-//               --check 2:290:250
+//   ddp_scaling --compute-ms 41.2 --grad-bytes 3.2e6 --buckets 4 --rate 100mbit --latency 5ms
+//               --check 2:290:250          (one command line)
 //
 // --check RANKS:SERIAL_MS:OVERLAPPED_MS prints a measured point beside the prediction.
 #include <cmath>

@@ -24,15 +24,9 @@ constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
 Tensor ints(const std::vector<std::int64_t>& v, const Shape& shape) { return from_vector(v, shape); }
 std::vector<std::int64_t> int_vals(const Tensor& t) { return t.to_vector<std::int64_t>(); }
 
-// Equal, NaN where the other is NaN.
+// Equal within 1e-12 (or Approx's default relative tolerance), NaN where the other is NaN.
 void check_same_or_both_nan(const Tensor& got, const Tensor& want) {
-    const auto a = got.to_vector<double>(), b = want.to_vector<double>();
-    REQUIRE(a.size() == b.size());
-    for (std::size_t i = 0; i < a.size(); ++i) {
-        INFO("element " << i << ": " << a[i] << " vs " << b[i]);
-        if (std::isnan(b[i])) CHECK(std::isnan(a[i]));
-        else CHECK(a[i] == Approx(b[i]).margin(1e-12));
-    }
+    check_close_or_both_nan(got.to_vector<double>(), want.to_vector<double>(), Tolerance{Tolerance().relative, 1e-12});
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
 // size(), dim() and numel() as int64 and Shape as torch.Size, used as a hostile or careless
 // porter would: counts computed from sizes that go below zero, and Shape in every habit a
 // std::vector<std::size_t> had.
+#include <cstdint>
 #include <map>
 #include <set>
+#include <stdexcept>
 #include <vector>
 
 #include "core/creation.hpp"
@@ -60,4 +62,25 @@ TEST_CASE("Shape keeps std::vector's constructors, comparisons and containers", 
     for (int d = 0; d < x.dim(); ++d) product *= static_cast<std::int64_t>(x.shape()[d]);
     for (long d = -1; d >= -x.dim(); --d) product *= static_cast<std::int64_t>(x.shape()[d]);
     REQUIRE(product == x.numel() * x.numel());
+}
+
+TEST_CASE("Shape::at with a signed index counts from the end as operator[] does", "[adversarial-shape]") {
+    // x.shape.at(-1) has no torch spelling; a port writes it as it would x.shape[-1].
+    const Tensor x = zeros({2, 3, 4});
+    REQUIRE(x.shape().at(-1) == 4);
+    REQUIRE(x.shape().at(-3) == 2);
+    REQUIRE(x.shape().at(1) == 3);
+    const std::int64_t last = x.dim() - 1;
+    REQUIRE(x.shape().at(last) == 4);
+    Shape s = x.shape();
+    s.at(-2) = 7;
+    REQUIRE(s == Shape{2, 7, 4});
+    // Past either end: xgrad::Error naming Shape, never a read past the vector.
+    REQUIRE_THROWS_AS(x.shape().at(-4), Error);
+    REQUIRE_THROWS_WITH(x.shape().at(-4), Contains("Shape: index -4 is out of range for a shape of 3 sizes (2, 3, 4)"));
+    REQUIRE_THROWS_WITH(x.shape().at(3), Contains("Shape: index 3 is out of range"));
+    REQUIRE_THROWS_WITH(Shape{}.at(-1), Contains("Shape: index -1 is out of range"));
+    // An unsigned index is std::vector's at(): in range reads, out of range std::out_of_range.
+    REQUIRE(x.shape().at(std::size_t{2}) == 4);
+    REQUIRE_THROWS_AS(x.shape().at(std::size_t{3}), std::out_of_range);
 }

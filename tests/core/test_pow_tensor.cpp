@@ -18,14 +18,9 @@ namespace {
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 const double kInf = std::numeric_limits<double>::infinity();
 
-// Equal, NaN where want is NaN, infinities of the same sign.
+// Equal to 1e-15 relative, NaN where want is NaN, infinities of the same sign.
 void check_same(const std::vector<double>& got, const std::vector<double>& want) {
-    REQUIRE(got.size() == want.size());
-    for (std::size_t i = 0; i < got.size(); ++i) {
-        INFO("element " << i << ": got " << got[i] << ", want " << want[i]);
-        if (std::isnan(want[i])) CHECK(std::isnan(got[i]));
-        else CHECK(got[i] == Approx(want[i]).epsilon(1e-15));
-    }
+    check_close_or_both_nan(got, want, Tolerance{1e-15, 0});
 }
 }  // namespace
 
