@@ -105,7 +105,7 @@ TEST_CASE("integer inputs under no_grad and beside a float that requires grad", 
     CHECK(y.requires_grad());
 }
 
-TEST_CASE("neg, abs, sign, relu keep int64 as torch; bool as torch", "[integer-promotion]") {
+TEST_CASE("neg, abs, sign, relu keep int64 as torch, and bool as torch does", "[integer-promotion]") {
     CHECK(int_vals(neg(ints())) == std::vector<std::int64_t>{2, 0, -1, -3, -40});
     CHECK(int_vals(abs(ints())) == std::vector<std::int64_t>{2, 0, 1, 3, 40});
     CHECK(int_vals(sign(ints())) == std::vector<std::int64_t>{-1, 0, 1, 1, 1});
