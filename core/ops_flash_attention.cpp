@@ -112,6 +112,16 @@ struct RowBlock {
     bool none[kBlockQ];                   // the row keeps no key
 };
 
+// Keys [0, key_end) hold every key rows [i0, i0 + nq) of head (b, ·) keep: the longest prefix
+// of those rows (a row keeping none covers all Lk, uniform), or Lk under a bool mask.
+std::size_t key_end(const Spec& s, std::size_t b, std::size_t i0, std::size_t nq) {
+    if (s.mask.by_mask()) return s.Lk;
+    const std::size_t* prefix = s.mask.prefix().data() + b * s.Lq + i0;
+    std::size_t end = 0;
+    for (std::size_t r = 0; r < nq; ++r) end = std::max(end, prefix[r] == 0 ? s.Lk : prefix[r]);
+    return end;
+}
+
 void describe_rows(const Spec& s, std::size_t b, std::size_t i0, std::size_t nq, RowBlock& rb) {
     rb.b = b, rb.i0 = i0, rb.nq = nq;
     const std::size_t Lk = s.Lk;
@@ -203,6 +213,29 @@ void online_rows(T* S, std::size_t nq, std::size_t nk, const std::size_t* kept, 
 // later query blocks (and earlier key blocks) carry more.
 inline std::size_t zigzag(std::size_t k, std::size_t n) { return k % 2 == 0 ? k / 2 : n - 1 - k / 2; }
 
+// f(t0, t1) over tasks [0, cost.size()) in one contiguous range per thread, cut where the
+// costs add up to equal shares. Masks make tasks unequal across heads: with d2l's valid lengths
+// (T, 3T/4, T/2, T/4) parallel_for's equal counts gave the first thread the two longest
+// sequences, 1.75 of 2.5 shares of the work. Each task writes only its own rows, so where the
+// cuts fall changes no bit.
+template <class F> void parallel_balanced(const std::vector<std::size_t>& cost, F&& f) {
+    const std::size_t n = cost.size(), parts = std::min<std::size_t>(num_threads(), n);
+    if (parts <= 1) return n == 0 ? void() : f(std::size_t(0), n);
+    double total = 0;
+    for (const std::size_t c : cost) total += static_cast<double>(c);
+    std::vector<std::size_t> cut(parts + 1, n);
+    cut[0] = 0;
+    double sum = 0;
+    for (std::size_t t = 0, p = 1; t < n && p < parts; ++t) {
+        sum += static_cast<double>(cost[t]);
+        while (p < parts && sum * static_cast<double>(parts) >= total * static_cast<double>(p)) cut[p++] = t + 1;
+    }
+    parallel_for(parts, 1, [&](std::size_t p0, std::size_t p1) {
+        for (std::size_t p = p0; p < p1; ++p)
+            if (cut[p] < cut[p + 1]) f(cut[p], cut[p + 1]);
+    });
+}
+
 // ---- forward --------------------------------------------------------------------------------
 // Block (pair, query block): out rows and their log-sum-exp.
 template <class T>
@@ -244,8 +277,14 @@ void forward_block(const Spec& s, const T* Q, const T* K, const T* V, std::size_
 }
 
 template <class T> void forward(const Spec& s, const T* Q, const T* K, const T* V, T* out, T* lse) {
-    const std::size_t blocks = (s.Lq + kBlockQ - 1) / kBlockQ;
-    parallel_for(s.B * s.H * blocks, 1, [&](std::size_t t0, std::size_t t1) {
+    const std::size_t blocks = (s.Lq + kBlockQ - 1) / kBlockQ, tasks = s.B * s.H * blocks;
+    // A task's cost: the keys its rows visit, and a block's worth of fixed work.
+    std::vector<std::size_t> cost(tasks);
+    for (std::size_t t = 0; t < tasks; ++t) {
+        const std::size_t i0 = zigzag(t % blocks, blocks) * kBlockQ;
+        cost[t] = key_end(s, t / blocks / s.H, i0, std::min(kBlockQ, s.Lq - i0)) + kBlockK;
+    }
+    parallel_balanced(cost, [&](std::size_t t0, std::size_t t1) {
         CachedBuffer<T> S(kBlockQ * kBlockK), O(kBlockQ * std::max<std::size_t>(s.dv, 1)), m(kBlockQ), l(kBlockQ);
         for (std::size_t t = t0; t < t1; ++t)
             forward_block(s, Q, K, V, t / blocks, zigzag(t % blocks, blocks) * kBlockQ, out, lse, S.data(), O.data(),
@@ -366,7 +405,18 @@ void backward(const Spec& s, const T* Q, const T* K, const T* V, const T* G, con
                               rows[t]);
             }
         });
-        parallel_for(gn * k_blocks, 1, [&](std::size_t t0, std::size_t t1) {
+        // A key block's cost: the (query, key) pairs it visits, and a block's worth of fixed work.
+        std::vector<std::size_t> cost(gn * k_blocks);
+        for (std::size_t t = 0; t < cost.size(); ++t) {
+            const std::size_t p = t / k_blocks, j0 = zigzag(t % k_blocks, k_blocks) * kBlockK;
+            std::size_t visits = kBlockQ * kBlockK;
+            for (std::size_t qb = 0; qb < q_blocks; ++qb) {
+                const RowBlock& rb = rows[p * q_blocks + qb];
+                if (j0 < rb.key_end) visits += rb.nq * std::min({kBlockK, s.Lk - j0, rb.key_end - j0});
+            }
+            cost[t] = visits;
+        }
+        parallel_balanced(cost, [&](std::size_t t0, std::size_t t1) {
             CachedBuffer<T> S(kBlockQ * kBlockK), dP(kBlockQ * kBlockK);
             for (std::size_t t = t0; t < t1; ++t) {
                 const std::size_t p = t / k_blocks, kb = zigzag(t % k_blocks, k_blocks);
