@@ -16,6 +16,7 @@
 #include "core/ops.hpp"
 #include "core/ops_util.hpp"
 #include "core/runtime/alloc.hpp"
+#include "core/runtime/parallel.hpp"
 
 namespace xgrad {
 
@@ -648,7 +649,9 @@ struct Flows {
 
 // dst += g in place, for two arrays of one dtype and shape. Element by element into dst's own
 // buffer, never through a temporary (xtensor's += may build one and free the old buffer): a
-// leaf's .grad keeps its storage while another thread's optimizer step reads it.
+// leaf's .grad keeps its storage while another thread's optimizer step reads it. Over the pool:
+// a residual stream's gradients meet here, and one thread adding them while the others waited
+// was about 1% of char_gpt's step.
 void add_into(Storage& dst, const Storage& g) {
     std::visit(
         [&g](auto& d) {
@@ -658,10 +661,12 @@ void add_into(Storage& dst, const Storage& g) {
             } else {
                 auto* out = d.data();
                 const auto* in = std::get<A>(g).data();
-                for (std::size_t i = 0, n = d.size(); i < n; ++i) {
-                    if constexpr (std::is_same_v<A, xt::xarray<bool>>) out[i] = out[i] || in[i];
-                    else out[i] += in[i];
-                }
+                parallel_for(d.size(), std::size_t(1) << 16, [out, in](std::size_t i0, std::size_t i1) {
+                    for (std::size_t i = i0; i < i1; ++i) {
+                        if constexpr (std::is_same_v<A, xt::xarray<bool>>) out[i] = out[i] || in[i];
+                        else out[i] += in[i];
+                    }
+                });
             }
         },
         dst);
