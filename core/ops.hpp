@@ -227,6 +227,13 @@ Tensor bmm(const Tensor& a, const Tensor& b);
 /// made (gemm's transpose flags): matmul_t(x, W, false, true) is x·Wᵀ for a Linear layer,
 /// matmul_t(q, k, false, true, 1/√d) attention scores. (..., M, K)·(K, N) runs as one gemm.
 Tensor matmul_t(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b, double alpha = 1.0);
+/// torch.nn.functional.linear: x·Wᵀ + b, x (..., in_features) or 1-D, W (out_features,
+/// in_features), b (out_features) or undefined (no bias). One gemm over every leading axis with
+/// the bias as its starting value (gemm's beta = 1, as torch's addmm), so no pass adds it after.
+/// Gradients: matmul_t(x, W, false, true)'s for x and W, the gradient summed over the leading
+/// axes for b; of any order. A bias that only broadcasts to the result is added after the
+/// product, as are autocast's and oneDNN's products.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
 // --- normalisation (ops_norm.cpp): fused -------------------------------------------------
 /// torch.nn.functional.layer_norm: each row of x's trailing normalized_shape axes becomes

@@ -7,6 +7,7 @@
 
 #include "core/runtime/blas.hpp"
 #include "core/autocast_product.hpp"
+#include "core/call_context.hpp"
 #include "core/broadcast.hpp"
 #include "core/ops_util.hpp"
 #include "core/ops.hpp"
@@ -177,15 +178,16 @@ using autocast::Bf16;
 enum class Role { forward, grad_a, grad_b };
 
 // The BLAS products of one role, X and Y its arguments, into D (zeroed where batches sum into it).
-template <class T> void blas_role(const Product& s, Role role, const T* X, const T* Y, T* D) {
+// `onto`: the forward adds onto what D holds (linear's bias), as gemm's beta = 1.
+template <class T> void blas_role(const Product& s, Role role, const T* X, const T* Y, T* D, bool onto = false) {
     const Plan& p = s.p;
     const T alpha = static_cast<T>(p.alpha);
     const std::size_t mn = p.m * p.n;
     if (role == Role::forward) {
-        // C[i] = α·op(A[i])·op(B[i]) : (M,K)·(K,N) → (M,N)
+        // C[i] = α·op(A[i])·op(B[i]) (+ C[i]) : (M,K)·(K,N) → (M,N)
         for_batches(p, false, [&](std::size_t i) {
-            blas::gemm<T>(p.ta, p.tb, p.m, p.n, p.k, alpha, X + p.a_off[i], p.lda(), Y + p.b_off[i], p.ldb(), 0,
-                          D + i * mn, p.n);
+            blas::gemm<T>(p.ta, p.tb, p.m, p.n, p.k, alpha, X + p.a_off[i], p.lda(), Y + p.b_off[i], p.ldb(),
+                          onto ? T(1) : T(0), D + i * mn, p.n);
         });
     } else if (role == Role::grad_a) {
         // A matrix shared by several batches sums their gradients (beta = 1 into zeros).
@@ -387,6 +389,72 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
         throw Error(fmt::format("bmm: batch sizes differ: shapes {} and {} ({} != {})", shape_str(sa),
                                 shape_str(sb), sa[0], sb[0]));
     return product("bmm", "bmm_backward", a, b, plan_matmul("bmm", sa, sb));
+}
+
+namespace {
+Tensor linear_body(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+    check_defined("linear", x, "input");
+    check_defined("linear", weight, "weight");
+    if (weight.dim() != 2)
+        throw Error(fmt::format("linear: weight must be 2-D (out_features, in_features), got shape {}",
+                                shape_str(weight.shape())));
+    if (x.dim() == 0 || x.shape().back() != weight.shape()[1])
+        throw Error(fmt::format("linear: input must have last axis in_features = {} (weight {}), got shape {}",
+                                weight.shape()[1], shape_str(weight.shape()), shape_str(x.shape())));
+    // x (..., in)·Wᵀ → (..., out) as one gemm over every leading axis, W read transposed in place.
+    const auto product_of = [&] { return x.dim() == 1 ? matmul(weight, x) : matmul_t(x, weight, false, true); };
+    if (!bias.defined()) return product_of();
+    // The bias fused as the product's starting value (gemm's beta = 1, as torch's addmm): for
+    // BLAS products of a bias of shape (out,) in the input's dtype. Anything else (a 1-D input,
+    // a broadcasting bias, oneDNN or autocast products) adds it after the product, as before.
+    const std::size_t N = weight.shape()[0];
+    const bool fusable = x.dim() >= 2 && bias.dim() == 1 && bias.shape()[0] == N && bias.dtype() == x.dtype() &&
+                         x.dtype() == weight.dtype() && (x.dtype() == kFloat32 || x.dtype() == kFloat64);
+    if (!fusable) return product_of() + bias;
+    Plan p = plan_product("linear", x.shape(), weight.shape(), false, true, 1.0, x.shape(), weight.shape());
+    p.out_shape.push_back(x.shape()[-2]);
+    p.out_shape.push_back(N);
+    if (x.dtype() == kFloat32 && p.m != 0 && p.n != 0 && p.k != 0 && p.count != 0 &&
+        (autocast::use_bf16(p.m * p.n * p.k) || gemm_uses_onednn(p.count, p.m, p.n, p.k)))
+        return product_of() + bias;
+    Product s;
+    s.op = "linear";
+    s.grad_op = "linear_backward";
+    s.p = std::move(p);
+    const AllocContext context("linear", s.p.out_shape);
+    return dispatch_floating("linear", x.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        xt::xarray<T> d = xt::empty<T>(s.p.out_shape);
+        // Every row of the result starts as the bias, over the pool.
+        const T* b = values<T>(bias).data();
+        T* out = d.data();
+        const std::size_t rows = N == 0 ? 0 : d.size() / N;
+        parallel_for(rows, std::max<std::size_t>(1, (std::size_t(1) << 15) / std::max<std::size_t>(N, 1)),
+                     [&](std::size_t r0, std::size_t r1) {
+                         for (std::size_t r = r0; r < r1; ++r) std::copy(b, b + N, out + r * N);
+                     });
+        make_offsets(s.p);
+        blas_role<T>(s, Role::forward, values<T>(x).data(), values<T>(weight).data(), out, true);
+        if (!grad_enabled() || !(x.requires_grad() || weight.requires_grad() || bias.requires_grad()))
+            return make_result<T>(std::move(d), {}, "linear", Formula());
+        // The input's and weight's gradients are matmul_t's (products of its family, so of any
+        // order); the bias's sums the gradient over every leading axis.
+        Formula formula = [s](const GradArgs& in) -> std::vector<Tensor> {
+            const Tensor &x = in.inputs[0], &w = in.inputs[1], &g = in.grad();
+            std::vector<Tensor> r(3);
+            if (in.needs(0)) r[0] = run(s, Role::grad_a, x.shape(), g, w);
+            if (in.needs(1)) r[1] = run(s, Role::grad_b, w.shape(), g, x);
+            if (in.needs(2)) r[2] = sum_to(g, in.inputs[2].shape());
+            return r;
+        };
+        return make_result<T>(std::move(d), {x, weight, bias}, "linear", std::move(formula), Saves::only_inputs(3u));
+    });
+}
+}  // namespace
+
+// Named "linear" whatever inside refuses (matmul_t's dtype check, add's broadcast).
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+    return as_call("linear", [&] { return linear_body(x, weight, bias); });
 }
 
 Tensor matmul_t(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b, double alpha) {

@@ -33,11 +33,7 @@ Tensor Linear::forward(const Tensor& x) {
             throw Error(fmt::format("Linear: input must have last axis in_features = {}, got shape {}", m_in,
                                     shape_str(x.shape())));
         check_input_dtype("Linear", "input", x, weight().dtype());
-        // x (..., in)·Wᵀ (in, out) → (..., out): one gemm over every leading axis, W read transposed
-        // in place (no flattening or transposed copies).
-        Tensor y = x.dim() == 1 ? matmul(weight(), x) : matmul_t(x, weight(), false, true);
-        if (m_has_bias) y = y + bias();
-        return y;
+        return linear(x, weight(), m_has_bias ? bias() : Tensor());
     });
 }
 

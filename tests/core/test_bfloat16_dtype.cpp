@@ -505,6 +505,7 @@ std::vector<OpCase> all_op_cases() {
         {"matmul", [=](Dtype d) { return one(matmul(x(d), input({3, 2}, d))); }},
         {"bmm", [=](Dtype d) { return one(bmm(x3(d), input({2, 4, 3}, d))); }},
         {"matmul_t", [=](Dtype d) { return one(matmul_t(x(d), y(d), false, true)); }},
+        {"linear", [=](Dtype d) { return one(linear(x(d), y(d), input({2}, d, false, 4))); }},
         {"softmax", [=](Dtype d) { return one(softmax(y(d), 1)); }},
         {"log_softmax", [=](Dtype d) { return one(log_softmax(y(d), 1)); }},
         {"masked_softmax", [=](Dtype d) { return one(masked_softmax(x3(d), AttentionMask::causal())); }},
