@@ -287,9 +287,15 @@ Tensor pow(const Tensor& a, Scalar exponent) {
         "pow", a, kReadsX,
         [p](const auto& x) {
             using T = value_t<decltype(x)>;
-            // squares and cubes as products, as torch computes them (and no libm call per element)
+            // The exponents torch computes without pow, for its roundings (1/sqrt(x) and pow(x, -0.5)
+            // differ in the last bit for a quarter of float32 inputs) and its signed zeros
+            // (torch's (-0.0) ** -0.5 is -inf): products, sqrt and reciprocals.
             if (p == 2.0) return xt::xarray<T>(x * x);
             if (p == 3.0) return xt::xarray<T>(x * x * x);
+            if (p == 0.5) return xt::xarray<T>(xt::sqrt(x));
+            if (p == -0.5) return xt::xarray<T>(static_cast<T>(1) / xt::sqrt(x));
+            if (p == -1.0) return xt::xarray<T>(static_cast<T>(1) / x);
+            if (p == -2.0) return xt::xarray<T>(static_cast<T>(1) / (x * x));
             return xt::xarray<T>(xt::pow(x, static_cast<T>(p)));
         },
         [p](const Tensor& x, const Tensor&, const Tensor& g) {

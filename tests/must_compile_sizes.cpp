@@ -119,6 +119,10 @@ Tensor clamp_and_pow_numbers(const Tensor& x, const Tensor& ids, Scalar s, std::
     x.clamp_(s);
     x.clamp_(lo_s, lo_s);
     ids.clamp_(0, V - 1);
+    ids[0].clamp_(0, V - 1);
+    ids.index({Slice(0, n)}).clamp_(0, V - 1);
+    x[n - 1].clamp_(lo, std::nullopt);
+    x.index({0}).clamp_({}, 1.5f);
     z = z + pow(x, 2) + pow(x, 2L) + pow(x, 2LL) + pow(x, 2u) + pow(x, n) + pow(x, i64) + pow(x, 0.5f);
     z = z + pow(x, 0.5) + pow(x, b) + pow(x, s) + pow(x, V - 1) + pow(x, true) + pow(x, x);
     z = z + x.pow(2) + x.pow(0.5) + x.pow(s) + x.pow(n) + x.pow(V) + x.pow(ll) + x.pow(x);

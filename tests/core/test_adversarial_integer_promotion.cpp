@@ -76,6 +76,31 @@ TEST_CASE("clamp of int64 with bounds beyond int64 computes in float32 as torch"
     CHECK_THROWS_WITH(tensor({true, false}).clamp_(0, 1), Contains("clamp_"));
 }
 
+TEST_CASE("clamp and pow of int64 with floating numbers beyond float32 as torch", "[adversarial-integer-promotion]") {
+    // torch.clamp(t, 1e300): "value cannot be converted to type float without overflow".
+    CHECK_THROWS_WITH(clamp(ints({-5, 0, 7}), 1e300), Contains("clamp") && Contains("min"));
+    CHECK_THROWS_WITH(clamp(ints({-5, 0, 7}), std::nullopt, 1e39), Contains("clamp") && Contains("max"));
+    // t ** 1e300 is float32 with float(1e300) = inf; t ** -0.5 too.
+    CHECK(float32_vals(pow(ints({-5, 0, 7}), 1e300)) == std::vector<double>{kInf, 0, kInf});
+    check_close_or_both_nan(float32_vals(pow(ints({-5, 0, 7}), -0.5)), {kNaN, kInf, 0.37796449661254883},
+                            Tolerance{0, 0});
+}
+
+TEST_CASE("clamp and pow of int64 leave their input alone, and clamp_ writes through an index",
+          "[adversarial-integer-promotion]") {
+    const Tensor x = extremes();
+    (void)clamp(x, -3, 3);
+    (void)pow(x, 2);
+    (void)pow(2, ints({1, 2}));
+    CHECK(int_vals(x) == I{kMin, -5, 0, 7, kMax});
+    // ids[0].clamp_(0, V - 1) and ids.index({Slice(3, None)}).clamp_(...) change ids, int64 kept.
+    const Tensor ids = extremes();
+    const auto V = ids.size(0);
+    ids[0].clamp_(0, V - 1);
+    ids.index({Slice(3, None)}).clamp_(std::nullopt, V - 1);
+    CHECK(int_vals(ids) == I{0, -5, 0, 4, 4});
+}
+
 TEST_CASE("clamp of an integer tensor with a NaN bound is refused naming the bound", "[adversarial-integer-promotion]") {
     // torch 1.13 ignores a lone NaN bound (clamp(x, nan) is x as float32) but fills NaN when
     // both are given (clamp(x, 0, nan)); xgrad refuses every NaN bound, for floats as for ints.
