@@ -31,6 +31,21 @@ constexpr std::int64_t wrapping_mul(std::int64_t a, std::int64_t b) {
 }
 constexpr std::int64_t wrapping_neg(std::int64_t a) { return wrapping_sub(0, a); }
 constexpr std::int64_t wrapping_abs(std::int64_t a) { return a < 0 ? wrapping_neg(a) : a; }
+/// b^e as torch's integer pow: by squaring, wrapping; a negative e gives 1 for b = 1, ±1 for
+/// b = -1 (by e's parity) and 0 for every other b (the integer part of 1/b^|e|, 0 for b = 0 too).
+constexpr std::int64_t wrapping_pow(std::int64_t b, std::int64_t e) {
+    if (e < 0) {
+        if (b == 1) return 1;
+        if (b == -1) return e % 2 == 0 ? 1 : -1;
+        return 0;
+    }
+    std::int64_t r = 1;
+    for (; e > 0; e >>= 1) {
+        if (e & 1) r = wrapping_mul(r, b);
+        b = wrapping_mul(b, b);
+    }
+    return r;
+}
 
 /// a + b for a size or count, or throws "<op>: <what> overflows (a + b): more elements than fit in memory".
 template <class T> T checked_add(const char* op, const char* what, T a, T b) {

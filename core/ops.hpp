@@ -27,13 +27,17 @@ Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);
 Tensor neg(const Tensor& a);
-/// a^p for a number p. d/da = p·a^(p-1). For an int64 or bool a, as torch's a ** p: an
-/// integer p gives int64 (a negative one is refused), a floating p gives float32.
+/// a^p for a number p (0.5, -0.5, -1, -2 as torch's sqrt, 1/sqrt, 1/x, 1/x²). d/da = p·a^(p-1).
+/// For an int64 or bool a, as torch's a ** p: an integer (or bool) p gives int64, wrapping (a
+/// negative one is refused), a floating p gives float32; bool ** bool is refused.
 Tensor pow(const Tensor& a, Scalar p);
-/// base^exponent elementwise, a number raised to a floating tensor (torch.pow(10000, x), as
-/// d2l's PositionalEncoding writes it). Gradient to the exponent: g·(y·ln base), 0 where base
-/// is 0 and the exponent ≥ 0 (torch's pow_backward_exponent).
-Tensor pow(double base, const Tensor& exponent);
+/// base^exponent elementwise, a number raised to a tensor (torch.pow(10000, x), as d2l's
+/// PositionalEncoding writes it). A floating exponent keeps its dtype however the base is
+/// written (10000 or 10000.0); gradient to it: g·(y·ln base), 0 where base is 0 and the exponent
+/// ≥ 0 (torch's pow_backward_exponent). An int64 or bool exponent gives torch's result_type:
+/// an integer base int64 (pow(2, arange(3)), wrapping; a negative exponent gives 0 unless the
+/// base is ±1), a floating base float32 (pow(2.0, arange(3))); bool base and exponent are refused.
+Tensor pow(Scalar base, const Tensor& exponent);
 /// base^exponent elementwise with broadcasting (torch.pow(a, b), a.pow(b)); the dtype is
 /// result_type(base, exponent); int64 raises integers as torch's (wrapping; a negative exponent
 /// gives 0 unless the base is ±1). Gradients as torch's: to the base g·e·base^(e−1), 0 where e is 0; to
@@ -54,8 +58,8 @@ Tensor sign(const Tensor& a);
 /// |a|; the gradient is sign(a), so 0 at 0 (as torch). int64 gives int64 (no gradient).
 Tensor abs(const Tensor& a);
 /// a limited to [min, max], either bound optional (not both missing), as torch.clamp: with
-/// min > max every element becomes max. NaN stays NaN. The gradient passes where
-/// min ≤ a ≤ max (bounds included, as torch) and is 0 elsewhere. Bounds must fit a's dtype, as torch's.
+/// min > max every element becomes max. NaN stays NaN; a NaN bound is refused. The gradient passes
+/// where min ≤ a ≤ max (bounds included, as torch) and is 0 elsewhere. Bounds must fit the result's dtype.
 /// The result's dtype is result_type of a and the bounds, as torch's: an int64 a with integer
 /// bounds stays int64, with a floating bound (clamp(i, 0.5)) becomes float32; a bool a gives
 /// int64 with integer bounds.

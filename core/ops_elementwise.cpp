@@ -262,19 +262,16 @@ Tensor neg(const Tensor& a) {
         [](const Tensor&, const Tensor&, const Tensor& g) { return -g; });
 }
 
-namespace {
-std::int64_t int_pow(std::int64_t b, std::int64_t e);
-}  // namespace
-
 Tensor pow(const Tensor& a, Scalar exponent) {
     check_defined("pow", a);
     if (!is_floating(a.dtype())) {
         // torch's a ** p for an integer or bool a: a floating p computes in float32, an integer
-        // one stays in int64 (bool too: result_type(bool, 2) is int64).
+        // one stays in int64 (bool too: result_type(bool, 2) is int64), wrapping as torch's.
+        // An int64 a to a bool power is a to 0 or 1 (torch's t ** True is t); bool ** bool is
+        // result_type bool, which torch's pow refuses.
         if (exponent.kind() == kFloat64) return pow(cast(a, kFloat32), exponent);
-        if (exponent.kind() == kBool)
-            throw Error(fmt::format("pow: a {} tensor to a bool power is not supported (as in torch); use 0 or 1",
-                                    dtype_name(a.dtype())));
+        if (exponent.kind() == kBool && a.dtype() == kBool)
+            throw Error("pow: a bool tensor to a bool power is not supported (as in torch); write the exponent as 0 or 1");
         const std::int64_t e = exponent.to_int64();
         if (e < 0)
             throw Error(fmt::format("pow: integers to negative integer powers are not allowed (as in torch); got a {} "
@@ -282,7 +279,7 @@ Tensor pow(const Tensor& a, Scalar exponent) {
                                     dtype_name(a.dtype()), e, e));
         const AllocContext context("pow", a.shape());
         xt::xarray<std::int64_t> r = values<std::int64_t>(cast(a, kInt64));
-        std::transform(r.begin(), r.end(), r.begin(), [e](std::int64_t b) { return int_pow(b, e); });
+        std::transform(r.begin(), r.end(), r.begin(), [e](std::int64_t b) { return wrapping_pow(b, e); });
         return make_leaf(Storage(std::move(r)));
     }
     const double p = exponent.to_double();
@@ -290,9 +287,15 @@ Tensor pow(const Tensor& a, Scalar exponent) {
         "pow", a, kReadsX,
         [p](const auto& x) {
             using T = value_t<decltype(x)>;
-            // squares and cubes as products, as torch computes them (and no libm call per element)
+            // The exponents torch computes without pow, for its roundings (1/sqrt(x) and pow(x, -0.5)
+            // differ in the last bit for a quarter of float32 inputs) and its signed zeros
+            // (torch's (-0.0) ** -0.5 is -inf): products, sqrt and reciprocals.
             if (p == 2.0) return xt::xarray<T>(x * x);
             if (p == 3.0) return xt::xarray<T>(x * x * x);
+            if (p == 0.5) return xt::xarray<T>(xt::sqrt(x));
+            if (p == -0.5) return xt::xarray<T>(static_cast<T>(1) / xt::sqrt(x));
+            if (p == -1.0) return xt::xarray<T>(static_cast<T>(1) / x);
+            if (p == -2.0) return xt::xarray<T>(static_cast<T>(1) / (x * x));
             return xt::xarray<T>(xt::pow(x, static_cast<T>(p)));
         },
         [p](const Tensor& x, const Tensor&, const Tensor& g) {
@@ -301,24 +304,6 @@ Tensor pow(const Tensor& a, Scalar exponent) {
             return g * p * pow(x, p - 1);
         });
 }
-
-namespace {
-// b^e for int64 as torch's: by squaring, wrapping at the int64 limits; a negative e gives 1 for
-// b = 1, ±1 for b = -1 (by e's parity) and 0 for every other b (the integer part of 1/b^|e|).
-std::int64_t int_pow(std::int64_t b, std::int64_t e) {
-    if (e < 0) {
-        if (b == 1) return 1;
-        if (b == -1) return e % 2 == 0 ? 1 : -1;
-        return 0;
-    }
-    std::int64_t r = 1;
-    for (; e > 0; e >>= 1) {
-        if (e & 1) r = wrapping_mul(r, b);
-        b = wrapping_mul(b, b);
-    }
-    return r;
-}
-}  // namespace
 
 Tensor pow(const Tensor& base, const Tensor& exponent) {
     check_defined("pow", base, "base");
@@ -332,7 +317,7 @@ Tensor pow(const Tensor& base, const Tensor& exponent) {
         auto bb = xt::broadcast(values<std::int64_t>(b), shape);
         auto be = xt::broadcast(values<std::int64_t>(e), shape);
         xt::xarray<std::int64_t> r = xt::xarray<std::int64_t>::from_shape(shape);
-        std::transform(bb.begin(), bb.end(), be.begin(), r.begin(), int_pow);
+        std::transform(bb.begin(), bb.end(), be.begin(), r.begin(), wrapping_pow);
         return make_leaf(Storage(std::move(r)));
     }
     // Gradients as torch's pow_backward_self and pow_backward_exponent.
@@ -550,10 +535,15 @@ Tensor sign(const Tensor& a) {
 Tensor clamp(const Tensor& a_in, std::optional<Scalar> min_in, std::optional<Scalar> max_in) {
     check_defined("clamp", a_in);
     if (!min_in && !max_in) throw Error("clamp: at least one of min and max must be given (as torch)");
-    const auto bound = [](const std::optional<Scalar>& s) { return s ? std::optional<double>(s->to_double()) : std::nullopt; };
-    const std::optional<double> min = bound(min_in), max = bound(max_in);
-    if ((min && std::isnan(*min)) || (max && std::isnan(*max)))
-        throw Error("clamp: a bound is NaN; the bounds must be numbers");
+    const auto bound = [](const char* name, const std::optional<Scalar>& s) -> std::optional<double> {
+        if (!s) return std::nullopt;
+        // torch 1.13 ignores a lone NaN bound (clamp(x, nan) is x) but fills NaN when both are
+        // given (clamp(x, 0, nan)), and later torch propagates it: refused rather than guessed.
+        if (std::isnan(s->to_double()))
+            throw Error(fmt::format("clamp: {} is NaN; the bounds must be numbers (leave a bound out with std::nullopt)", name));
+        return s->to_double();
+    };
+    const std::optional<double> min = bound("min", min_in), max = bound("max", max_in);
     // The result's dtype is result_type(a, min, max), as torch's: an int64 tensor with integer
     // bounds stays int64, a floating bound makes it float32.
     PromotionState st;

@@ -1,10 +1,14 @@
-// pow with a number as the base and a tensor as the exponent (torch.pow(10000, x)), and the
-// gradient to the exponent that it shares with pow(Tensor, Tensor) (ops_elementwise.cpp).
+// pow with a number as the base and a tensor as the exponent (torch.pow(10000, x),
+// torch.pow(2, arange(3))), and the gradient to the exponent that it shares with
+// pow(Tensor, Tensor) (ops_elementwise.cpp).
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "core/creation.hpp"
 #include "core/dispatch.hpp"
 #include "core/grad_ops.hpp"
+#include "core/int_arith.hpp"
 #include "core/ops.hpp"
 #include "core/ops_util.hpp"
 #include "core/runtime/alloc.hpp"
@@ -33,8 +37,21 @@ Tensor pow_exponent_backward(const Tensor& g, const Tensor& y, const Tensor& exp
     return where(zero_base, at_zero_base(g, exponent), g * (y * ln_b));
 }
 
-Tensor pow(double base, const Tensor& exponent) {
+Tensor pow(Scalar base_number, const Tensor& exponent) {
     check_defined("pow", exponent, "exponent");
+    if (!is_floating(exponent.dtype())) {
+        // torch's result_type of the number and the integer tensor: a floating base computes in
+        // float32, an integer or bool one in int64 (bool with bool is bool, which pow refuses).
+        if (base_number.kind() == kFloat64) return pow(base_number, cast(exponent, kFloat32));
+        if (base_number.kind() == kBool && exponent.dtype() == kBool)
+            throw Error("pow: a bool base to a bool tensor's power is not supported (as in torch); write the base as 0 or 1");
+        const std::int64_t b = base_number.to_int64();
+        const AllocContext context("pow", exponent.shape());
+        xt::xarray<std::int64_t> r = values<std::int64_t>(cast(exponent, kInt64));
+        std::transform(r.begin(), r.end(), r.begin(), [b](std::int64_t e) { return wrapping_pow(b, e); });
+        return make_leaf(Storage(std::move(r)));
+    }
+    const double base = base_number.to_double();
     const AllocContext context("pow", exponent.shape());
     return dispatch_floating("pow", exponent.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;

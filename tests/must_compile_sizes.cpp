@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/creation.hpp"
@@ -87,4 +88,46 @@ std::shared_ptr<nn::Module> containers(long n_embd, std::size_t vocab) {
     root->insert("s", seq);
     root->insert("ln6", ln6);
     return root;
+}
+
+// clamp's bounds and pow's numbers written every way a port writes them: literals of every
+// integer and floating type, bool, std::nullopt and {}, a size from size() minus 1, a Scalar
+// variable, and optional<double> bounds kept from code written for the earlier
+// clamp(Tensor, optional<double>, optional<double>). None is ambiguous, none warns.
+Tensor clamp_and_pow_numbers(const Tensor& x, const Tensor& ids, Scalar s, std::optional<double> lo,
+                             std::optional<double> hi, std::optional<float> lo_f, std::optional<int> lo_i,
+                             std::optional<Scalar> lo_s, unsigned u, std::size_t n, long l, long long ll,
+                             std::int64_t i64, float f, double d, bool b) {
+    const auto V = ids.size(0);
+    Tensor z = clamp(x, 0);
+    z = clamp(x, 0, 1) + clamp(x, 0L, 1L) + clamp(x, 0LL, 1LL) + clamp(x, 0u, 1u) + clamp(x, std::size_t{0}, n);
+    z = z + clamp(x, i64, i64) + clamp(x, 0.5f, 1.5f) + clamp(x, 0.5, 1.5) + clamp(x, b) + clamp(x, u, l);
+    z = z + clamp(x, ll, f) + clamp(x, d) + clamp(x, 0, 1.0) + clamp(x, -1, n) + clamp(x, true, false);
+    z = z + clamp(x, std::nullopt, 1) + clamp(x, 0, std::nullopt) + clamp(x, {}, 1) + clamp(x, 0, {});
+    z = z + clamp(ids, 0, V - 1) + clamp(ids, 0, ids.size(0) - 1) + clamp(x, s) + clamp(x, s, s);
+    z = z + clamp(x, lo, std::nullopt) + clamp(x, lo) + clamp(x, lo, hi) + clamp(x, std::nullopt, hi);
+    z = z + clamp(x, lo, 1.0) + clamp(x, lo_f) + clamp(x, lo_i, hi) + clamp(x, lo_s, lo_s) + clamp(x, lo_s);
+    x.clamp_(0);
+    x.clamp_(0, 1);
+    x.clamp_(0.5, 1.5);
+    x.clamp_(std::nullopt, 1);
+    x.clamp_({}, 1);
+    x.clamp_(lo, hi);
+    x.clamp_(lo);
+    x.clamp_(lo, std::nullopt);
+    x.clamp_(std::nullopt, hi);
+    x.clamp_(s);
+    x.clamp_(lo_s, lo_s);
+    ids.clamp_(0, V - 1);
+    ids[0].clamp_(0, V - 1);
+    ids.index({Slice(0, n)}).clamp_(0, V - 1);
+    x[n - 1].clamp_(lo, std::nullopt);
+    x.index({0}).clamp_({}, 1.5f);
+    z = z + pow(x, 2) + pow(x, 2L) + pow(x, 2LL) + pow(x, 2u) + pow(x, n) + pow(x, i64) + pow(x, 0.5f);
+    z = z + pow(x, 0.5) + pow(x, b) + pow(x, s) + pow(x, V - 1) + pow(x, true) + pow(x, x);
+    z = z + x.pow(2) + x.pow(0.5) + x.pow(s) + x.pow(n) + x.pow(V) + x.pow(ll) + x.pow(x);
+    // A number as the base, torch.pow(10000, x) and torch.pow(2, arange(T)).
+    z = z + pow(10000, x) + pow(10000.0, x) + pow(2.0f, x) + pow(2L, x) + pow(u, x) + pow(n, x) + pow(s, x);
+    z = z + pow(b, x) + pow(d, x) + pow(i64, x) + pow(V, x) + pow(2, arange(V)).sum();
+    return z;
 }
