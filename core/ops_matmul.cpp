@@ -3,6 +3,7 @@
 // gradient sums over batches. A product's gradients are products of its family again (Role
 // below), so every product is differentiable any number of times.
 #include <cmath>
+#include <cstdint>
 #include <memory>
 
 #include "core/runtime/blas.hpp"
@@ -447,7 +448,10 @@ Tensor linear_body(const Tensor& x, const Tensor& weight, const Tensor& bias) {
             if (in.needs(2)) r[2] = sum_to(g, in.inputs[2].shape());
             return r;
         };
-        return make_result<T>(std::move(d), {x, weight, bias}, "linear", std::move(formula), Saves::only_inputs(3u));
+        // x is read for W's gradient and W for x's, as torch's addmm saves them: a bias trained
+        // alone (x data, W frozen) leaves x free to be written before backward.
+        const std::uint32_t reads = (weight.requires_grad() ? 1u : 0u) | (x.requires_grad() ? 2u : 0u);
+        return make_result<T>(std::move(d), {x, weight, bias}, "linear", std::move(formula), Saves::only_inputs(reads));
     });
 }
 }  // namespace

@@ -102,3 +102,17 @@ TEST_CASE("linear refuses a bad weight, input or bias naming linear", "[linear-o
     REQUIRE_THROWS_AS(linear(x.to(kFloat32), W, b), Error);       // dtypes differ
     REQUIRE_THROWS_AS(linear(Tensor(), W, b), Error);
 }
+
+TEST_CASE("linear keeps x and W only for the gradients that read them, as torch's addmm", "[linear-op][version]") {
+    const Tensor x = param({2, 4}).detach(), W = param({5, 4}).detach(), b = param({5}, -1, 1, 2);
+    // Only the bias trains: its gradient reads neither x nor W, so x may change before backward.
+    const Tensor y = linear(x, W, b).sum();
+    x.add_(1.0);
+    y.backward();
+    REQUIRE(max_abs_diff(b.grad(), full({5}, 2.0, kFloat64)) == 0);
+    // W's gradient reads x: writing x first is refused, naming linear.
+    const Tensor Wg = param({5, 4}, -1, 1, 9);
+    const Tensor y2 = linear(x, Wg, b).sum();
+    x.add_(1.0);
+    REQUIRE_THROWS_WITH(y2.backward(), Contains("saved for backward by 'linear'"));
+}

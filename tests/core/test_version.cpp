@@ -64,7 +64,10 @@ TEST_CASE("load_state_dict and Module::to between forward and backward are refus
     manual_seed(0);
     nn::Linear layer(3, 2);
     const NamedTensors state = layer.state_dict();
-    Tensor out = layer.forward(ones({4, 3})).sum();
+    // The input requires grad, so its gradient reads the weight (with a data input only the
+    // weight's gradient is wanted, which reads x, not W: then nothing is stale, as in torch).
+    const Tensor x = ones({4, 3}).requires_grad_();
+    Tensor out = layer.forward(x).sum();
     layer.load_state_dict(state);
     CHECK_THROWS_WITH(out.backward(), STALE("linear"));
 

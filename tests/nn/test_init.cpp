@@ -116,7 +116,9 @@ TEST_CASE("init draws torch's distributions in place", "[init]") {
 
 TEST_CASE("init writes are seen by a stale graph and by modules", "[init]") {
     Linear lin(3, 2);
-    const Tensor x = ones({1, 3});
+    // x requires grad, so its gradient reads the weight: forward saves it (torch's addmm too;
+    // for a data input only W's gradient is wanted, which reads x, and nothing is saved stale).
+    const Tensor x = ones({1, 3}).requires_grad_();
     const Tensor y = lin(x).sum();
     init::zeros_(lin.weight());  // in place after forward saved the weight for backward
     CHECK_THROWS_WITH(y.backward(), Catch::Contains("modified in place"));
