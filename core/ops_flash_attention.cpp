@@ -220,7 +220,9 @@ inline std::size_t zigzag(std::size_t k, std::size_t n) { return k % 2 == 0 ? k 
 // cuts fall changes no bit.
 template <class F> void parallel_balanced(const std::vector<std::size_t>& cost, F&& f) {
     const std::size_t n = cost.size(), parts = std::min<std::size_t>(num_threads(), n);
-    if (parts <= 1) return n == 0 ? void() : f(std::size_t(0), n);
+    // One range still runs as a chunk, as parallel_for runs one: the products inside then do
+    // not split over the pool, whatever the thread count.
+    if (parts <= 1) return parallel_for(n == 0 ? 0 : 1, 1, [&](std::size_t, std::size_t) { f(std::size_t(0), n); });
     double total = 0;
     for (const std::size_t c : cost) total += static_cast<double>(c);
     std::vector<std::size_t> cut(parts + 1, n);
