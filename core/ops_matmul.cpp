@@ -355,13 +355,19 @@ Formula role_formula(Product s, Role role, Bf16 x16, Bf16 y16) {
 // The op `op` on a and b planned as p. Under autocast (bfloat16) a product's gradients of
 // every order run in bfloat16 too, as torch runs the backward of an autocast op in its dtype:
 // a second derivative through one is correct to bfloat16's precision, as its first is.
+// Where a product of `dtype` planned as p runs (see Engine): oneDNN under autocast or when the
+// float32 engine is oneDNN, else the BLAS.
+Engine engine_of(Dtype dtype, const Plan& p) {
+    if (dtype != kFloat32 || p.m == 0 || p.n == 0 || p.k == 0 || p.count == 0) return Engine::blas;
+    if (autocast::use_bf16(p.m * p.n * p.k)) return Engine::dnnl_bf16;
+    if (gemm_uses_onednn(p.count, p.m, p.n, p.k)) return Engine::dnnl_f32;
+    return Engine::blas;
+}
+
 Tensor product(const char* op, const char* grad_op, const Tensor& a, const Tensor& b, Plan p) {
     check_same_dtype(op, a, b);
     Product s;
-    if (a.dtype() == kFloat32 && p.m != 0 && p.n != 0 && p.k != 0 && p.count != 0) {
-        if (autocast::use_bf16(p.m * p.n * p.k)) s.engine = Engine::dnnl_bf16;
-        else if (gemm_uses_onednn(p.count, p.m, p.n, p.k)) s.engine = Engine::dnnl_f32;
-    }
+    s.engine = engine_of(a.dtype(), p);
     s.op = op;
     s.grad_op = grad_op;
     s.p = std::move(p);
@@ -415,9 +421,7 @@ Tensor linear_body(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     Plan p = plan_product("linear", x.shape(), weight.shape(), false, true, 1.0, x.shape(), weight.shape());
     p.out_shape.push_back(x.shape()[-2]);
     p.out_shape.push_back(N);
-    if (x.dtype() == kFloat32 && p.m != 0 && p.n != 0 && p.k != 0 && p.count != 0 &&
-        (autocast::use_bf16(p.m * p.n * p.k) || gemm_uses_onednn(p.count, p.m, p.n, p.k)))
-        return product_of() + bias;
+    if (engine_of(x.dtype(), p) != Engine::blas) return product_of() + bias;
     Product s;
     s.op = "linear";
     s.grad_op = "linear_backward";
