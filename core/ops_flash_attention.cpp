@@ -25,7 +25,9 @@
 #include "core/runtime/alloc.hpp"
 #include "core/runtime/bfloat16.hpp"
 #include "core/runtime/blas.hpp"
+#include "core/runtime/packed_gemm.hpp"
 #include "core/runtime/parallel.hpp"
+#include "core/runtime/simd.hpp"
 #include "core/softmax_row.hpp"
 
 namespace xgrad {
@@ -165,11 +167,50 @@ void drop_row(const Spec& s, std::size_t pair, std::size_t i, std::size_t j0, st
     for (std::size_t c = 0; c < nk; ++c) P[c] = s.drop.keeps(base + c) ? P[c] * keep : T(0);
 }
 
-// S (nq × nk, row length nk) = scale·Q_blk·K_blkᵀ; d = 0 sums nothing.
+// ---- the block products ------------------------------------------------------------------
+// Float32 heads on a CPU whose widest vectors are AVX2's (with FMA) have their operands packed
+// once per head (runtime/packed_gemm.hpp): every block product then reads its left operand in
+// place and writes C once, where a BLAS call repacks both operands and clears C for each small
+// block. On this AMD EPYC (AVX2) that took the scores' product from 55 to 85 GFLOP/s on one
+// core and the step at T = 1024 to 0.86-0.98 of its time (tools/bench_results.md). An AVX-512
+// CPU keeps BLAS, whose kernels there are twice as wide as the packed one; float64 keeps BLAS.
+template <class T> bool packs() {
+    if constexpr (std::is_same_v<T, float>)
+        return PackedMatrix::available() && simd_level_supported() != SimdLevel::Avx512;
+    return false;
+}
+
+// Head `pair`'s keys, values, queries and output gradient, each packed as the right operand
+// of the products that read it; only the ones a pass uses are packed.
+struct HeadPack {
+    PackedMatrix keys_t;    // Kᵀ (d × Lk): scores = Q·Kᵀ
+    PackedMatrix values;    // V (Lk × dv): O += P·V
+    PackedMatrix values_t;  // Vᵀ (dv × Lk): dP = dO·Vᵀ
+    PackedMatrix keys;      // K (Lk × d): dQ = dS·K
+    PackedMatrix queries;   // Q (Lq × d): dK = dSᵀ·Q
+    PackedMatrix grad;      // dO (Lq × dv): dV = Pᵀ·dO
+};
+
+// S (nq × nk, row length nk) = scale·Q_blk·K_blkᵀ for keys [j0, j0 + nk); d = 0 sums nothing.
 template <class T>
-void scores(const Spec& s, const T* Q, const T* K, std::size_t nq, std::size_t nk, T* S) {
+void scores(const Spec& s, const T* Q, const T* K, std::size_t j0, std::size_t nq, std::size_t nk, T* S,
+            const HeadPack* pack) {
     if (s.d == 0) return std::fill(S, S + nq * nk, T(0));
-    blas::gemm<T>(false, true, nq, nk, s.d, static_cast<T>(s.scale), Q, s.D, K, s.D, T(0), S, nk);
+    if constexpr (std::is_same_v<T, float>)
+        if (pack) return pack->keys_t.multiply_block(Q, s.D, false, nq, {0, s.d, j0, nk}, T(s.scale), S, nk, false);
+    blas::gemm<T>(false, true, nq, nk, s.d, static_cast<T>(s.scale), Q, s.D, K + j0 * s.D, s.D, T(0), S, nk);
+}
+
+// C (m × n, row length ldc) = alpha·op(A)·B_part (+ C when accumulate), B_part rows [k0, k0 + k)
+// and columns [n0, n0 + n) of the matrix `packed` holds (or of B, row length ldb, for BLAS).
+// op(A) is m × k, stored row-major (lda) or, when a_t, as its k × m transpose.
+template <class T>
+void block_product(bool a_t, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* A, std::size_t lda,
+                   const PackedMatrix* packed, std::size_t k0, std::size_t n0, const T* B, std::size_t ldb, T* C,
+                   std::size_t ldc, bool accumulate) {
+    if constexpr (std::is_same_v<T, float>)
+        if (packed) return packed->multiply_block(A, lda, a_t, m, {k0, k, n0, n}, alpha, C, ldc, accumulate);
+    blas::gemm<T>(a_t, false, m, n, k, alpha, A, lda, B + k0 * ldb + n0, ldb, accumulate ? T(1) : T(0), C, ldc);
 }
 
 // How many leading scores of row r of a key block [j0, j0 + nk) the row keeps, the block's
@@ -242,7 +283,7 @@ template <class F> void parallel_balanced(const std::vector<std::size_t>& cost, 
 // Block (pair, query block): out rows and their log-sum-exp.
 template <class T>
 void forward_block(const Spec& s, const T* Q, const T* K, const T* V, std::size_t pair, std::size_t i0, T* out,
-                   T* lse, T* S, T* O, T* m, T* l) {
+                   T* lse, T* S, T* O, T* m, T* l, const HeadPack* pack) {
     const std::size_t b = pair / s.H, h = pair % s.H, nq = std::min(kBlockQ, s.Lq - i0);
     RowBlock rb;
     describe_rows(s, b, i0, nq, rb);
@@ -253,9 +294,11 @@ void forward_block(const Spec& s, const T* Q, const T* K, const T* V, std::size_
     std::size_t kept[kBlockQ];
     T rescale[kBlockQ];
     const T* Qb = Q + (b * s.Lq + i0) * s.D + h * s.d;
+    const T* Kh = K + b * s.Lk * s.D + h * s.d;
+    const T* Vh = V + b * s.Lk * s.Dv + h * s.dv;
     for (std::size_t j0 = 0; j0 < rb.key_end; j0 += kBlockK) {
         const std::size_t nk = std::min(kBlockK, rb.key_end - j0);
-        scores(s, Qb, K + (b * s.Lk + j0) * s.D + h * s.d, nq, nk, S);
+        scores(s, Qb, Kh, j0, nq, nk, S, pack);
         for (std::size_t r = 0; r < nq; ++r) kept[r] = prepare_row(rb, s.Lk, r, j0, nk, S + r * nk);
         online_rows(S, nq, nk, kept, m, l, rescale);
         for (std::size_t r = 0; r < nq; ++r) {
@@ -267,8 +310,8 @@ void forward_block(const Spec& s, const T* Q, const T* K, const T* V, std::size_
         }
         // O += P·V_blk : (nq, nk)·(nk, dv)
         if (s.dv != 0)
-            blas::gemm<T>(false, false, nq, s.dv, nk, T(1), S, nk, V + (b * s.Lk + j0) * s.Dv + h * s.dv, s.Dv, T(1), O,
-                          s.dv);
+            block_product<T>(false, nq, s.dv, nk, T(1), S, nk, pack ? &pack->values : nullptr, j0, 0, Vh, s.Dv, O,
+                             s.dv, true);
     }
     for (std::size_t r = 0; r < nq; ++r) {
         const T inv = T(1) / l[r];
@@ -288,9 +331,21 @@ template <class T> void forward(const Spec& s, const T* Q, const T* K, const T* 
     }
     parallel_balanced(cost, [&](std::size_t t0, std::size_t t1) {
         CachedBuffer<T> S(kBlockQ * kBlockK), O(kBlockQ * std::max<std::size_t>(s.dv, 1)), m(kBlockQ), l(kBlockQ);
-        for (std::size_t t = t0; t < t1; ++t)
-            forward_block(s, Q, K, V, t / blocks, zigzag(t % blocks, blocks) * kBlockQ, out, lse, S.data(), O.data(),
-                          m.data(), l.data());
+        // A range's tasks go head by head: each head's keys and values are packed when it starts.
+        HeadPack pack;
+        const bool packed = packs<T>();
+        for (std::size_t t = t0; t < t1; ++t) {
+            const std::size_t pair = t / blocks;
+            if (packed && (t == t0 || pair != (t - 1) / blocks)) {
+                if constexpr (std::is_same_v<T, float>) {
+                    const std::size_t b = pair / s.H, h = pair % s.H;
+                    pack.keys_t.pack(K + b * s.Lk * s.D + h * s.d, s.D, true, s.d, s.Lk);
+                    pack.values.pack(V + b * s.Lk * s.Dv + h * s.dv, s.Dv, false, s.Lk, s.dv);
+                }
+            }
+            forward_block(s, Q, K, V, pair, zigzag(t % blocks, blocks) * kBlockQ, out, lse, S.data(), O.data(),
+                          m.data(), l.data(), packed ? &pack : nullptr);
+        }
     });
 }
 
@@ -344,30 +399,37 @@ void block_grads(const Spec& s, const RowBlock& rb, std::size_t pair, std::size_
 template <class T>
 void backward_key_block(const Spec& s, const T* Q, const T* K, const T* V, const T* G, const T* lse, const T* Dsum,
                         std::size_t pair, const RowBlock* rows, std::size_t j0, T* dq_part, T* dk, T* dv, T* S,
-                        T* dP) {
+                        T* dP, const HeadPack* pack) {
     const std::size_t b = pair / s.H, h = pair % s.H;
     const T alpha = static_cast<T>(s.scale);
     const std::size_t q_blocks = (s.Lq + kBlockQ - 1) / kBlockQ;
-    const std::size_t k_at = (b * s.Lk + j0) * s.D + h * s.d, v_at = (b * s.Lk + j0) * s.Dv + h * s.dv;
+    const T *Qh = Q + b * s.Lq * s.D + h * s.d, *Kh = K + b * s.Lk * s.D + h * s.d;
+    const T *Vh = V + b * s.Lk * s.Dv + h * s.dv, *Gh = G + b * s.Lq * s.Dv + h * s.dv;
+    T* dk_blk = dk + (b * s.Lk + j0) * s.D + h * s.d;
+    T* dv_blk = dv + (b * s.Lk + j0) * s.Dv + h * s.dv;
     for (std::size_t qb = 0; qb < q_blocks; ++qb) {
         const RowBlock& rb = rows[qb];
         if (j0 >= rb.key_end) continue;  // every key of this block is hidden from these rows
         const std::size_t i0 = rb.i0, nq = rb.nq, nk = std::min({kBlockK, s.Lk - j0, rb.key_end - j0});
-        const std::size_t q_at = (b * s.Lq + i0) * s.D + h * s.d, g_at = (b * s.Lq + i0) * s.Dv + h * s.dv;
-        scores(s, Q + q_at, K + k_at, nq, nk, S);
+        scores(s, Qh + i0 * s.D, Kh, j0, nq, nk, S, pack);
         // dP (before dropout's scaling) = dO·V_blkᵀ : (nq, dv)·(dv, nk)
-        if (s.dv != 0)
-            blas::gemm<T>(false, true, nq, nk, s.dv, T(1), G + g_at, s.Dv, V + v_at, s.Dv, T(0), dP, nk);
+        if (s.dv == 0) std::fill(dP, dP + nq * nk, T(0));
+        else if (pack)
+            block_product<T>(false, nq, nk, s.dv, T(1), Gh + i0 * s.Dv, s.Dv, &pack->values_t, 0, j0, nullptr, 0,
+                             dP, nk, false);
         else
-            std::fill(dP, dP + nq * nk, T(0));
+            blas::gemm<T>(false, true, nq, nk, s.dv, T(1), Gh + i0 * s.Dv, s.Dv, Vh + j0 * s.Dv, s.Dv, T(0), dP, nk);
         block_grads(s, rb, pair, j0, nk, lse, Dsum, S, dP);
         // dV_blk += P_dropᵀ·dO : (nk, nq)·(nq, dv)
         if (s.dv != 0)
-            blas::gemm<T>(true, false, nk, s.dv, nq, T(1), S, nk, G + g_at, s.Dv, T(1), dv + v_at, s.Dv);
+            block_product<T>(true, nk, s.dv, nq, T(1), S, nk, pack ? &pack->grad : nullptr, i0, 0, Gh, s.Dv, dv_blk,
+                             s.Dv, true);
         if (s.d != 0) {
             // dQ share = scale·dS·K_blk : (nq, nk)·(nk, d);  dK_blk += scale·dSᵀ·Q : (nk, nq)·(nq, d)
-            blas::gemm<T>(false, false, nq, s.d, nk, alpha, dP, nk, K + k_at, s.D, T(0), dq_part + i0 * s.d, s.d);
-            blas::gemm<T>(true, false, nk, s.d, nq, alpha, dP, nk, Q + q_at, s.D, T(1), dk + k_at, s.D);
+            block_product<T>(false, nq, s.d, nk, alpha, dP, nk, pack ? &pack->keys : nullptr, j0, 0, Kh, s.D,
+                             dq_part + i0 * s.d, s.d, false);
+            block_product<T>(true, nk, s.d, nq, alpha, dP, nk, pack ? &pack->queries : nullptr, i0, 0, Qh, s.D,
+                             dk_blk, s.D, true);
         }
     }
 }
@@ -397,6 +459,8 @@ void backward(const Spec& s, const T* Q, const T* K, const T* V, const T* G, con
     const std::size_t group = std::clamp<std::size_t>(kShareBudget / std::max<std::size_t>(k_blocks * share, 1), 1, pairs);
     std::vector<RowBlock> rows(group * q_blocks);
     CachedBuffer<T> parts(group * k_blocks * share);
+    const bool packed = packs<T>();
+    std::vector<HeadPack> packs_of(packed ? group : 0);
     for (std::size_t g0 = 0; g0 < pairs; g0 += group) {
         const std::size_t gn = std::min(group, pairs - g0);
         // Each query block's rows described once for its head (a bool mask's rows scanned once).
@@ -418,12 +482,31 @@ void backward(const Spec& s, const T* Q, const T* K, const T* V, const T* G, con
             }
             cost[t] = visits;
         }
+        // The group's heads packed for the block products, five operands a head.
+        if (packed)
+            parallel_for(gn * 5, 1, [&](std::size_t j0, std::size_t j1) {
+                if constexpr (std::is_same_v<T, float>)
+                    for (std::size_t j = j0; j < j1; ++j) {
+                        const std::size_t pair = g0 + j / 5, b = pair / s.H, h = pair % s.H;
+                        const T *Qh = Q + b * s.Lq * s.D + h * s.d, *Kh = K + b * s.Lk * s.D + h * s.d;
+                        const T *Vh = V + b * s.Lk * s.Dv + h * s.dv, *Gh = G + b * s.Lq * s.Dv + h * s.dv;
+                        HeadPack& hp = packs_of[j / 5];
+                        switch (j % 5) {
+                            case 0: hp.keys_t.pack(Kh, s.D, true, s.d, s.Lk); break;
+                            case 1: hp.values_t.pack(Vh, s.Dv, true, s.dv, s.Lk); break;
+                            case 2: hp.keys.pack(Kh, s.D, false, s.Lk, s.d); break;
+                            case 3: hp.queries.pack(Qh, s.D, false, s.Lq, s.d); break;
+                            default: hp.grad.pack(Gh, s.Dv, false, s.Lq, s.dv); break;
+                        }
+                    }
+            });
         parallel_balanced(cost, [&](std::size_t t0, std::size_t t1) {
             CachedBuffer<T> S(kBlockQ * kBlockK), dP(kBlockQ * kBlockK);
             for (std::size_t t = t0; t < t1; ++t) {
                 const std::size_t p = t / k_blocks, kb = zigzag(t % k_blocks, k_blocks);
                 backward_key_block(s, Q, K, V, G, lse, Dsum.data(), g0 + p, rows.data() + p * q_blocks, kb * kBlockK,
-                                   parts.data() + (p * k_blocks + kb) * share, dk, dv, S.data(), dP.data());
+                                   parts.data() + (p * k_blocks + kb) * share, dk, dv, S.data(), dP.data(),
+                                   packed ? &packs_of[p] : nullptr);
             }
         });
         if (s.d == 0) continue;
