@@ -408,9 +408,31 @@ Tensor linear_body(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     if (x.dim() == 0 || x.shape().back() != weight.shape()[1])
         throw Error(fmt::format("linear: input must have last axis in_features = {} (weight {}), got shape {}",
                                 weight.shape()[1], shape_str(weight.shape()), shape_str(x.shape())));
+    // torch multiplies integers too; xgrad's products take float32 and float64 (the message says
+    // how to go on from bfloat16), named for the argument rather than the product inside.
+    dispatch_floating("linear: input", x.dtype(), [](auto) {});
+    if (weight.dtype() != x.dtype())
+        throw Error(fmt::format("linear: weight must have the input's dtype {}, got {}", dtype_name(x.dtype()),
+                                dtype_name(weight.dtype())));
     // x (..., in)·Wᵀ → (..., out) as one gemm over every leading axis, W read transposed in place.
     const auto product_of = [&] { return x.dim() == 1 ? matmul(weight, x) : matmul_t(x, weight, false, true); };
     if (!bias.defined()) return product_of();
+    // torch refuses a bias of another dtype (addmm) and one that would change the result's shape
+    // (its add_ in place): an add after the product would promote or broadcast it silently.
+    if (bias.dtype() != x.dtype())
+        throw Error(fmt::format("linear: bias must have the input's dtype {}, got {}", dtype_name(x.dtype()),
+                                dtype_name(bias.dtype())));
+    const Shape &xs = x.shape(), &bs = bias.shape();
+    bool fits = bs.size() <= xs.size();
+    for (std::size_t i = 1; fits && i <= bs.size(); ++i)  // the result is xs with out_features last
+        fits = bs[bs.size() - i] == 1 || bs[bs.size() - i] == (i == 1 ? weight.shape()[0] : xs[xs.size() - i]);
+    if (!fits) {
+        Shape result = xs;
+        result.back() = weight.shape()[0];
+        throw Error(fmt::format("linear: bias must broadcast to the result's shape {} without changing it, as "
+                                "(out_features,) = ({},) does; got shape {}",
+                                shape_str(result), result.back(), shape_str(bs)));
+    }
     // The bias fused as the product's starting value (gemm's beta = 1, as torch's addmm): for
     // BLAS products of a bias of shape (out,) in the input's dtype. Anything else (a 1-D input,
     // a broadcasting bias, oneDNN or autocast products) adds it after the product, as before.
