@@ -263,6 +263,29 @@ template <class T> xt::xarray<T> result_buffer(const Product& s, Role role, cons
     return sums ? xt::xarray<T>(xt::zeros<T>(shape)) : xt::xarray<T>(xt::empty<T>(shape));
 }
 
+// What a product's backward reads of its two operands, as torch's addmm saves them: each operand
+// only for the other's gradient, so it is saved (a write to it refused at backward) only when
+// the other requires grad at the forward. The engine asks which inputs need a gradient when
+// backward runs, and a leaf given requires_grad_() in between gets its gradient (as from every
+// op); that gradient reads an operand nothing saved, so the versions are kept here and a write
+// to it refused before that gradient, in the engine's words.
+struct Operands {
+    bool wanted[2];
+    std::uint64_t version[2];
+    Operands(const Tensor& a, const Tensor& b)
+        : wanted{a.requires_grad(), b.requires_grad()}, version{a.version(), b.version()} {}
+    Saves saves() const { return Saves::only_inputs((wanted[1] ? 1u : 0u) | (wanted[0] ? 2u : 0u)); }
+    // Before operand i's gradient.
+    void check(const GradArgs& in, std::size_t i) const {
+        const std::size_t j = 1 - i;
+        if (wanted[i] || in.inputs[j].version() == version[j]) return;
+        throw Error(fmt::format("backward: its input {} (of shape {}) was modified in place after the forward pass "
+                                "of '{}' (version {} -> {}), and the gradient of its input {}, which was given "
+                                "requires_grad_() since, reads it; clone it first, or call backward before changing it",
+                                j, shape_str(in.inputs[j].shape()), in.node.op, version[j], in.inputs[j].version(), i));
+    }
+};
+
 Formula role_formula(Product s, Role role, Bf16 x16, Bf16 y16);
 
 // Whether an op's result is to be recorded: gradients on and an input requiring one. When it
@@ -466,9 +489,12 @@ Tensor linear_body(const Tensor& x, const Tensor& weight, const Tensor& bias) {
             return make_result<T>(std::move(d), {}, "linear", Formula());
         // The input's and weight's gradients are matmul_t's (products of its family, so of any
         // order); the bias's sums the gradient over every leading axis.
-        Formula formula = [s](const GradArgs& in) -> std::vector<Tensor> {
+        const Operands operands(x, weight);
+        Formula formula = [s, operands](const GradArgs& in) -> std::vector<Tensor> {
             const Tensor &x = in.inputs[0], &w = in.inputs[1], &g = in.grad();
             std::vector<Tensor> r(3);
+            for (std::size_t i = 0; i < 2; ++i)
+                if (in.needs(i)) operands.check(in, i);
             if (in.needs(0)) r[0] = run(s, Role::grad_a, x.shape(), g, w);
             if (in.needs(1)) r[1] = run(s, Role::grad_b, w.shape(), g, x);
             if (in.needs(2)) r[2] = sum_to(g, in.inputs[2].shape());
@@ -476,8 +502,7 @@ Tensor linear_body(const Tensor& x, const Tensor& weight, const Tensor& bias) {
         };
         // x is read for W's gradient and W for x's, as torch's addmm saves them: a bias trained
         // alone (x data, W frozen) leaves x free to be written before backward.
-        const std::uint32_t reads = (weight.requires_grad() ? 1u : 0u) | (x.requires_grad() ? 2u : 0u);
-        return make_result<T>(std::move(d), {x, weight, bias}, "linear", std::move(formula), Saves::only_inputs(reads));
+        return make_result<T>(std::move(d), {x, weight, bias}, "linear", std::move(formula), operands.saves());
     });
 }
 }  // namespace

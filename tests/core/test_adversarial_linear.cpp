@@ -278,6 +278,47 @@ TEST_CASE("linear's graph runs twice with retain_graph and not at all under no_g
     }
 }
 
+namespace {
+// Writes `which` (0: x, 1: W, 2: b) in place between forward and backward.
+void write(const Args& a, int which) {
+    NoGradGuard guard;
+    const Tensor& t = which == 0 ? a.x : which == 1 ? a.W : a.b;
+    t.mul_(2.0);
+}
+}  // namespace
+
+TEST_CASE("linear's input given requires_grad_() after the forward gets its gradient, never a stale one", "[linear][adversarial][version]") {
+    // xgrad asks which inputs need a gradient when backward runs (torch when the graph is made,
+    // leaving x.grad None): a late x gets W's product, so a write to W, which nothing saved for
+    // a W-only graph, is refused then rather than read.
+    for (const Shape& xs : {Shape{3, 4}, Shape{2, 3, 4}, Shape{4}})
+        for (bool bias : {true, false})
+            for (bool written : {false, true}) {
+                INFO("x " << shape_str(xs) << (bias ? " with" : " without") << " bias, W written: " << written);
+                const Args ref = args(xs, {5, 4}, {5}, 3);
+                (bias ? linear(ref.x, ref.W, ref.b) : linear(ref.x, ref.W)).sum().backward();
+                const Args a = args(xs, {5, 4}, {5}, 2);
+                const Tensor y = (bias ? linear(a.x, a.W, a.b) : linear(a.x, a.W)).sum();
+                Tensor(a.x).requires_grad_(true);
+                if (written) {
+                    write(a, 1);
+                    REQUIRE_THROWS_WITH(y.backward(), Contains("modified in place"));
+                    continue;
+                }
+                y.backward();
+                REQUIRE(max_abs_diff(a.x.grad(), ref.x.grad()) == 0);
+                REQUIRE(max_abs_diff(a.W.grad(), ref.W.grad()) == 0);
+            }
+    // The same for the weight given requires_grad_() late, x written.
+    for (const Shape& xs : {Shape{3, 4}, Shape{4}}) {
+        const Args a = args(xs, {5, 4}, {5}, 1);
+        const Tensor y = linear(a.x, a.W, a.b).sum();
+        Tensor(a.W).requires_grad_(true);
+        write(a, 0);
+        REQUIRE_THROWS_WITH(y.backward(), Contains("modified in place"));
+    }
+}
+
 // --- values -------------------------------------------------------------------------------
 
 TEST_CASE("linear propagates NaN and infinity as torch, fused or not", "[linear][adversarial]") {
