@@ -263,7 +263,7 @@ template <class T> xt::xarray<T> result_buffer(const Product& s, Role role, cons
     return sums ? xt::xarray<T>(xt::zeros<T>(shape)) : xt::xarray<T>(xt::empty<T>(shape));
 }
 
-// What a product's backward reads of its two operands, as torch's addmm saves them: each operand
+// What a product's backward reads of its two operands, as torch's mm saves them: each operand
 // only for the other's gradient, so it is saved (a write to it refused at backward) only when
 // the other requires grad at the forward. The engine asks which inputs need a gradient when
 // backward runs, and a leaf given requires_grad_() in between gets its gradient (as from every
@@ -286,7 +286,7 @@ struct Operands {
     }
 };
 
-Formula role_formula(Product s, Role role, Bf16 x16, Bf16 y16);
+Formula role_formula(Product s, Role role, Bf16 x16, Bf16 y16, Operands operands);
 
 // Whether an op's result is to be recorded: gradients on and an input requiring one. When it
 // is not (a first-order backward runs its formulas so), its formula is not even made.
@@ -327,8 +327,10 @@ Tensor run(const Product& s, Role role, const Shape& shape, const Tensor& x, con
             if (!autocast::keep_for(x)) y16 = nullptr;
         }
         if (!record) return make_result<float>(std::move(d), {}, name, Formula());
-        return make_result<float>(std::move(d), {x, y}, name, role_formula(spec(), role, std::move(x16), std::move(y16)),
-                                  bf16 ? Saves::none() : Saves::only_inputs(3u));
+        const Operands operands(x, y);
+        return make_result<float>(std::move(d), {x, y}, name,
+                                  role_formula(spec(), role, std::move(x16), std::move(y16), operands),
+                                  bf16 ? Saves::none() : operands.saves());
     }
     return dispatch_floating(name, x.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
@@ -336,16 +338,18 @@ Tensor run(const Product& s, Role role, const Shape& shape, const Tensor& x, con
         if (first) make_offsets(first->p);
         blas_role<T>(s, role, values<T>(x).data(), values<T>(y).data(), d.data());
         if (!record) return make_result<T>(std::move(d), {}, name, Formula());
-        return make_result<T>(std::move(d), {x, y}, name, role_formula(spec(), role, nullptr, nullptr),
-                              Saves::only_inputs(3u));
+        const Operands operands(x, y);
+        return make_result<T>(std::move(d), {x, y}, name, role_formula(spec(), role, nullptr, nullptr, operands),
+                              operands.saves());
     });
 }
 
 // Each product's gradients, in products of its family: for the forward, dA and dB; for
 // dA(G, B) = α·G·op(B)ᵀ (say), the gradient gg of its result gives G the product α·gg·op(B),
 // the forward's, and B the product dB(G, gg) of A = gg; dB(G, A) likewise.
-Formula role_formula(Product s, Role role, Bf16 x16, Bf16 y16) {
-    return [s = std::move(s), role, x16 = std::move(x16), y16 = std::move(y16)](const GradArgs& in) -> std::vector<Tensor> {
+Formula role_formula(Product s, Role role, Bf16 x16, Bf16 y16, Operands operands) {
+    return [s = std::move(s), role, x16 = std::move(x16), y16 = std::move(y16),
+            operands](const GradArgs& in) -> std::vector<Tensor> {
         const Tensor &x = in.inputs[0], &y = in.inputs[1], &g = in.grad();
         const Shape& out = s.p.out_shape;
         // The list first, then the gradients, as the engine's older backwards allocated them: a
@@ -357,6 +361,10 @@ Formula role_formula(Product s, Role role, Bf16 x16, Bf16 y16) {
         Bf16 g16;
         if (s.engine == Engine::dnnl_bf16 && g.dtype() == kFloat32 && in.needs(0) && in.needs(1))
             g16 = autocast::to_bf16(values<float>(g).data(), g.numel());
+        // Under bfloat16 the gradients read the copies the forward kept, not the operands.
+        if (s.engine != Engine::dnnl_bf16)
+            for (std::size_t i = 0; i < 2; ++i)
+                if (in.needs(i)) operands.check(in, i);
         switch (role) {
             case Role::forward:  // (A, B)
                 if (in.needs(0)) dx = run(s, Role::grad_a, x.shape(), g, y, g16, y16);

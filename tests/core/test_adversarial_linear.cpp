@@ -287,6 +287,138 @@ void write(const Args& a, int which) {
 }
 }  // namespace
 
+TEST_CASE("linear refuses an in-place write exactly when a requested gradient reads it, as torch", "[linear][adversarial][version]") {
+    // torch 1.13 (mm, addmm, matmul, mv alike): x is saved only when W requires grad, W only when
+    // x does; the bias never. Any other write leaves every gradient as it was.
+    struct Form {
+        Shape x, b;
+        bool bias;
+    };
+    const std::vector<Form> forms{{{4}, {5}, true},       {{3, 4}, {5}, true}, {{2, 3, 4}, {5}, true},
+                                  {{3, 4}, {1, 5}, true}, {{3, 4}, {}, false}, {{4}, {}, false}};
+    for (const Form& form : forms)
+        for (unsigned mask = 1; mask < 8; ++mask)
+            for (int which = 0; which < 3; ++which) {
+                if (!form.bias && ((mask & 4) || which == 2)) continue;
+                INFO("x " << shape_str(form.x) << " b " << (form.bias ? shape_str(form.b) : "none") << " grads for "
+                          << kSubsetNames[mask] << ", writing " << "xWb"[which]);
+                const Args ref = args(form.x, {5, 4}, form.b, mask);
+                const Tensor g = data(form.x.size() == 1 ? Shape{5} : [&] { Shape s = form.x; s.back() = 5; return s; }(), 9);
+                const Tensor yr = form.bias ? linear(ref.x, ref.W, ref.b) : linear(ref.x, ref.W);
+                yr.backward(g);
+                const Args a = args(form.x, {5, 4}, form.b, mask);
+                const Tensor y = form.bias ? linear(a.x, a.W, a.b) : linear(a.x, a.W);
+                write(a, which);
+                const bool refused = (which == 0 && (mask & 2)) || (which == 1 && (mask & 1));
+                if (refused) {
+                    REQUIRE_THROWS_WITH(y.backward(g), Contains("modified by an in-place") || Contains("saved for backward"));
+                    continue;
+                }
+                REQUIRE_NOTHROW(y.backward(g));
+                if (mask & 1) REQUIRE(max_abs_diff(a.x.grad(), ref.x.grad()) == 0);
+                if (mask & 2) REQUIRE(max_abs_diff(a.W.grad(), ref.W.grad()) == 0);
+                if (mask & 4) REQUIRE(max_abs_diff(a.b.grad(), ref.b.grad()) == 0);
+            }
+}
+
+TEST_CASE("matmul, bmm and matmul_t keep each operand only for the other's gradient, as torch's mm", "[linear][adversarial][version]") {
+    // torch 1.13: a = randn(3, 4, requires_grad=True); y = a @ b; a.mul_(2) under no_grad;
+    // y.sum().backward() runs (mm saves a only for b's gradient); writing b instead is refused.
+    using Op = std::function<Tensor(const Tensor&, const Tensor&)>;
+    struct Case {
+        const char* name;
+        Shape a, b;
+        Op op;
+    };
+    const std::vector<Case> cases{
+        {"matmul 2-D", {3, 4}, {4, 5}, [](const Tensor& a, const Tensor& b) { return matmul(a, b); }},
+        {"matmul 1-D", {4}, {4, 5}, [](const Tensor& a, const Tensor& b) { return matmul(a, b); }},
+        {"matmul batched", {2, 3, 4}, {1, 4, 5}, [](const Tensor& a, const Tensor& b) { return matmul(a, b); }},
+        {"bmm", {2, 3, 4}, {2, 4, 5}, [](const Tensor& a, const Tensor& b) { return bmm(a, b); }},
+        {"matmul_t", {4, 3}, {5, 4}, [](const Tensor& a, const Tensor& b) { return matmul_t(a, b, true, true, 0.5); }}};
+    for (const Case& c : cases)
+        for (unsigned mask = 1; mask < 4; ++mask)
+            for (int which = 0; which < 2; ++which) {
+                INFO(c.name << " grads for " << (mask == 1 ? "a" : mask == 2 ? "b" : "a b") << ", writing " << "ab"[which]);
+                const auto make = [&] {
+                    std::vector<Tensor> v{data(c.a, 1), data(c.b, 2)};
+                    if (mask & 1) v[0].requires_grad_(true);
+                    if (mask & 2) v[1].requires_grad_(true);
+                    return v;
+                };
+                const std::vector<Tensor> ref = make();
+                c.op(ref[0], ref[1]).sum().backward();
+                const std::vector<Tensor> v = make();
+                const Tensor y = c.op(v[0], v[1]).sum();
+                {
+                    NoGradGuard guard;
+                    Tensor(v[which]).mul_(2.0);
+                }
+                if (mask & (2u >> which)) {  // the other operand's gradient reads the one written
+                    REQUIRE_THROWS_WITH(y.backward(), Contains("modified in place"));
+                    continue;
+                }
+                REQUIRE_NOTHROW(y.backward());
+                for (int i = 0; i < 2; ++i)
+                    if (mask & (1u << i)) REQUIRE(max_abs_diff(v[i].grad(), ref[i].grad()) == 0);
+            }
+    // Given requires_grad_() after the forward, an operand gets its gradient, or a refusal when the
+    // other, which nothing saved, was written since.
+    const Tensor a = data({3, 4}, 1), b = data({4, 5}, 2).requires_grad_(true);
+    const Tensor y = matmul(a, b).sum();
+    Tensor(a).requires_grad_(true);
+    {
+        NoGradGuard guard;
+        Tensor(b).mul_(2.0);
+    }
+    REQUIRE_THROWS_WITH(y.backward(), Contains("its input 1 (of shape (4, 5)) was modified in place after the forward "
+                                               "pass of 'matmul'") && Contains("requires_grad_() since"));
+}
+
+TEST_CASE("linear on oneDNN and under autocast refuses in-place writes only where a gradient reads them", "[linear][adversarial][version]") {
+    // The forms that add the bias after a product (oneDNN's float32 engine, autocast's
+    // bfloat16) keep torch's rule too: x for W's gradient, W for x's; under autocast the product
+    // keeps bfloat16 copies instead, and reads neither again (as torch's autocast casts).
+    struct EngineGuard {
+        GemmEngine previous;
+        explicit EngineGuard(GemmEngine e) : previous(gemm_engine()) { set_gemm_engine(e); }
+        ~EngineGuard() { set_gemm_engine(previous); }
+    };
+    AutocastOptions o;
+    o.allow_emulation = true;
+    for (int mode = 0; mode < 2; ++mode)
+        for (unsigned mask = 1; mask < 8; ++mask)
+            for (int which = 0; which < 3; ++which) {
+                INFO((mode == 0 ? "onednn" : "autocast") << " grads for " << kSubsetNames[mask] << ", writing "
+                                                         << "xWb"[which]);
+                EngineGuard engine(mode == 0 ? GemmEngine::OneDnn : gemm_engine());
+                std::unique_ptr<AutocastGuard> autocast;
+                if (mode == 1) autocast = std::make_unique<AutocastGuard>(kBFloat16, o);
+                const auto make = [&] {
+                    Args a{data({64, 64}, 11, kFloat32), data({48, 64}, 12, kFloat32), data({48}, 13, kFloat32)};
+                    if (mask & 1) a.x.requires_grad_(true);
+                    if (mask & 2) a.W.requires_grad_(true);
+                    if (mask & 4) a.b.requires_grad_(true);
+                    return a;
+                };
+                const Tensor g = data({64, 48}, 9, kFloat32);
+                const Args ref = make();
+                linear(ref.x, ref.W, ref.b).backward(g);
+                const Args a = make();
+                const Tensor y = linear(a.x, a.W, a.b);
+                write(a, which);
+                const bool refused = mode == 0 && ((which == 0 && (mask & 2)) || (which == 1 && (mask & 1)));
+                if (refused) {
+                    REQUIRE_THROWS_WITH(y.backward(g), Contains("modified in place"));
+                    continue;
+                }
+                REQUIRE_NOTHROW(y.backward(g));
+                if (mask & 1) REQUIRE(max_abs_diff(a.x.grad(), ref.x.grad()) == 0);
+                if (mask & 2) REQUIRE(max_abs_diff(a.W.grad(), ref.W.grad()) == 0);
+                if (mask & 4) REQUIRE(max_abs_diff(a.b.grad(), ref.b.grad()) == 0);
+            }
+}
+
 TEST_CASE("linear's input given requires_grad_() after the forward gets its gradient, never a stale one", "[linear][adversarial][version]") {
     // xgrad asks which inputs need a gradient when backward runs (torch when the graph is made,
     // leaving x.grad None): a late x gets W's product, so a write to W, which nothing saved for
@@ -302,7 +434,7 @@ TEST_CASE("linear's input given requires_grad_() after the forward gets its grad
                 Tensor(a.x).requires_grad_(true);
                 if (written) {
                     write(a, 1);
-                    REQUIRE_THROWS_WITH(y.backward(), Contains("modified in place"));
+                    REQUIRE_THROWS_WITH(y.backward(), Contains("modified in place") && Contains("requires_grad_() since"));
                     continue;
                 }
                 y.backward();
@@ -315,7 +447,7 @@ TEST_CASE("linear's input given requires_grad_() after the forward gets its grad
         const Tensor y = linear(a.x, a.W, a.b).sum();
         Tensor(a.W).requires_grad_(true);
         write(a, 0);
-        REQUIRE_THROWS_WITH(y.backward(), Contains("modified in place"));
+        REQUIRE_THROWS_WITH(y.backward(), Contains("modified in place") && Contains("requires_grad_() since"));
     }
 }
 
