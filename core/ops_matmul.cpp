@@ -263,7 +263,30 @@ template <class T> xt::xarray<T> result_buffer(const Product& s, Role role, cons
     return sums ? xt::xarray<T>(xt::zeros<T>(shape)) : xt::xarray<T>(xt::empty<T>(shape));
 }
 
-Formula role_formula(Product s, Role role, Bf16 x16, Bf16 y16);
+// What a product's backward reads of its two operands, as torch's mm saves them: each operand
+// only for the other's gradient, so it is saved (a write to it refused at backward) only when
+// the other requires grad at the forward. The engine asks which inputs need a gradient when
+// backward runs, and a leaf given requires_grad_() in between gets its gradient (as from every
+// op); that gradient reads an operand nothing saved, so the versions are kept here and a write
+// to it refused before that gradient, in the engine's words.
+struct Operands {
+    bool wanted[2];
+    std::uint64_t version[2];
+    Operands(const Tensor& a, const Tensor& b)
+        : wanted{a.requires_grad(), b.requires_grad()}, version{a.version(), b.version()} {}
+    Saves saves() const { return Saves::only_inputs((wanted[1] ? 1u : 0u) | (wanted[0] ? 2u : 0u)); }
+    // Before operand i's gradient.
+    void check(const GradArgs& in, std::size_t i) const {
+        const std::size_t j = 1 - i;
+        if (wanted[i] || in.inputs[j].version() == version[j]) return;
+        throw Error(fmt::format("backward: its input {} (of shape {}) was modified in place after the forward pass "
+                                "of '{}' (version {} -> {}), and the gradient of its input {}, which was given "
+                                "requires_grad_() since, reads it; clone it first, or call backward before changing it",
+                                j, shape_str(in.inputs[j].shape()), in.node.op, version[j], in.inputs[j].version(), i));
+    }
+};
+
+Formula role_formula(Product s, Role role, Bf16 x16, Bf16 y16, Operands operands);
 
 // Whether an op's result is to be recorded: gradients on and an input requiring one. When it
 // is not (a first-order backward runs its formulas so), its formula is not even made.
@@ -304,8 +327,10 @@ Tensor run(const Product& s, Role role, const Shape& shape, const Tensor& x, con
             if (!autocast::keep_for(x)) y16 = nullptr;
         }
         if (!record) return make_result<float>(std::move(d), {}, name, Formula());
-        return make_result<float>(std::move(d), {x, y}, name, role_formula(spec(), role, std::move(x16), std::move(y16)),
-                                  bf16 ? Saves::none() : Saves::only_inputs(3u));
+        const Operands operands(x, y);
+        return make_result<float>(std::move(d), {x, y}, name,
+                                  role_formula(spec(), role, std::move(x16), std::move(y16), operands),
+                                  bf16 ? Saves::none() : operands.saves());
     }
     return dispatch_floating(name, x.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
@@ -313,16 +338,18 @@ Tensor run(const Product& s, Role role, const Shape& shape, const Tensor& x, con
         if (first) make_offsets(first->p);
         blas_role<T>(s, role, values<T>(x).data(), values<T>(y).data(), d.data());
         if (!record) return make_result<T>(std::move(d), {}, name, Formula());
-        return make_result<T>(std::move(d), {x, y}, name, role_formula(spec(), role, nullptr, nullptr),
-                              Saves::only_inputs(3u));
+        const Operands operands(x, y);
+        return make_result<T>(std::move(d), {x, y}, name, role_formula(spec(), role, nullptr, nullptr, operands),
+                              operands.saves());
     });
 }
 
 // Each product's gradients, in products of its family: for the forward, dA and dB; for
 // dA(G, B) = α·G·op(B)ᵀ (say), the gradient gg of its result gives G the product α·gg·op(B),
 // the forward's, and B the product dB(G, gg) of A = gg; dB(G, A) likewise.
-Formula role_formula(Product s, Role role, Bf16 x16, Bf16 y16) {
-    return [s = std::move(s), role, x16 = std::move(x16), y16 = std::move(y16)](const GradArgs& in) -> std::vector<Tensor> {
+Formula role_formula(Product s, Role role, Bf16 x16, Bf16 y16, Operands operands) {
+    return [s = std::move(s), role, x16 = std::move(x16), y16 = std::move(y16),
+            operands](const GradArgs& in) -> std::vector<Tensor> {
         const Tensor &x = in.inputs[0], &y = in.inputs[1], &g = in.grad();
         const Shape& out = s.p.out_shape;
         // The list first, then the gradients, as the engine's older backwards allocated them: a
@@ -334,6 +361,10 @@ Formula role_formula(Product s, Role role, Bf16 x16, Bf16 y16) {
         Bf16 g16;
         if (s.engine == Engine::dnnl_bf16 && g.dtype() == kFloat32 && in.needs(0) && in.needs(1))
             g16 = autocast::to_bf16(values<float>(g).data(), g.numel());
+        // Under bfloat16 the gradients read the copies the forward kept, not the operands.
+        if (s.engine != Engine::dnnl_bf16)
+            for (std::size_t i = 0; i < 2; ++i)
+                if (in.needs(i)) operands.check(in, i);
         switch (role) {
             case Role::forward:  // (A, B)
                 if (in.needs(0)) dx = run(s, Role::grad_a, x.shape(), g, y, g16, y16);
@@ -408,9 +439,31 @@ Tensor linear_body(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     if (x.dim() == 0 || x.shape().back() != weight.shape()[1])
         throw Error(fmt::format("linear: input must have last axis in_features = {} (weight {}), got shape {}",
                                 weight.shape()[1], shape_str(weight.shape()), shape_str(x.shape())));
+    // torch multiplies integers too; xgrad's products take float32 and float64 (the message says
+    // how to go on from bfloat16), named for the argument rather than the product inside.
+    dispatch_floating("linear: input", x.dtype(), [](auto) {});
+    if (weight.dtype() != x.dtype())
+        throw Error(fmt::format("linear: weight must have the input's dtype {}, got {}", dtype_name(x.dtype()),
+                                dtype_name(weight.dtype())));
     // x (..., in)·Wᵀ → (..., out) as one gemm over every leading axis, W read transposed in place.
     const auto product_of = [&] { return x.dim() == 1 ? matmul(weight, x) : matmul_t(x, weight, false, true); };
     if (!bias.defined()) return product_of();
+    // torch refuses a bias of another dtype (addmm) and one that would change the result's shape
+    // (its add_ in place): an add after the product would promote or broadcast it silently.
+    if (bias.dtype() != x.dtype())
+        throw Error(fmt::format("linear: bias must have the input's dtype {}, got {}", dtype_name(x.dtype()),
+                                dtype_name(bias.dtype())));
+    const Shape &xs = x.shape(), &bs = bias.shape();
+    bool fits = bs.size() <= xs.size();
+    for (std::size_t i = 1; fits && i <= bs.size(); ++i)  // the result is xs with out_features last
+        fits = bs[bs.size() - i] == 1 || bs[bs.size() - i] == (i == 1 ? weight.shape()[0] : xs[xs.size() - i]);
+    if (!fits) {
+        Shape result = xs;
+        result.back() = weight.shape()[0];
+        throw Error(fmt::format("linear: bias must broadcast to the result's shape {} without changing it, as "
+                                "(out_features,) = ({},) does; got shape {}",
+                                shape_str(result), result.back(), shape_str(bs)));
+    }
     // The bias fused as the product's starting value (gemm's beta = 1, as torch's addmm): for
     // BLAS products of a bias of shape (out,) in the input's dtype. Anything else (a 1-D input,
     // a broadcasting bias, oneDNN or autocast products) adds it after the product, as before.
@@ -444,9 +497,12 @@ Tensor linear_body(const Tensor& x, const Tensor& weight, const Tensor& bias) {
             return make_result<T>(std::move(d), {}, "linear", Formula());
         // The input's and weight's gradients are matmul_t's (products of its family, so of any
         // order); the bias's sums the gradient over every leading axis.
-        Formula formula = [s](const GradArgs& in) -> std::vector<Tensor> {
+        const Operands operands(x, weight);
+        Formula formula = [s, operands](const GradArgs& in) -> std::vector<Tensor> {
             const Tensor &x = in.inputs[0], &w = in.inputs[1], &g = in.grad();
             std::vector<Tensor> r(3);
+            for (std::size_t i = 0; i < 2; ++i)
+                if (in.needs(i)) operands.check(in, i);
             if (in.needs(0)) r[0] = run(s, Role::grad_a, x.shape(), g, w);
             if (in.needs(1)) r[1] = run(s, Role::grad_b, w.shape(), g, x);
             if (in.needs(2)) r[2] = sum_to(g, in.inputs[2].shape());
@@ -454,8 +510,7 @@ Tensor linear_body(const Tensor& x, const Tensor& weight, const Tensor& bias) {
         };
         // x is read for W's gradient and W for x's, as torch's addmm saves them: a bias trained
         // alone (x data, W frozen) leaves x free to be written before backward.
-        const std::uint32_t reads = (weight.requires_grad() ? 1u : 0u) | (x.requires_grad() ? 2u : 0u);
-        return make_result<T>(std::move(d), {x, weight, bias}, "linear", std::move(formula), Saves::only_inputs(reads));
+        return make_result<T>(std::move(d), {x, weight, bias}, "linear", std::move(formula), operands.saves());
     });
 }
 }  // namespace
