@@ -64,6 +64,10 @@ Tensor abs(const Tensor& a);
 /// bounds stays int64, with a floating bound (clamp(i, 0.5)) becomes float32; a bool a gives
 /// int64 with integer bounds.
 Tensor clamp(const Tensor& a, std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);
+/// clamp with a lower bound only, or an upper bound only, as torch.clamp_min / clamp_max (dtype
+/// and gradient as clamp's; a NaN bound is refused, where torch fills NaN).
+Tensor clamp_min(const Tensor& a, Scalar min);
+Tensor clamp_max(const Tensor& a, Scalar max);
 /// Elementwise larger / smaller of two tensors, broadcast and promoted as add; NaN propagates.
 /// On a tie the gradient is split half and half between a and b, as torch 1.13.
 Tensor maximum(const Tensor& a, const Tensor& b);

@@ -2,6 +2,7 @@
 // input's gradient to that input's shape with sum_to.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <optional>
 
@@ -532,15 +533,18 @@ Tensor sign(const Tensor& a) {
         [](const Tensor&, const Tensor&, const Tensor& g) { return zeros_like(g); });
 }
 
-Tensor clamp(const Tensor& a_in, std::optional<Scalar> min_in, std::optional<Scalar> max_in) {
-    check_defined("clamp", a_in);
-    if (!min_in && !max_in) throw Error("clamp: at least one of min and max must be given (as torch)");
-    const auto bound = [](const char* name, const std::optional<Scalar>& s) -> std::optional<double> {
+namespace {
+// clamp, clamp_min and clamp_max, named `op` in errors and in the graph.
+Tensor clamp_as(const char* op, const Tensor& a_in, std::optional<Scalar> min_in, std::optional<Scalar> max_in) {
+    check_defined(op, a_in);
+    if (!min_in && !max_in) throw Error(fmt::format("{}: at least one of min and max must be given (as torch)", op));
+    const auto bound = [op](const char* name, const std::optional<Scalar>& s) -> std::optional<double> {
         if (!s) return std::nullopt;
         // torch 1.13 ignores a lone NaN bound (clamp(x, nan) is x) but fills NaN when both are
         // given (clamp(x, 0, nan)), and later torch propagates it: refused rather than guessed.
         if (std::isnan(s->to_double()))
-            throw Error(fmt::format("clamp: {} is NaN; the bounds must be numbers (leave a bound out with std::nullopt)", name));
+            throw Error(fmt::format("{}: {} is NaN; the bounds must be numbers{}", op, name,
+                                    std::strcmp(op, "clamp") == 0 ? " (leave a bound out with std::nullopt)" : ""));
         return s->to_double();
     };
     const std::optional<double> min = bound("min", min_in), max = bound("max", max_in);
@@ -552,10 +556,11 @@ Tensor clamp(const Tensor& a_in, std::optional<Scalar> min_in, std::optional<Sca
     if (max_in) st.add(*max_in);
     const Dtype d = st.result();
     if (d == kBool)
-        throw Error("clamp: a bool tensor with bool bounds is not supported (as in torch); cast the mask to int64");
+        throw Error(fmt::format("{}: a bool tensor with bool bounds is not supported (as in torch); cast the mask to int64",
+                                op));
     if (d == kInt64) {
         const std::int64_t lo = min_in ? min_in->to_int64() : INT64_MIN, hi = max_in ? max_in->to_int64() : INT64_MAX;
-        const AllocContext context("clamp", a_in.shape());
+        const AllocContext context(op, a_in.shape());
         xt::xarray<std::int64_t> r = values<std::int64_t>(cast(a_in, kInt64));
         // Lower bound first, then upper, as the floating path.
         std::transform(r.begin(), r.end(), r.begin(), [lo, hi](std::int64_t v) { return std::min(std::max(v, lo), hi); });
@@ -564,14 +569,14 @@ Tensor clamp(const Tensor& a_in, std::optional<Scalar> min_in, std::optional<Sca
     const Tensor a = cast(a_in, d);
     // torch converts the bounds to a's dtype and refuses one that does not fit (1e300 for float32).
     if (is_floating(a.dtype())) {
-        if (min) check_fill_value("clamp", "min", *min, a.dtype());
-        if (max) check_fill_value("clamp", "max", *max, a.dtype());
+        if (min) check_fill_value(op, "min", *min, a.dtype());
+        if (max) check_fill_value(op, "max", *max, a.dtype());
     }
     const double lo = min.value_or(-INFINITY), hi = max.value_or(INFINITY);
     // Lower bound first, then upper: with lo > hi everything becomes hi, as torch. Comparisons
     // with NaN are false, so NaN passes through.
     return unary(
-        "clamp", a, kReadsX,
+        op, a, kReadsX,
         [lo, hi](const auto& x) {
             using T = value_t<decltype(x)>;
             const T l = static_cast<T>(lo), h = static_cast<T>(hi);
@@ -584,6 +589,13 @@ Tensor clamp(const Tensor& a_in, std::optional<Scalar> min_in, std::optional<Sca
             return where(mul(ge(x, l), le(x, h)), g, zeros({}, g.dtype()));
         });
 }
+}  // namespace
+
+Tensor clamp(const Tensor& a, std::optional<Scalar> min, std::optional<Scalar> max) {
+    return clamp_as("clamp", a, min, max);
+}
+Tensor clamp_min(const Tensor& a, Scalar min) { return clamp_as("clamp_min", a, min, std::nullopt); }
+Tensor clamp_max(const Tensor& a, Scalar max) { return clamp_as("clamp_max", a, std::nullopt, max); }
 
 namespace {
 // The gradient maximum and minimum hand one operand: g where it alone wins, half of g on a tie.

@@ -176,7 +176,17 @@ const Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) const {
 
 const Tensor& Tensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max) const {
     return in_place("clamp_", *this, {}, true,
-                    [min, max](const Tensor& a, const std::vector<Tensor>&) { return clamp(a, min, max); });
+                    [min, max](const Tensor& a, const std::vector<Tensor>&) { return xgrad::clamp(a, min, max); });
+}
+
+const Tensor& Tensor::clamp_min_(Scalar min) const {
+    return in_place("clamp_min_", *this, {}, true,
+                    [min](const Tensor& a, const std::vector<Tensor>&) { return xgrad::clamp_min(a, min); });
+}
+
+const Tensor& Tensor::clamp_max_(Scalar max) const {
+    return in_place("clamp_max_", *this, {}, true,
+                    [max](const Tensor& a, const std::vector<Tensor>&) { return xgrad::clamp_max(a, max); });
 }
 
 // --- writing values --------------------------------------------------------------------------

@@ -1137,6 +1137,11 @@ Tensor Tensor::mean(const IntList& axes, bool keepdims) const { return xgrad::me
 Tensor Tensor::matmul(const Tensor& other) const { return xgrad::matmul(*this, other); }
 Tensor Tensor::pow(Scalar p) const { return xgrad::pow(*this, p); }
 Tensor Tensor::pow(const Tensor& exponent) const { return xgrad::pow(*this, exponent); }
+Tensor Tensor::clamp(std::optional<Scalar> min, std::optional<Scalar> max) const {
+    return xgrad::clamp(*this, min, max);
+}
+Tensor Tensor::clamp_min(Scalar min) const { return xgrad::clamp_min(*this, min); }
+Tensor Tensor::clamp_max(Scalar max) const { return xgrad::clamp_max(*this, max); }
 Tensor Tensor::exp() const { return xgrad::exp(*this); }
 Tensor Tensor::log() const { return xgrad::log(*this); }
 

@@ -301,6 +301,11 @@ public:
     Tensor matmul(const Tensor& other) const;
     Tensor pow(Scalar exponent) const;
     Tensor pow(const Tensor& exponent) const;
+    /// clamp, clamp_min and clamp_max (ops.hpp) as torch's methods: `x.clamp(0, 1)`,
+    /// `x.clamp(std::nullopt, 1)`, `x.clamp_min(1e-8)`.
+    Tensor clamp(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt) const;
+    Tensor clamp_min(Scalar min) const;
+    Tensor clamp_max(Scalar max) const;
     Tensor exp() const;
     Tensor log() const;
 
@@ -375,6 +380,8 @@ public:
     /// clamp (ops.hpp) in place; either bound may be missing, not both. An integer tensor takes
     /// integer bounds (a floating one would make the result float32, which it cannot hold).
     const Tensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt) const;
+    const Tensor& clamp_min_(Scalar min) const;
+    const Tensor& clamp_max_(Scalar max) const;
     /// src's values (broadcast to this shape, cast to this dtype as torch's copy_, a float into
     /// int64 truncating); the gradient goes to src, summed over its broadcast, none to the old
     /// values.
@@ -531,6 +538,8 @@ public:
     const IndexedTensor& div_(Scalar other) const;
     const IndexedTensor& masked_fill_(const Tensor& mask, Scalar value) const;
     const IndexedTensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt) const;
+    const IndexedTensor& clamp_min_(Scalar min) const;
+    const IndexedTensor& clamp_max_(Scalar max) const;
     const IndexedTensor& copy_(const Tensor& src) const;
     const IndexedTensor& zero_() const;
     const IndexedTensor& fill_(Scalar value) const;

@@ -123,6 +123,15 @@ Tensor clamp_and_pow_numbers(const Tensor& x, const Tensor& ids, Scalar s, std::
     ids.index({Slice(0, n)}).clamp_(0, V - 1);
     x[n - 1].clamp_(lo, std::nullopt);
     x.index({0}).clamp_({}, 1.5f);
+    // The methods, as torch's x.clamp(0, 1), x.clamp(min=1e-8) and ids.clamp_max(V - 1).
+    z = z + x.clamp(0) + x.clamp(0, 1) + x.clamp(0.5, 1.5f) + x.clamp(std::nullopt, 1) + x.clamp({}, 1);
+    z = z + x.clamp(lo, hi) + x.clamp(lo) + x.clamp(s, s) + ids.clamp(0, V - 1) + x.clamp(lo_s) + x.clamp(b, true);
+    z = z + x.clamp_min(0) + x.clamp_min(1e-8) + x.clamp_min(s) + x.clamp_max(n) + x.clamp_max(0.5f);
+    z = z + ids.clamp_max(V - 1) + clamp_min(x, 0.5f) + clamp_max(ids, i64) + clamp_min(ids, l) + clamp_max(x, u);
+    x.clamp_min_(0);
+    x.clamp_max_(1.5);
+    ids[0].clamp_max_(V - 1);
+    x.index({0}).clamp_min_(f);
     z = z + pow(x, 2) + pow(x, 2L) + pow(x, 2LL) + pow(x, 2u) + pow(x, n) + pow(x, i64) + pow(x, 0.5f);
     z = z + pow(x, 0.5) + pow(x, b) + pow(x, s) + pow(x, V - 1) + pow(x, true) + pow(x, x);
     z = z + x.pow(2) + x.pow(0.5) + x.pow(s) + x.pow(n) + x.pow(V) + x.pow(ll) + x.pow(x);

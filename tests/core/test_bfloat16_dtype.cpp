@@ -453,6 +453,8 @@ std::vector<OpCase> all_op_cases() {
         {"abs", [=](Dtype d) { return one(abs(x(d))); }},
         {"sign", [=](Dtype d) { return one(sign(x(d))); }},
         {"clamp", [=](Dtype d) { return one(clamp(x(d), -1.0, 1.0)); }},
+        {"clamp_min", [=](Dtype d) { return one(clamp_min(x(d), -1.0)); }},
+        {"clamp_max", [=](Dtype d) { return one(clamp_max(x(d), 1.0)); }},
         {"maximum", [=](Dtype d) { return one(maximum(x(d), y(d))); }},
         {"minimum", [=](Dtype d) { return one(minimum(x(d), y(d))); }},
         {"rsub", [=](Dtype d) { return one(rsub(Scalar(1.0), x(d))); }},

@@ -56,6 +56,38 @@ TEST_CASE("clamp passes the gradient inside the bounds inclusive as torch", "[ne
     REQUIRE_GRADCHECK([](auto& v) { return clamp(v[0].permute({1, 0}), std::nullopt, 0.3); }, {p}, "clamp max");
 }
 
+TEST_CASE("clamp, clamp_min and clamp_max as torch's methods", "[new_ops][gradcheck]") {
+    const Tensor x = kinky_x();
+    // torch: x.clamp(-1.5, 0.5), x.clamp_min(0.5), x.clamp_max(0) and their gradients.
+    CHECK_THAT(vals(x.clamp(-1.5, 0.5)), approx({0, -1.5, 0.5, 0.5, 0.5, -1.5}));
+    CHECK_THAT(vals(x.clamp_min(0.5)), approx({0.5, 0.5, 2, 2, 0.5, 0.5}));
+    CHECK_THAT(vals(clamp_min(x, 0.5)), approx({0.5, 0.5, 2, 2, 0.5, 0.5}));
+    CHECK_THAT(vals(x.clamp_max(0)), approx({0, -1.5, 0, 0, 0, -1.5}));
+    CHECK_THAT(grad_of([](const Tensor& t) { return t.clamp_min(0.5); }, x), approx({0, 0, 1, 1, 1, 0}));
+    CHECK_THAT(grad_of([](const Tensor& t) { return clamp_max(t, 0); }, x), approx({1, 1, 0, 0, 0, 1}));
+    // int64 stays int64 with integer bounds and becomes float32 with a floating one.
+    const Tensor i = tensor({-3.0, 0.0, 7.0}).to(kInt64);
+    CHECK(ints(i.clamp_min(0)) == std::vector<std::int64_t>{0, 0, 7});
+    CHECK(ints(i.clamp_max(5)) == std::vector<std::int64_t>{-3, 0, 5});
+    CHECK(i.clamp_min(0.5).dtype() == kFloat32);
+    CHECK_THAT(vals(i.clamp_min(0.5)), approx({0.5, 0.5, 7}));
+    CHECK(clamp_max(i, 2.5).dtype() == kFloat32);
+    // In place, on the tensor and through an index; a floating bound cannot go into int64.
+    const Tensor j = i.clone();
+    j.clamp_min_(1);
+    CHECK(ints(j) == std::vector<std::int64_t>{1, 1, 7});
+    j[2].clamp_max_(4);
+    CHECK(ints(j) == std::vector<std::int64_t>{1, 1, 4});
+    CHECK_THROWS_WITH(j.clamp_min_(0.5), Catch::Contains("clamp_min_"));
+    // A NaN bound is refused naming the op (torch fills NaN; its clamp ignores a lone NaN).
+    CHECK_THROWS_WITH(x.clamp_min(NAN), Catch::Contains("clamp_min") && Catch::Contains("NaN"));
+    CHECK_THROWS_WITH(clamp_max(x, NAN), Catch::Contains("clamp_max") && Catch::Contains("NaN"));
+    const Tensor p = param({3, 4}, -2, 2, 7);
+    REQUIRE_GRADCHECK([](auto& v) { return v[0].clamp_min(-0.5) * v[0]; }, {p}, "clamp_min");
+    REQUIRE_GRADCHECK([](auto& v) { return v[0].transpose(0, 1).clamp_max(0.3); }, {p}, "clamp_max permuted");
+    REQUIRE_GRADGRADCHECK([](auto& v) { return v[0].clamp(-1.0, 1.0) * v[0]; }, {p}, "clamp method");
+}
+
 TEST_CASE("maximum and minimum split a tie's gradient as torch", "[new_ops][gradcheck]") {
     Tensor x = kinky_x(), y = kinky_y();
     const Tensor mx = maximum(x, y);
