@@ -20,6 +20,10 @@
 
 namespace xgrad::test {
 
+/// NaN and infinity as doubles, for the tests of numeric edges.
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
+
 /// Runs this test binary again in a fresh process, only the tests tagged `tag` (a hidden tag such
 /// as "[.child]"), with `env` ("NAME=value", shell-quoted by the caller) set: for what is read
 /// once per process, as the pool's thread count. Returns what it wrote, stdout and stderr.

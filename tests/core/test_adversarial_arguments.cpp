@@ -18,9 +18,6 @@ using Catch::Contains;
 
 namespace {
 
-const double kInf = std::numeric_limits<double>::infinity();
-const double kNaN = std::numeric_limits<double>::quiet_NaN();
-
 struct Call {
     std::string function;  // what the message must name: the call the user made
     std::string argument;  // and the argument

@@ -22,8 +22,6 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-const double kInf = std::numeric_limits<double>::infinity();
-const double kNaN = std::numeric_limits<double>::quiet_NaN();
 const double kF32Max = std::numeric_limits<float>::max();  // 3.4028234663852886e+38
 const double kBF16Max = 3.3895313892515355e+38;             // torch.finfo(torch.bfloat16).max
 const double kF64Max = std::numeric_limits<double>::max();

@@ -24,8 +24,6 @@ namespace {
 using I = std::vector<std::int64_t>;
 constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
 constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
-const double kInf = std::numeric_limits<double>::infinity();
-const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 Tensor extremes() { return tensor({kMin, std::int64_t{-5}, std::int64_t{0}, std::int64_t{7}, kMax}); }
 Tensor ints(std::initializer_list<std::int64_t> v) { return tensor(v); }

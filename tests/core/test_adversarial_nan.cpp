@@ -14,9 +14,6 @@ using namespace xgrad::test;
 
 namespace {
 
-const double kInf = std::numeric_limits<double>::infinity();
-const double kNaN = std::numeric_limits<double>::quiet_NaN();
-
 // Same NaN positions, same infinities, finite values within `tol`: float32 against float64.
 #define CHECK_SAME_SPECIALS(got, want, tol)                                                  \
     do {                                                                                     \

@@ -15,9 +15,6 @@ using Catch::Contains;
 
 namespace {
 
-const double kInf = std::numeric_limits<double>::infinity();
-const double kNaN = std::numeric_limits<double>::quiet_NaN();
-
 // Equal as torch prints them: NaN where NaN, the same infinities, finite values within rel.
 void check_like(const std::vector<double>& got, const std::vector<double>& want, double rel) {
     REQUIRE(got.size() == want.size());

@@ -18,9 +18,6 @@ using indexing::Slice;
 
 namespace {
 
-const double kInf = std::numeric_limits<double>::infinity();
-const double kNaN = std::numeric_limits<double>::quiet_NaN();
-
 // Pearson's statistic of observed counts against expected probabilities.
 double chi_square(const std::vector<double>& counts, const std::vector<double>& probs) {
     double n = 0, x2 = 0;

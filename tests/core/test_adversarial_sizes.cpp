@@ -33,7 +33,6 @@ constexpr std::size_t P20 = std::size_t(1) << 20, P31 = std::size_t(1) << 31, P3
 constexpr std::size_t P59 = std::size_t(1) << 59, P61 = std::size_t(1) << 61, P62 = std::size_t(1) << 62,
                       P63 = std::size_t(1) << 63;
 const double inf = std::numeric_limits<double>::infinity();
-const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // Shapes whose element count overflows size_t (or wraps to 0 or to a small number), or passes
 // 2^60 - 1 (more bytes than a ptrdiff_t holds): the count must not be taken modulo 2^64.

@@ -21,9 +21,6 @@ using Catch::Contains;
 
 namespace {
 
-const double kNaN = std::numeric_limits<double>::quiet_NaN();
-const double kInf = std::numeric_limits<double>::infinity();
-
 Tensor ints() { return tensor({-2, 0, 1, 3, 40}); }
 Tensor mask() { return tensor({true, false}); }
 std::vector<std::int64_t> int_vals(const Tensor& t) { return t.to_vector<std::int64_t>(); }

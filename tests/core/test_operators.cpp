@@ -11,9 +11,6 @@ using namespace xgrad::test;
 
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
 struct PromotionRow {
     const char* op;
     Dtype a, b;

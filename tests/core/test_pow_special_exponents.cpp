@@ -15,8 +15,6 @@ using namespace xgrad;
 using namespace xgrad::test;
 
 namespace {
-const double kInf = std::numeric_limits<double>::infinity();
-const double kNaN = std::numeric_limits<double>::quiet_NaN();
 const Tolerance kExact{0, 0};
 }  // namespace
 

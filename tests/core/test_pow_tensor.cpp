@@ -15,8 +15,6 @@ using namespace xgrad::test;
 using Catch::Matchers::Contains;
 
 namespace {
-const double kNaN = std::numeric_limits<double>::quiet_NaN();
-const double kInf = std::numeric_limits<double>::infinity();
 
 // Equal to 1e-15 relative, NaN where want is NaN, infinities of the same sign.
 void check_same(const std::vector<double>& got, const std::vector<double>& want) {

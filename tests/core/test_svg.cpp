@@ -11,15 +11,15 @@
 
 #include "core/creation.hpp"
 #include "core/plot/svg.hpp"
+#include "helpers.hpp"
 #include "xml_check.hpp"
 
 using namespace xgrad;
 namespace fs = std::filesystem;
+using test::kNaN;
 using test::xml_problem;
 
 namespace {
-
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 std::size_t count(const std::string& s, const std::string& what) {
     std::size_t n = 0;

@@ -8,14 +8,11 @@
 
 using namespace xgrad;
 using namespace xgrad::nn;
-
-namespace {
-const double kNan = std::numeric_limits<double>::quiet_NaN();
-const double kInf = std::numeric_limits<double>::infinity();
-}  // namespace
+using xgrad::test::kInf;
+using xgrad::test::kNaN;
 
 TEST_CASE("every module with a dropout refuses a value that is not a probability", "[nn][hostile]") {
-    for (double p : {kNan, kInf, -kInf, -0.1, 1.5, 8.0}) {
+    for (double p : {kNaN, kInf, -kInf, -0.1, 1.5, 8.0}) {
         INFO(p);
         CHECK_THROWS_WITH(Dropout(p), Catch::Contains("Dropout") && Catch::Contains("p"));
         CHECK_THROWS_AS(DotProductAttention(p), Error);
@@ -29,7 +26,7 @@ TEST_CASE("every module with a dropout refuses a value that is not a probability
 }
 
 TEST_CASE("sizes and epsilons that cannot work are refused at construction", "[nn][hostile]") {
-    for (double eps : {kNan, kInf, -1.0, 0.0}) {
+    for (double eps : {kNaN, kInf, -1.0, 0.0}) {
         INFO(eps);
         CHECK_THROWS_WITH(LayerNorm({4}, eps), Catch::StartsWith("LayerNorm: eps must be positive and finite"));
     }

@@ -19,9 +19,6 @@ using namespace xgrad::test;
 
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-const double kNaN = std::nan("");
-
 // The non-finite values every hyper-parameter must refuse.
 const std::vector<double> kNonFinite = {kNaN, kInf, -kInf};
 
