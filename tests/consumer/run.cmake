@@ -37,6 +37,7 @@ run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/build -DCMAK
     -DWANT_DISTRIBUTED=${EXPECT_DISTRIBUTED} -DREADME_DIR=${OUT_DIR})
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 run(${WORK_DIR}/build/consumer)
+run(${WORK_DIR}/build/consumer_plugin_host)
 # In a sanitizer build, LeakSanitizer reads one suppressions file: README's programs draw with
 # Graphviz and one of them runs MPI, and both keep allocations until exit, so the suite's list and
 # the MPI tests' list are joined (each names only those libraries' allocations).
