@@ -60,3 +60,8 @@ endforeach()
 if(EXPECT_DISTRIBUTED)
   run(${WORK_DIR}/build/consumer_distributed)
 endif()
+# The build folder used as the package, as a program pointed at it finds it.
+run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer/build_tree -B ${WORK_DIR}/build_tree
+    -Dxgrad_DIR=${BUILD_DIR} -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}")
+run(${CMAKE_COMMAND} --build ${WORK_DIR}/build_tree)
+run(${WORK_DIR}/build_tree/build_tree_consumer)
