@@ -9,7 +9,23 @@ macro(run)
     message(FATAL_ERROR "consumer test: '${ARGN}' failed with ${rc}")
   endif()
 endmacro()
-run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix)
+# Installed as a packager stages it, for a prefix with a space and a non-ASCII letter, under
+# DESTDIR, and used from there: the package must work wherever its tree ends up.
+set(ENV{DESTDIR} ${WORK_DIR}/stage)
+run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix "/opt/x grad ü")
+unset(ENV{DESTDIR})
+set(PREFIX "${WORK_DIR}/stage/opt/x grad ü")
+# Nor may it name the tree it was built from.
+file(GLOB_RECURSE installed_text "${PREFIX}/*.cmake" "${PREFIX}/*.hpp")
+foreach(file IN LISTS installed_text)
+  file(READ "${file}" text)
+  foreach(tree IN ITEMS "${SOURCE_DIR}" "${BUILD_DIR}")
+    string(FIND "${text}" "${tree}" at)
+    if(NOT at EQUAL -1)
+      message(FATAL_ERROR "consumer test: the installed ${file} names ${tree}, where xgrad was built")
+    endif()
+  endforeach()
+endforeach()
 set(README ${SOURCE_DIR}/README.md)
 set(OUT_DIR ${WORK_DIR}/readme)
 file(MAKE_DIRECTORY ${OUT_DIR})
@@ -17,10 +33,11 @@ include(${CMAKE_CURRENT_LIST_DIR}/readme.cmake)
 # CMAKE_CXX_STANDARD 14: as a program built by a compiler whose default is C++14 (clang 14), which
 # must get the C++17 the headers need from the package.
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/build -DCMAKE_CXX_STANDARD=14
-    -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}"
+    "-DCMAKE_PREFIX_PATH=${PREFIX}" -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}"
     -DWANT_DISTRIBUTED=${EXPECT_DISTRIBUTED} -DREADME_DIR=${OUT_DIR})
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 run(${WORK_DIR}/build/consumer)
+run(${WORK_DIR}/build/consumer_plugin_host)
 # In a sanitizer build, LeakSanitizer reads one suppressions file: README's programs draw with
 # Graphviz and one of them runs MPI, and both keep allocations until exit, so the suite's list and
 # the MPI tests' list are joined (each names only those libraries' allocations).
@@ -43,3 +60,8 @@ endforeach()
 if(EXPECT_DISTRIBUTED)
   run(${WORK_DIR}/build/consumer_distributed)
 endif()
+# The build folder used as the package, as a program pointed at it finds it.
+run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer/build_tree -B ${WORK_DIR}/build_tree
+    -Dxgrad_DIR=${BUILD_DIR} -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}")
+run(${CMAKE_COMMAND} --build ${WORK_DIR}/build_tree)
+run(${WORK_DIR}/build_tree/build_tree_consumer)
