@@ -172,12 +172,21 @@ void drop_row(const Spec& s, std::size_t pair, std::size_t i, std::size_t j0, st
 // once per head (runtime/packed_gemm.hpp): every block product then reads its left operand in
 // place and writes C once, where a BLAS call repacks both operands and clears C for each small
 // block. On this AMD EPYC (AVX2) that took the scores' product from 55 to 85 GFLOP/s on one
-// core and the step at T = 1024 to 0.86-0.98 of its time (tools/bench_results.md). An AVX-512
-// CPU keeps BLAS, whose kernels there are twice as wide as the packed one; float64 keeps BLAS.
-template <class T> bool packs() {
+// core and the step at T = 1024 to 0.86-0.98 of its time (tools/bench_results.md). Elsewhere
+// BLAS: on an AVX-512 CPU, whose BLAS kernels are twice as wide as the packed one; for float64;
+// for heads narrower than a panel (d or dv < 16), where a panel's 16 columns would be mostly
+// padding; and for fewer than 32 queries or keys, too few products to pay for packing a head.
+template <class T> bool packs(const Spec& s) {
     if constexpr (std::is_same_v<T, float>)
-        return PackedMatrix::available() && simd_level_supported() != SimdLevel::Avx512;
+        return PackedMatrix::available() && simd_level_supported() != SimdLevel::Avx512 && s.d >= 16 &&
+               s.dv >= 16 && std::min(s.Lq, s.Lk) >= 32;
     return false;
+}
+
+// The floats of a head's five packed operands in the backward (see HeadPack).
+std::size_t backward_pack_size(const Spec& s) {
+    return PackedMatrix::size_of(s.d, s.Lk) + PackedMatrix::size_of(s.dv, s.Lk) + PackedMatrix::size_of(s.Lk, s.d) +
+           PackedMatrix::size_of(s.Lq, s.d) + PackedMatrix::size_of(s.Lq, s.dv);
 }
 
 // Head `pair`'s keys, values, queries and output gradient, each packed as the right operand
@@ -333,7 +342,7 @@ template <class T> void forward(const Spec& s, const T* Q, const T* K, const T* 
         CachedBuffer<T> S(kBlockQ * kBlockK), O(kBlockQ * std::max<std::size_t>(s.dv, 1)), m(kBlockQ), l(kBlockQ);
         // A range's tasks go head by head: each head's keys and values are packed when it starts.
         HeadPack pack;
-        const bool packed = packs<T>();
+        const bool packed = packs<T>(s);
         for (std::size_t t = t0; t < t1; ++t) {
             const std::size_t pair = t / blocks;
             if (packed && (t == t0 || pair != (t - 1) / blocks)) {
@@ -434,7 +443,8 @@ void backward_key_block(const Spec& s, const T* Q, const T* K, const T* V, const
     }
 }
 
-// dQ shares held at once, in values: heads are taken in groups whose shares fit (at least one).
+// dQ shares and packed operands held at once, in values: heads are taken in groups whose
+// shares and packs fit (at least one).
 constexpr std::size_t kShareBudget = std::size_t(4) << 20;
 
 template <class T>
@@ -456,10 +466,12 @@ void backward(const Spec& s, const T* Q, const T* K, const T* V, const T* G, con
     // the bits do not depend on the thread count (nor on the grouping of heads).
     const std::size_t pairs = s.B * s.H, q_blocks = (s.Lq + kBlockQ - 1) / kBlockQ,
                       k_blocks = (s.Lk + kBlockK - 1) / kBlockK, share = s.Lq * s.d;
-    const std::size_t group = std::clamp<std::size_t>(kShareBudget / std::max<std::size_t>(k_blocks * share, 1), 1, pairs);
+    // A group's heads hold their dQ shares and, packed, their operands.
+    const bool packed = packs<T>(s);
+    const std::size_t per_head = k_blocks * share + (packed ? backward_pack_size(s) : 0);
+    const std::size_t group = std::clamp<std::size_t>(kShareBudget / std::max<std::size_t>(per_head, 1), 1, pairs);
     std::vector<RowBlock> rows(group * q_blocks);
     CachedBuffer<T> parts(group * k_blocks * share);
-    const bool packed = packs<T>();
     std::vector<HeadPack> packs_of(packed ? group : 0);
     for (std::size_t g0 = 0; g0 < pairs; g0 += group) {
         const std::size_t gn = std::min(group, pairs - g0);

@@ -44,6 +44,9 @@ public:
     void multiply_block(const float* a, std::size_t lda, bool a_transposed, std::size_t m, const Block& block,
                         float alpha, float* c, std::size_t ldc, bool accumulate) const;
 
+    /// The floats a packed k×n matrix holds (n rounded up to whole panels of 16 columns).
+    static std::size_t size_of(std::size_t k, std::size_t n) { return (n + 15) / 16 * 16 * k; }
+
     std::size_t k() const { return m_k; }
     std::size_t n() const { return m_n; }
 
