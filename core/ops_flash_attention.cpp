@@ -200,26 +200,28 @@ struct HeadPack {
     PackedMatrix grad;      // dO (Lq × dv): dV = Pᵀ·dO
 };
 
-// S (nq × nk, row length nk) = scale·Q_blk·K_blkᵀ for keys [j0, j0 + nk); d = 0 sums nothing.
+// C (m × n, row length ldc) = alpha·op(A)·op(B)_part (+ C when accumulate), the part rows
+// [k0, k0 + k) and columns [n0, n0 + n) of op(B): of the matrix `packed` holds (packed as op(B)),
+// or of B for BLAS, stored row-major (ldb) or, when b_t, as op(B)'s transpose. op(A) is m × k,
+// stored row-major (lda) or, when a_t, as its k × m transpose.
+template <class T>
+void block_product(bool a_t, bool b_t, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* A,
+                   std::size_t lda, const PackedMatrix* packed, std::size_t k0, std::size_t n0, const T* B,
+                   std::size_t ldb, T* C, std::size_t ldc, bool accumulate) {
+    if constexpr (std::is_same_v<T, float>)
+        if (packed) return packed->multiply_block(A, lda, a_t, m, {k0, k, n0, n}, alpha, C, ldc, accumulate);
+    const T* part = b_t ? B + n0 * ldb + k0 : B + k0 * ldb + n0;
+    blas::gemm<T>(a_t, b_t, m, n, k, alpha, A, lda, part, ldb, accumulate ? T(1) : T(0), C, ldc);
+}
+
+// S (nq × nk, row length nk) = scale·Q_blk·K_blkᵀ for keys [j0, j0 + nk) of a head's keys K;
+// d = 0 sums nothing.
 template <class T>
 void scores(const Spec& s, const T* Q, const T* K, std::size_t j0, std::size_t nq, std::size_t nk, T* S,
             const HeadPack* pack) {
     if (s.d == 0) return std::fill(S, S + nq * nk, T(0));
-    if constexpr (std::is_same_v<T, float>)
-        if (pack) return pack->keys_t.multiply_block(Q, s.D, false, nq, {0, s.d, j0, nk}, T(s.scale), S, nk, false);
-    blas::gemm<T>(false, true, nq, nk, s.d, static_cast<T>(s.scale), Q, s.D, K + j0 * s.D, s.D, T(0), S, nk);
-}
-
-// C (m × n, row length ldc) = alpha·op(A)·B_part (+ C when accumulate), B_part rows [k0, k0 + k)
-// and columns [n0, n0 + n) of the matrix `packed` holds (or of B, row length ldb, for BLAS).
-// op(A) is m × k, stored row-major (lda) or, when a_t, as its k × m transpose.
-template <class T>
-void block_product(bool a_t, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* A, std::size_t lda,
-                   const PackedMatrix* packed, std::size_t k0, std::size_t n0, const T* B, std::size_t ldb, T* C,
-                   std::size_t ldc, bool accumulate) {
-    if constexpr (std::is_same_v<T, float>)
-        if (packed) return packed->multiply_block(A, lda, a_t, m, {k0, k, n0, n}, alpha, C, ldc, accumulate);
-    blas::gemm<T>(a_t, false, m, n, k, alpha, A, lda, B + k0 * ldb + n0, ldb, accumulate ? T(1) : T(0), C, ldc);
+    block_product<T>(false, true, nq, nk, s.d, static_cast<T>(s.scale), Q, s.D, pack ? &pack->keys_t : nullptr, 0,
+                     j0, K, s.D, S, nk, false);
 }
 
 // How many leading scores of row r of a key block [j0, j0 + nk) the row keeps, the block's
@@ -319,8 +321,8 @@ void forward_block(const Spec& s, const T* Q, const T* K, const T* V, std::size_
         }
         // O += P·V_blk : (nq, nk)·(nk, dv)
         if (s.dv != 0)
-            block_product<T>(false, nq, s.dv, nk, T(1), S, nk, pack ? &pack->values : nullptr, j0, 0, Vh, s.Dv, O,
-                             s.dv, true);
+            block_product<T>(false, false, nq, s.dv, nk, T(1), S, nk, pack ? &pack->values : nullptr, j0, 0, Vh,
+                             s.Dv, O, s.dv, true);
     }
     for (std::size_t r = 0; r < nq; ++r) {
         const T inv = T(1) / l[r];
@@ -423,21 +425,19 @@ void backward_key_block(const Spec& s, const T* Q, const T* K, const T* V, const
         scores(s, Qh + i0 * s.D, Kh, j0, nq, nk, S, pack);
         // dP (before dropout's scaling) = dO·V_blkᵀ : (nq, dv)·(dv, nk)
         if (s.dv == 0) std::fill(dP, dP + nq * nk, T(0));
-        else if (pack)
-            block_product<T>(false, nq, nk, s.dv, T(1), Gh + i0 * s.Dv, s.Dv, &pack->values_t, 0, j0, nullptr, 0,
-                             dP, nk, false);
         else
-            blas::gemm<T>(false, true, nq, nk, s.dv, T(1), Gh + i0 * s.Dv, s.Dv, Vh + j0 * s.Dv, s.Dv, T(0), dP, nk);
+            block_product<T>(false, true, nq, nk, s.dv, T(1), Gh + i0 * s.Dv, s.Dv, pack ? &pack->values_t : nullptr,
+                             0, j0, Vh, s.Dv, dP, nk, false);
         block_grads(s, rb, pair, j0, nk, lse, Dsum, S, dP);
         // dV_blk += P_dropᵀ·dO : (nk, nq)·(nq, dv)
         if (s.dv != 0)
-            block_product<T>(true, nk, s.dv, nq, T(1), S, nk, pack ? &pack->grad : nullptr, i0, 0, Gh, s.Dv, dv_blk,
-                             s.Dv, true);
+            block_product<T>(true, false, nk, s.dv, nq, T(1), S, nk, pack ? &pack->grad : nullptr, i0, 0, Gh, s.Dv,
+                             dv_blk, s.Dv, true);
         if (s.d != 0) {
             // dQ share = scale·dS·K_blk : (nq, nk)·(nk, d);  dK_blk += scale·dSᵀ·Q : (nk, nq)·(nq, d)
-            block_product<T>(false, nq, s.d, nk, alpha, dP, nk, pack ? &pack->keys : nullptr, j0, 0, Kh, s.D,
+            block_product<T>(false, false, nq, s.d, nk, alpha, dP, nk, pack ? &pack->keys : nullptr, j0, 0, Kh, s.D,
                              dq_part + i0 * s.d, s.d, false);
-            block_product<T>(true, nk, s.d, nq, alpha, dP, nk, pack ? &pack->queries : nullptr, i0, 0, Qh, s.D,
+            block_product<T>(true, false, nk, s.d, nq, alpha, dP, nk, pack ? &pack->queries : nullptr, i0, 0, Qh, s.D,
                              dk_blk, s.D, true);
         }
     }
