@@ -453,24 +453,21 @@ Tensor linear_body(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     if (bias.dtype() != x.dtype())
         throw Error(fmt::format("linear: bias must have the input's dtype {}, got {}", dtype_name(x.dtype()),
                                 dtype_name(bias.dtype())));
-    const Shape &xs = x.shape(), &bs = bias.shape();
-    bool fits = bs.size() <= xs.size();
-    for (std::size_t i = 1; fits && i <= bs.size(); ++i)  // the result is xs with out_features last
-        fits = bs[bs.size() - i] == 1 || bs[bs.size() - i] == (i == 1 ? weight.shape()[0] : xs[xs.size() - i]);
-    if (!fits) {
-        Shape result = xs;
-        result.back() = weight.shape()[0];
+    const std::size_t N = weight.shape()[0];
+    Shape result = x.shape();  // x's with out_features last
+    result.back() = N;
+    const Shape& bs = bias.shape();
+    bool fits = bs.size() <= result.size();
+    for (std::size_t i = 1; fits && i <= bs.size(); ++i)
+        fits = bs[bs.size() - i] == 1 || bs[bs.size() - i] == result[result.size() - i];
+    if (!fits)
         throw Error(fmt::format("linear: bias must broadcast to the result's shape {} without changing it, as "
                                 "(out_features,) = ({},) does; got shape {}",
-                                shape_str(result), result.back(), shape_str(bs)));
-    }
+                                shape_str(result), N, shape_str(bs)));
     // The bias fused as the product's starting value (gemm's beta = 1, as torch's addmm): for
-    // BLAS products of a bias of shape (out,) in the input's dtype. Anything else (a 1-D input,
-    // a broadcasting bias, oneDNN or autocast products) adds it after the product, as before.
-    const std::size_t N = weight.shape()[0];
-    const bool fusable = x.dim() >= 2 && bias.dim() == 1 && bias.shape()[0] == N && bias.dtype() == x.dtype() &&
-                         x.dtype() == weight.dtype() && (x.dtype() == kFloat32 || x.dtype() == kFloat64);
-    if (!fusable) return product_of() + bias;
+    // BLAS products of a bias of shape (out,) (the dtypes were checked above). Anything else (a
+    // 1-D input, a broadcasting bias, oneDNN or autocast products) adds it after the product.
+    if (x.dim() < 2 || bias.dim() != 1 || bias.shape()[0] != N) return product_of() + bias;
     Plan p = plan_product("linear", x.shape(), weight.shape(), false, true, 1.0, x.shape(), weight.shape());
     p.out_shape.push_back(x.shape()[-2]);
     p.out_shape.push_back(N);
