@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/autograd_function.hpp"
+#include "core/bool_bytes.hpp"
 #include "core/broadcast.hpp"
 #include "core/call_context.hpp"
 #include "core/grad_ops.hpp"
@@ -14,6 +15,35 @@ namespace xgrad {
 
 namespace {
 
+// Elements a copy leaves on the calling thread: below this the pool's hand-off costs more than
+// the copy (a quarter of a megabyte of float32 takes about 20 µs).
+constexpr std::size_t kCopyGrain = std::size_t(1) << 16;
+
+// Copies `rows` runs of `run` elements, run r from src + src_at(r) to dst + dst_at(r) (offsets
+// in elements), split over the pool by element so that one long run (reshape's) splits too.
+// xgrad has no views, so every reshape, split, transpose and slice of a composed model copies,
+// in its forward and its backward; on one thread the others would wait out every copy.
+template <class T, class SrcAt, class DstAt>
+void copy_runs(const T* src_values, T* dst_values, std::size_t rows, std::size_t run, SrcAt src_at, DstAt dst_at) {
+    using M = moved_t<T>;
+    const M* src = reinterpret_cast<const M*>(src_values);
+    M* dst = reinterpret_cast<M*>(dst_values);
+    const std::size_t total = rows * run;  // a tensor's element count: it fits
+    if (total == 0) return;
+    auto copy = [&](std::size_t begin, std::size_t end) {
+        while (begin < end) {
+            const std::size_t r = begin / run, c = begin % run, len = std::min(run - c, end - begin);
+            std::copy_n(src + src_at(r) + c, len, dst + dst_at(r) + c);
+            begin += len;
+        }
+    };
+    if (total < 2 * kCopyGrain) copy(0, total);
+    else parallel_for(total, kCopyGrain, copy);
+}
+
+// copy_runs's offset of a single run, or of every run of a contiguous whole.
+constexpr auto kAtStart = [](std::size_t) -> std::size_t { return 0; };
+
 std::string dims_str(const std::vector<long>& dims) {
     if (dims.size() == 1) return fmt::format("({},)", dims[0]);
     return fmt::format("({})", fmt::join(dims, ", "));
@@ -24,8 +54,8 @@ Tensor reshaped(const char* op, const Tensor& a, const Shape& shape) {
     const AllocContext context(op, shape);
     return dispatch_all(a.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
-        xt::xarray<T> y = values<T>(a);
-        y.reshape(shape);
+        xt::xarray<T> y = xt::xarray<T>::from_shape(shape);
+        copy_runs(values<T>(a).data(), y.data(), 1, y.size(), kAtStart, kAtStart);
         return make_any_result<T>(std::move(y), {a}, op, Formula([op](const GradArgs& in) -> std::vector<Tensor> {
             return {reshaped(op, in.grad(), in.inputs[0].shape())};
         }), Saves::none());
@@ -44,11 +74,11 @@ template <class T> xt::xarray<T> permuted(const xt::xarray<T>& x, const std::vec
         out_shape[d] = in_shape[perm[d]];
         src_stride[d] = in_strides[perm[d]];
     }
+    xt::xarray<T> y = xt::xarray<T>::from_shape(out_shape);
     if (std::is_sorted(perm.begin(), perm.end())) {
-        xt::xarray<T> y = x;
+        copy_runs(x.data(), y.data(), 1, y.size(), kAtStart, kAtStart);
         return y;
     }
-    xt::xarray<T> y = xt::xarray<T>::from_shape(out_shape);
     if (y.size() == 0) return y;
     using M = moved_t<T>;
     const M* src = reinterpret_cast<const M*>(x.data());
@@ -56,21 +86,33 @@ template <class T> xt::xarray<T> permuted(const xt::xarray<T>& x, const std::vec
     const std::size_t last = rank - 1;
     const std::size_t run = out_shape[last];
     const std::size_t step = src_stride[last];
-    std::vector<std::size_t> idx(rank, 0);
-    std::size_t offset = 0;
-    for (std::size_t r = 0, rows = y.size() / run; r < rows; ++r) {
-        const M* s = src + offset;
-        if (step == 1) std::copy(s, s + run, dst);
-        else
-            for (std::size_t j = 0; j < run; ++j) dst[j] = s[j * step];
-        dst += run;
-        for (std::size_t d = last; d-- > 0;) {
-            offset += src_stride[d];
-            if (++idx[d] < out_shape[d]) break;
-            offset -= src_stride[d] * out_shape[d];
-            idx[d] = 0;
+    // Output rows [first, end): the odometer over the outer axes starts at row `first`'s index.
+    auto rows_of = [&](std::size_t first, std::size_t end) {
+        std::vector<std::size_t> idx(rank, 0);
+        std::size_t offset = 0;
+        for (std::size_t d = last, r = first; d-- > 0;) {
+            idx[d] = r % out_shape[d];
+            r /= out_shape[d];
+            offset += idx[d] * src_stride[d];
         }
-    }
+        M* out = dst + first * run;
+        for (std::size_t r = first; r < end; ++r) {
+            const M* s = src + offset;
+            if (step == 1) std::copy(s, s + run, out);
+            else
+                for (std::size_t j = 0; j < run; ++j) out[j] = s[j * step];
+            out += run;
+            for (std::size_t d = last; d-- > 0;) {
+                offset += src_stride[d];
+                if (++idx[d] < out_shape[d]) break;
+                offset -= src_stride[d] * out_shape[d];
+                idx[d] = 0;
+            }
+        }
+    };
+    const std::size_t rows = y.size() / run;
+    if (y.size() < 2 * kCopyGrain) rows_of(0, rows);
+    else parallel_for(rows, std::max<std::size_t>(1, kCopyGrain / run), rows_of);
     return y;
 }
 
@@ -227,10 +269,9 @@ Tensor concat(const std::vector<Tensor>& tensors, long axis) {
         using T = typename decltype(tag)::type;
         xt::xarray<T> y = xt::xarray<T>::from_shape(out_shape);
         for (std::size_t t = 0; t < tensors.size(); ++t) {
-            const T* src = values<T>(tensors[t]).data();
-            const std::size_t block = lengths[t] * s.inner;
-            for (std::size_t o = 0; o < s.outer; ++o)
-                std::copy(src + o * block, src + (o + 1) * block, y.data() + (o * s.n + starts[t]) * s.inner);
+            const std::size_t block = lengths[t] * s.inner, at = starts[t] * s.inner, row = s.n * s.inner;
+            copy_runs(values<T>(tensors[t]).data(), y.data(), s.outer, block, [&](std::size_t o) { return o * block; },
+                      [&](std::size_t o) { return o * row + at; });
         }
         // Each input's gradient is its slice of g along the axis.
         return make_any_result<T>(
@@ -266,18 +307,13 @@ Tensor slice(const Tensor& a, long axis, long start, long end, long step) {
         using T = typename decltype(tag)::type;
         xt::xarray<T> y = xt::xarray<T>::from_shape(out_shape);
         const T* src = values<T>(a).data();
-        T* dst = y.data();
         if (stride == 1)  // one contiguous block per outer index (what concat's gradient asks)
-            for (std::size_t o = 0; o < s.outer; ++o, dst += count * s.inner) {
-                const T* block = src + (o * s.n + from) * s.inner;
-                std::copy(block, block + count * s.inner, dst);
-            }
-        else
-            for (std::size_t o = 0; o < s.outer; ++o)
-                for (std::size_t j = 0; j < count; ++j, dst += s.inner) {
-                    const T* row = src + (o * s.n + from + j * stride) * s.inner;
-                    std::copy(row, row + s.inner, dst);
-                }
+            copy_runs(src, y.data(), s.outer, count * s.inner, [&](std::size_t o) { return (o * s.n + from) * s.inner; },
+                      [&](std::size_t o) { return o * count * s.inner; });
+        else  // a row of `inner` per kept index j
+            copy_runs(src, y.data(), s.outer * count, s.inner,
+                      [&](std::size_t r) { return (r / count * s.n + from + r % count * stride) * s.inner; },
+                      [&](std::size_t r) { return r * s.inner; });
         return make_any_result<T>(
             std::move(y), {a}, "slice", Formula([ax, first, step](const GradArgs& in) -> std::vector<Tensor> {
                 return {slice_backward(in.grad(), in.inputs[0].shape(), static_cast<long>(ax), first, step)};
@@ -303,10 +339,8 @@ Tensor slice_backward(const Tensor& g, const Shape& input_shape, long axis, long
     return dispatch_floating(op, g.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         xt::xarray<T> gx = xt::zeros<T>(input_shape);
-        const T* pg = values<T>(g).data();
-        for (std::size_t o = 0; o < s.outer; ++o)
-            for (std::size_t j = 0; j < count; ++j, pg += s.inner)
-                std::copy(pg, pg + s.inner, gx.data() + (o * s.n + from + j * stride) * s.inner);
+        copy_runs(values<T>(g).data(), gx.data(), s.outer * count, s.inner, [&](std::size_t r) { return r * s.inner; },
+                  [&](std::size_t r) { return (r / count * s.n + from + r % count * stride) * s.inner; });
         return make_result<T>(std::move(gx), {g}, op, Formula([ax, start, step](const GradArgs& in) -> std::vector<Tensor> {
             // The slice g was: its length along the axis fixes where it ended.
             const long m = static_cast<long>(in.inputs[0].shape()[ax]);
@@ -503,8 +537,8 @@ struct SplitPieces : autograd::Function<SplitPieces> {
                 piece[ax] = s;
                 const AllocContext context("split", piece);
                 xt::xarray<T> v = xt::xarray<T>::from_shape(piece);
-                for (std::size_t o = 0; o < outer; ++o)
-                    std::copy(src + (o * n + start) * inner, src + (o * n + start + s) * inner, v.data() + o * s * inner);
+                copy_runs(src, v.data(), outer, s * inner, [&](std::size_t o) { return (o * n + start) * inner; },
+                          [&](std::size_t o) { return o * s * inner; });
                 out.push_back(make_leaf(Storage(std::move(v))));
                 start += s;
             }
