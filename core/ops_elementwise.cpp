@@ -1,6 +1,7 @@
 // Elementwise ops, each with its gradient. Binary ops broadcast; their backward reduces each
 // input's gradient to that input's shape with sum_to.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -41,6 +42,20 @@ xt::xarray<float> float_map(const xt::xarray<float>& x, FloatKernel kernel) {
     return y;
 }
 
+// y = fwd(x) for an elementwise xtensor expression fwd, evaluated on 1-D runs of x split over
+// the pool: each element's value is what fwd gives it on the whole array, for any thread count.
+template <class T, class Fwd> xt::xarray<T> expression_map(const xt::xarray<T>& x, Fwd fwd) {
+    xt::xarray<T> y = xt::xarray<T>::from_shape(x.shape());
+    const T* px = x.data();
+    T* py = y.data();
+    parallel_for(x.size(), kElementGrain, [&](std::size_t i0, std::size_t i1) {
+        const std::array<std::size_t, 1> run{i1 - i0};
+        auto out = xt::adapt(py + i0, i1 - i0, xt::no_ownership(), run);
+        out = fwd(xt::adapt(px + i0, i1 - i0, xt::no_ownership(), run));
+    });
+    return y;
+}
+
 template <class Fwd, class Grad>
 Tensor unary(const char* op, const Tensor& a, Saves reads, Fwd fwd, Grad grad, FloatKernel float_kernel = nullptr) {
     const AllocContext context(op, a.shape());
@@ -50,7 +65,7 @@ Tensor unary(const char* op, const Tensor& a, Saves reads, Fwd fwd, Grad grad, F
         if constexpr (std::is_same_v<T, float>) {
             if (float_kernel) y = float_map(values<float>(a), float_kernel);
         }
-        if (float_kernel == nullptr || !std::is_same_v<T, float>) y = fwd(values<T>(a));
+        if (float_kernel == nullptr || !std::is_same_v<T, float>) y = expression_map(values<T>(a), fwd);
         return make_result<T>(
             std::move(y), {a}, op,
             Formula([grad](const GradArgs& in) -> std::vector<Tensor> {
