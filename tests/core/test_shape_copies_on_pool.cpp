@@ -11,8 +11,8 @@ using namespace xgrad::test;
 
 namespace {
 
-// 165,846 elements: over twice the 65,536 a copy leaves on the calling thread, with axes that
-// split no chunk at a row's end.
+// 165,846 elements: enough for a copy to be split over the pool on any thread count, and rows
+// of 131, which the chunks' boundaries cut in the middle.
 const Shape kShape{6, 211, 131};
 
 std::vector<std::size_t> strides_of(const Shape& s) {
