@@ -18,6 +18,13 @@
 #include "core/runtime/alloc.hpp"
 #include "core/runtime/parallel.hpp"
 
+// The one of the two symbols tensor.hpp refers to that matches how this library is built.
+#ifdef _GLIBCXX_DEBUG
+extern "C" const int xgrad_this_program_has_GLIBCXX_DEBUG_and_xgrad_must_too = 1;
+#else
+extern "C" const int xgrad_this_program_lacks_GLIBCXX_DEBUG_and_xgrad_must_too = 0;
+#endif
+
 namespace xgrad {
 
 namespace {

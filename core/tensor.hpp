@@ -26,6 +26,21 @@
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 
+// A program built with _GLIBCXX_DEBUG has std::vector and std::string of another layout than a
+// library built without it (and the reverse), and xgrad's interface passes both: mixed, shapes
+// and names would be read as garbage, with no error. Every file that includes this header
+// refers to the symbol for its own setting, and the library defines only the one it was built
+// with, so a mixed build fails to link, and the missing symbol names the mismatch.
+#ifdef _GLIBCXX_DEBUG
+extern "C" const int xgrad_this_program_has_GLIBCXX_DEBUG_and_xgrad_must_too;
+[[gnu::used]] static const int* const xgrad_library_glibcxx_debug_check =
+    &xgrad_this_program_has_GLIBCXX_DEBUG_and_xgrad_must_too;
+#else
+extern "C" const int xgrad_this_program_lacks_GLIBCXX_DEBUG_and_xgrad_must_too;
+[[gnu::used]] static const int* const xgrad_library_glibcxx_debug_check =
+    &xgrad_this_program_lacks_GLIBCXX_DEBUG_and_xgrad_must_too;
+#endif
+
 // The compile error of a typed accessor (item<T>, data_ptr<T>...) given a T that is no element
 // type: it names the accessor and the types there are (undefined at the end of this header).
 #define XGRAD_ELEMENT_TYPES_MESSAGE(accessor)                                                                  \

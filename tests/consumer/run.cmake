@@ -37,6 +37,14 @@ run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/build -DCMAK
     -DWANT_DISTRIBUTED=${EXPECT_DISTRIBUTED} -DREADME_DIR=${OUT_DIR})
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 run(${WORK_DIR}/build/consumer)
+# A program built with _GLIBCXX_DEBUG must not link to an xgrad built without it (their containers
+# differ in layout), and the linker's message must name why.
+execute_process(COMMAND ${CMAKE_COMMAND} --build ${WORK_DIR}/build --target consumer_glibcxx_debug
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(rc EQUAL 0 OR NOT out MATCHES "xgrad_this_program_has_GLIBCXX_DEBUG_and_xgrad_must_too")
+  message(FATAL_ERROR "consumer test: a program built with _GLIBCXX_DEBUG against xgrad built without it "
+                      "gave ${rc} and not the missing symbol that names the mismatch:\n${out}")
+endif()
 run(${WORK_DIR}/build/consumer_plugin_host)
 # In a sanitizer build, LeakSanitizer reads one suppressions file: README's programs draw with
 # Graphviz and one of them runs MPI, and both keep allocations until exit, so the suite's list and
