@@ -549,9 +549,14 @@ Tensor sign(const Tensor& a) {
         xt::xarray<bool> r = bool_values(a);
         return make_leaf(Storage(std::move(r)));
     }
-    // A step: its gradient is 0 wherever it has one.
+    // A step: its gradient is 0 wherever it has one. Comparisons, as torch's: NaN and -0.0 give
+    // +0.0 (xt::sign keeps NaN and the zero's sign), and so abs's gradient there is 0.
     return unary(
-        "sign", a, kReadsNone, [](const auto& x) { return xt::sign(x); },
+        "sign", a, kReadsNone,
+        [](const auto& x) {
+            using T = value_t<decltype(x)>;
+            return xt::where(x > T(0), T(1), xt::where(x < T(0), T(-1), T(0)));
+        },
         [](const Tensor&, const Tensor&, const Tensor& g) { return zeros_like(g); });
 }
 

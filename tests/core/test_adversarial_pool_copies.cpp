@@ -277,6 +277,7 @@ template <class T> void check_unary_ops(const Shape& shape) {
         {"cos", [&] { return cos(x); }, [](T a) { return std::cos(a); }},
         {"abs", [&] { return abs(x); }, [](T a) { return std::abs(a); }},
         {"neg", [&] { return -x; }, [](T a) { return -a; }},
+        {"sign", [&] { return sign(x); }, [](T a) { return a > T(0) ? T(1) : (a < T(0) ? T(-1) : T(0)); }},
         {"pow 1.7", [&] { return pow(x, 1.7); }, [](T a) { return std::pow(a, T(1.7)); }},
         {"pow 2", [&] { return pow(x, 2.0); }, [](T a) { return a * a; }},
         {"pow -0.5", [&] { return pow(x, -0.5); }, [](T a) { return T(1) / std::sqrt(a); }},
@@ -311,6 +312,28 @@ TEST_CASE("child: unary ops at and around the run sizes", "[.pool-unary-child]")
     for (const Shape& s : shapes) {
         check_unary_ops<float>(s);
         check_unary_ops<double>(s);
+    }
+}
+
+TEST_CASE("sign of NaN and of -0.0 is +0.0 and so is abs's gradient there, as torch's", "[pool-copies][sign]") {
+    // torch 1.13: sign([nan, -0., 0., -2., 3., inf, -inf]) = [0., 0., 0., -1., 1., 1., -1.], all
+    // zeros positive, and abs's gradient is the same; on a long run as on a short one.
+    for (Dtype d : {kFloat32, kFloat64}) {
+        for (std::size_t n : {std::size_t(7), 3 * kRun + 7}) {
+            INFO(dtype_name(d) << ", " << n << " elements");
+            std::vector<double> v(n);
+            const double in[] = {kNaN, -0.0, 0.0, -2.0, 3.0, kInf, -kInf}, want[] = {0, 0, 0, -1, 1, 1, -1};
+            for (std::size_t i = 0; i < n; ++i) v[i] = in[i % 7];
+            Tensor x = from_vector(v, {n}, kFloat64).to(d).requires_grad_();
+            abs(x).sum().backward();
+            for (const Tensor& t : {sign(x), x.grad()}) {
+                const std::vector<double> got = t.to(kFloat64).to_vector<double>();
+                std::size_t wrong = 0;
+                for (std::size_t i = 0; i < n; ++i)
+                    wrong += got[i] != want[i % 7] || std::signbit(got[i]) != std::signbit(want[i % 7]);
+                CHECK(wrong == 0);
+            }
+        }
     }
 }
 
