@@ -157,7 +157,8 @@ TEST_CASE("child: shape copies at and around the split sizes", "[.pool-copies-ch
             {{3, 5, 2185}, {2, 0, 1}},       {{3, 5, 2185}, {1, 2, 0}},       {{3, 5, 2185}, {0, 2, 1}},
             {{2, 64, 16, 17}, {0, 2, 1, 3}}, {{2, 64, 16, 17}, {3, 1, 2, 0}}, {{1, 33000, 1, 1}, {3, 2, 1, 0}},
             {{1, 1, T2 + 3}, {1, 0, 2}},     {{0, 40000}, {1, 0}},            {{40000}, {0}},
-            {{}, {}},                        {{5, 1, 7000}, {2, 1, 0}},       {{kGrain + 1, 2}, {1, 0}}};
+            {{}, {}},                        {{5, 1, 7000}, {2, 1, 0}},       {{kGrain + 1, 2}, {1, 0}},
+            {{T2 + 3, 2}, {1, 0}},           {{2, 1, 3, 1, 5, 1, 7, 157}, {7, 6, 5, 4, 3, 2, 1, 0}}};
         for (const auto& [s, perm] : perms) {
             const Tensor x = raw_input(s, d);
             Shape out;
@@ -173,7 +174,7 @@ TEST_CASE("child: shape copies at and around the split sizes", "[.pool-copies-ch
             check_copied(x.transpose(0, 2), x, out, src, "transpose(0, 2)");
             check_copied(x.transpose(-1, 0), x, out, src, "transpose(-1, 0)");
         }
-        // slice: runs of one element, runs cut by the chunks, empty results
+        // slice: runs of one element, runs cut by the chunks (strided ones too), empty results
         struct SliceCase {
             Shape s;
             long axis, start, end, step;
@@ -183,6 +184,9 @@ TEST_CASE("child: shape copies at and around the split sizes", "[.pool-copies-ch
                                             {{3 * T2 + 1}, 0, 0, static_cast<long>(3 * T2 + 1), 3},
                                             {{3, 21846}, 1, 1, 21846, 1},
                                             {{3, 21846}, 1, 1, 21846, 4},
+                                            {{6, 16385, 2}, 1, 1, 16385, 5},
+                                            {{2, 16385, 7}, 1, 3, 16385, 5},
+                                            {{2, 16385, 7}, 1, 3, 16385, 1},
                                             {{3, 21846}, 0, 1, 3, 1},
                                             {{40000, 1}, 0, 2, 40000, 1},
                                             {{6, 5462, 2}, 1, 3, 5462, 5},
@@ -203,14 +207,14 @@ TEST_CASE("child: shape copies at and around the split sizes", "[.pool-copies-ch
             check_copied(slice(x, c.axis, c.start, c.end, c.step), x, out, src,
                          fmt::format("slice({}, {}, {}, {}) of {}", c.axis, c.start, c.end, c.step, shape_str(c.s)));
         }
-        // split into pieces of 0, a chunk's worth and a few, and concat back, with empty pieces
-        // in between; bfloat16 splits only outside a graph, which these are
+        // split into pieces of 0, of a split's worth and of a few, and concat back, with empty
+        // pieces in between; bfloat16 splits only outside a graph, which these are
         struct SplitCase {
             Shape s;
             long axis;
             std::vector<long> sizes;
         };
-        const std::vector<SplitCase> splits{{{3 * kGrain + 1}, 0, {static_cast<long>(kGrain), 0, static_cast<long>(kGrain + 1), static_cast<long>(kGrain)}},
+        const std::vector<SplitCase> splits{{{3 * T2 + 1}, 0, {static_cast<long>(T2), 0, static_cast<long>(T2 + 1), static_cast<long>(T2)}},
                                             {{2, kGrain + 1}, 1, {0, static_cast<long>(kGrain), 1}},
                                             {{5, 3, 4369}, 1, {1, 0, 2}},
                                             {{5, 3, 4369}, 2, {4368, 1}},
