@@ -53,7 +53,8 @@ Tensor relu(const Tensor& a);
 Tensor gelu(const Tensor& a);
 Tensor sin(const Tensor& a);
 Tensor cos(const Tensor& a);
-/// -1, 0 or 1 by the sign of each element (NaN stays NaN); its gradient is 0, as torch's.
+/// -1, 0 or 1 by the sign of each element, 0 (+0.0) for NaN and -0.0 too, as torch 1.13's; its
+/// gradient is 0, as torch's.
 Tensor sign(const Tensor& a);
 /// |a|; the gradient is sign(a), so 0 at 0 (as torch). int64 gives int64 (no gradient).
 Tensor abs(const Tensor& a);

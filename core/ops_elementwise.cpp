@@ -44,14 +44,21 @@ xt::xarray<float> float_map(const xt::xarray<float>& x, FloatKernel kernel) {
 
 // y = fwd(x) for an elementwise xtensor expression fwd, evaluated on 1-D runs of x split over
 // the pool: each element's value is what fwd gives it on the whole array, for any thread count.
+// Each chunk goes in runs of at most kElementGrain, each assigned in place (assign, not `=`: `=`
+// on an adaptor evaluates into a temporary of the run's size from std::allocator first, the whole
+// tensor on one thread, and throws std::bad_alloc when that does not fit); pow's and clamp's fwd
+// build an xarray of their run, so short runs keep the op's memory close to its result's.
 template <class T, class Fwd> xt::xarray<T> expression_map(const xt::xarray<T>& x, Fwd fwd) {
     xt::xarray<T> y = xt::xarray<T>::from_shape(x.shape());
     const T* px = x.data();
     T* py = y.data();
     parallel_for(x.size(), kElementGrain, [&](std::size_t i0, std::size_t i1) {
-        const std::array<std::size_t, 1> run{i1 - i0};
-        auto out = xt::adapt(py + i0, i1 - i0, xt::no_ownership(), run);
-        out = fwd(xt::adapt(px + i0, i1 - i0, xt::no_ownership(), run));
+        for (std::size_t at = i0; at < i1; at += kElementGrain) {
+            const std::size_t len = std::min(kElementGrain, i1 - at);
+            const std::array<std::size_t, 1> run{len};
+            auto out = xt::adapt(py + at, len, xt::no_ownership(), run);
+            out.assign(fwd(xt::adapt(px + at, len, xt::no_ownership(), run)));
+        }
     });
     return y;
 }
@@ -542,9 +549,14 @@ Tensor sign(const Tensor& a) {
         xt::xarray<bool> r = bool_values(a);
         return make_leaf(Storage(std::move(r)));
     }
-    // A step: its gradient is 0 wherever it has one.
+    // A step: its gradient is 0 wherever it has one. Comparisons, as torch's: NaN and -0.0 give
+    // +0.0 (xt::sign keeps NaN and the zero's sign), and so abs's gradient there is 0.
     return unary(
-        "sign", a, kReadsNone, [](const auto& x) { return xt::sign(x); },
+        "sign", a, kReadsNone,
+        [](const auto& x) {
+            using T = value_t<decltype(x)>;
+            return xt::where(x > T(0), T(1), xt::where(x < T(0), T(-1), T(0)));
+        },
         [](const Tensor&, const Tensor&, const Tensor& g) { return zeros_like(g); });
 }
 
