@@ -46,6 +46,12 @@ void copy_runs(const T* src_values, T* dst_values, std::size_t rows, std::size_t
 // copy_runs's offset of a single run, or of every run of a contiguous whole.
 constexpr auto kAtStart = [](std::size_t) -> std::size_t { return 0; };
 
+// The offset in the sliced array of row r (r = o·count + j) of the `inner`-long rows a slice keeps:
+// indices from, from + stride, ... along the axis s splits at, count of them per outer index o.
+auto kept_rows(const axis_split& s, std::size_t from, std::size_t count, std::size_t stride) {
+    return [=](std::size_t r) { return (r / count * s.n + from + r % count * stride) * s.inner; };
+}
+
 std::string dims_str(const std::vector<long>& dims) {
     if (dims.size() == 1) return fmt::format("({},)", dims[0]);
     return fmt::format("({})", fmt::join(dims, ", "));
@@ -313,8 +319,7 @@ Tensor slice(const Tensor& a, long axis, long start, long end, long step) {
             copy_runs(src, y.data(), s.outer, count * s.inner, [&](std::size_t o) { return (o * s.n + from) * s.inner; },
                       [&](std::size_t o) { return o * count * s.inner; });
         else  // a row of `inner` per kept index j
-            copy_runs(src, y.data(), s.outer * count, s.inner,
-                      [&](std::size_t r) { return (r / count * s.n + from + r % count * stride) * s.inner; },
+            copy_runs(src, y.data(), s.outer * count, s.inner, kept_rows(s, from, count, stride),
                       [&](std::size_t r) { return r * s.inner; });
         return make_any_result<T>(
             std::move(y), {a}, "slice", Formula([ax, first, step](const GradArgs& in) -> std::vector<Tensor> {
@@ -342,7 +347,7 @@ Tensor slice_backward(const Tensor& g, const Shape& input_shape, long axis, long
         using T = typename decltype(tag)::type;
         xt::xarray<T> gx = xt::zeros<T>(input_shape);
         copy_runs(values<T>(g).data(), gx.data(), s.outer * count, s.inner, [&](std::size_t r) { return r * s.inner; },
-                  [&](std::size_t r) { return (r / count * s.n + from + r % count * stride) * s.inner; });
+                  kept_rows(s, from, count, stride));
         return make_result<T>(std::move(gx), {g}, op, Formula([ax, start, step](const GradArgs& in) -> std::vector<Tensor> {
             // The slice g was: its length along the axis fixes where it ended.
             const long m = static_cast<long>(in.inputs[0].shape()[ax]);
