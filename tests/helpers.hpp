@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <initializer_list>
 #include <limits>
 #include <string>
 #include <utility>
@@ -40,6 +41,30 @@ inline std::string run_this_binary(const std::string& env, const std::string& ta
     while (std::fgets(buf, sizeof buf, pipe)) out += buf;
     pclose(pipe);
     return out;
+}
+
+/// Runs the tests tagged `tag` in a child on each of `threads` (XGRAD_NUM_THREADS), for tests
+/// whose checks run in the child: each run must pass them all.
+inline void check_child_passes_on(const std::string& tag, std::initializer_list<int> threads) {
+    for (int n : threads) {
+        const std::string out = run_this_binary("XGRAD_NUM_THREADS=" + std::to_string(n), tag);
+        INFO("threads " << n << "\n" << out);
+        CHECK_THAT(out, Catch::Contains("All tests passed"));
+    }
+}
+
+/// The process's address space now (VmSize from /proc/self/status), in bytes: what an
+/// RLIMIT_AS for a child's out-of-memory test is set above.
+inline std::size_t address_space_bytes() {
+    std::FILE* f = std::fopen("/proc/self/status", "r");
+    REQUIRE(f);
+    char line[256];
+    std::size_t kib = 0;
+    while (std::fgets(line, sizeof line, f))
+        if (std::sscanf(line, "VmSize: %zu kB", &kib) == 1) break;
+    std::fclose(f);
+    REQUIRE(kib > 0);
+    return kib * 1024;
 }
 
 /// What the tests tagged `tag` write when run on 1 thread and on 3 (XGRAD_NUM_THREADS): a child

@@ -21,19 +21,6 @@ using namespace xgrad::test;
 
 namespace {
 
-// The process's address space now, from /proc/self/status, in bytes.
-std::size_t address_space_bytes() {
-    std::FILE* f = std::fopen("/proc/self/status", "r");
-    REQUIRE(f);
-    char line[256];
-    std::size_t kib = 0;
-    while (std::fgets(line, sizeof line, f))
-        if (std::sscanf(line, "VmSize: %zu kB", &kib) == 1) break;
-    std::fclose(f);
-    REQUIRE(kib > 0);
-    return kib * 1024;
-}
-
 // Copies split from 2 * 16,384 elements (ops_shape.cpp's kCopyGrain); expression_map's runs
 // are 8,192 (kElementGrain).
 constexpr std::size_t kGrain = 16384;
@@ -240,11 +227,7 @@ TEST_CASE("child: shape copies at and around the split sizes", "[.pool-copies-ch
 }
 
 TEST_CASE("shape copies at the split sizes are exact on 1 2 3 and 5 threads", "[pool-copies][threads]") {
-    for (int threads : {1, 2, 3, 5}) {
-        const std::string out = run_this_binary("XGRAD_NUM_THREADS=" + std::to_string(threads), "[.pool-copies-child]");
-        INFO("threads " << threads << "\n" << out);
-        CHECK_THAT(out, Catch::Contains("All tests passed"));
-    }
+    check_child_passes_on("[.pool-copies-child]", {1, 2, 3, 5});
 }
 
 // --- unary ops evaluated run by run -------------------------------------------------------------
@@ -342,11 +325,7 @@ TEST_CASE("sign of NaN and of -0.0 is +0.0 and so is abs's gradient there, as to
 }
 
 TEST_CASE("unary ops at the run sizes are each element's function on 1 2 3 and 5 threads", "[pool-copies][threads]") {
-    for (int threads : {1, 2, 3, 5}) {
-        const std::string out = run_this_binary("XGRAD_NUM_THREADS=" + std::to_string(threads), "[.pool-unary-child]");
-        INFO("threads " << threads << "\n" << out);
-        CHECK_THAT(out, Catch::Contains("All tests passed"));
-    }
+    check_child_passes_on("[.pool-unary-child]", {1, 2, 3, 5});
 }
 
 // --- callers inside a chunk and several callers at once ------------------------------------------

@@ -392,23 +392,6 @@ TEST_CASE("valid_lens of any value either resolve to a count of keys or throw", 
 
 // --- running out of memory in backward and on the pool's threads --------------------------
 
-namespace {
-
-// The process's address space now, from /proc/self/status, in bytes.
-std::size_t address_space_bytes() {
-    std::FILE* f = std::fopen("/proc/self/status", "r");
-    REQUIRE(f);
-    char line[256];
-    std::size_t kib = 0;
-    while (std::fgets(line, sizeof line, f))
-        if (std::sscanf(line, "VmSize: %zu kB", &kib) == 1) break;
-    std::fclose(f);
-    REQUIRE(kib > 0);
-    return kib * 1024;
-}
-
-}  // namespace
-
 TEST_CASE("child: backward runs out of memory", "[.child-backward-oom]") {
     // x·x and its sum fit; the backward's two gradients of 256 MiB do not.
     const std::size_t n = std::size_t(1) << 26;
