@@ -1,5 +1,7 @@
 #include "core/autocast.hpp"
 
+#include "core/node.hpp"
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstdint>
@@ -103,7 +105,7 @@ Bf16 to_bf16(const float* data, std::size_t n) {
 }
 
 Bf16 to_bf16(const Tensor& t) {
-    const float* data = t.const_data_ptr<float>();
+    const float* data = values<float>(t).data();  // a view's values, in its shape
     const std::size_t size = t.numel();
     const std::uint64_t version = t.version();
     auto same = [&](const RememberedCopy& r) {

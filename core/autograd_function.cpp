@@ -158,7 +158,7 @@ void check_output_anomaly(const char* name, std::size_t i, const Tensor& t) {
                 }
             }
         },
-        t.node().data);
+        t.node().data());
 }
 
 }  // namespace
@@ -259,14 +259,14 @@ std::vector<Tensor> AutogradContext::State::unpack() const {
                 if (!e.copy.defined())
                     throw Error(fmt::format("{} backward: output {} was saved for backward and no longer exists",
                                             name, e.slot));
-                t = make_leaf(e.copy.node().data);
+                t = make_leaf(e.copy.node().data());
                 if (auto fn = node.lock()) link_output(t.node(), Tensor(std::move(fn)), e.slot, name);
                 out.push_back(std::move(t));
                 continue;
             }
         }
         const Node& n = t.node();
-        if (n.version != e.version) {
+        if (n.version() != e.version) {
             const std::string what = !e.tensor.defined() ? fmt::format("output {}", e.slot)
                                      : contains(inputs, e.tensor)
                                          ? fmt::format("an input")
@@ -274,8 +274,8 @@ std::vector<Tensor> AutogradContext::State::unpack() const {
             throw Error(fmt::format("{} backward: saved tensor {} ({}, of shape {}) was modified in place after "
                                     "{}'s forward saved it (version {} -> {}{}); clone it before changing it, or "
                                     "call backward first",
-                                    name, j, what, shape_str(n.shape), name, e.version, n.version,
-                                    *n.last_write ? fmt::format(", last through {}", n.last_write) : ""));
+                                    name, j, what, shape_str(n.shape), name, e.version, n.version(),
+                                    *n.storage->last_write ? fmt::format(", last through {}", n.storage->last_write) : ""));
         }
         out.push_back(std::move(t));
     }
@@ -311,16 +311,13 @@ std::vector<Tensor> AutogradContext::State::finish(const std::shared_ptr<Autogra
         differentiable[i] = recording && is_floating(o.dtype()) && !contains(non_differentiable, o);
         // An output becomes this function's own tensor: an input returned as it is (not marked
         // dirty), one returned twice, or one with a graph of its own is copied first.
-        if (!is_dirty[i] && (repeated || contains(inputs, o) || o.requires_grad())) o = make_leaf(o.node().data);
+        if (!is_dirty[i] && (repeated || contains(inputs, o) || o.requires_grad())) o = make_leaf(o.node().data());
         if (detect_anomaly_enabled()) check_output_anomaly(name, i, o);
         output_info[i] = info_of(o);
     }
     if (!recording) {
         for (std::size_t i = 0; i < k; ++i)
-            if (is_dirty[i]) {
-                ++outputs[i].node().version;
-                outputs[i].node().last_write = name;
-            }
+            if (is_dirty[i]) outputs[i].node().bump_version(name);
         return outputs;
     }
 
@@ -354,8 +351,7 @@ std::vector<Tensor> AutogradContext::State::finish(const std::shared_ptr<Autogra
         if (!is_dirty[i]) continue;
         Node& x = outputs[i].node();
         if (!differentiable[i]) {  // an int64 buffer changed in place: no history to move
-            ++x.version;
-            x.last_write = name;
+            x.bump_version(name);
             continue;
         }
         past[i] = split_history(x, empty_storage(x.dtype()));
@@ -385,13 +381,13 @@ std::vector<Tensor> AutogradContext::State::finish(const std::shared_ptr<Autogra
         Saved e;
         if (t.defined()) {
             e.defined = true;
-            e.version = t.node().version;
+            e.version = t.node().version();
             std::size_t i = 0;
             while (i < k && !(differentiable[i] && outputs[i].is_same(t))) ++i;
             if (i < k) {
                 e.output = t.node_ptr();
                 e.slot = i;
-                if (k > 1) e.copy = make_leaf(t.node().data);
+                if (k > 1) e.copy = make_leaf(t.node().data());
             } else {
                 e.tensor = t;
             }
@@ -436,7 +432,7 @@ std::vector<Tensor> AutogradContext::State::run_backward(AutogradContext& ctx, c
     if (refuse_twice && !depends.empty())
         for (Tensor& g : result) {
             if (!g.defined()) continue;
-            Tensor wrapped = make_leaf(g.node().data);
+            Tensor wrapped = make_leaf(g.node().data());
             wrapped.node().op = name;
             const char* who = name;
             link_node(wrapped.node(), depends, Formula([who](const GradArgs&) -> std::vector<Tensor> {

@@ -15,9 +15,8 @@ namespace xgrad {
 /// as itself. Copy loops over any dtype read and write through pointers to it.
 template <class T> using moved_t = std::conditional_t<std::is_same_v<T, bool>, std::uint8_t, T>;
 
-/// The bytes of bool tensor t (its dtype must be bool), one per element, row-major.
-inline const std::uint8_t* bool_bytes(const Tensor& t) {
-    return reinterpret_cast<const std::uint8_t*>(t.const_data_ptr<bool>());
-}
+/// The bytes of bool tensor t (its dtype must be bool), one per element, row-major (a view's
+/// read as its values: core/views.cpp).
+const std::uint8_t* bool_bytes(const Tensor& t);
 
 }  // namespace xgrad

@@ -23,7 +23,8 @@ GradcheckResult gradcheck(const GradcheckFn& f, const std::vector<Tensor>& input
     std::vector<bool> checked;
     for (const Tensor& in : inputs) {
         const bool check = in.requires_grad() && is_floating(in.dtype());
-        Tensor leaf = is_floating(in.dtype()) ? cast(in.detach(), kFloat64).detach() : in.detach();
+        // clone: detach shares the caller's storage, which the differences write into.
+        Tensor leaf = (is_floating(in.dtype()) ? cast(in.detach(), kFloat64).detach() : in.detach()).clone();
         if (check) leaf.requires_grad_(true);
         x.push_back(leaf);
         checked.push_back(check);
@@ -88,7 +89,7 @@ GradcheckResult gradgradcheck(const GradcheckFn& f, const std::vector<Tensor>& i
     for (std::size_t i = 0; i < inputs.size(); ++i) {
         const Tensor& in = inputs[i];
         if (in.requires_grad() && is_floating(in.dtype())) checked.push_back(i);
-        x.push_back(is_floating(in.dtype()) ? cast(in.detach(), kFloat64).detach() : in.detach());
+        x.push_back((is_floating(in.dtype()) ? cast(in.detach(), kFloat64).detach() : in.detach()).clone());
     }
     Shape out_shape;
     {

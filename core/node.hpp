@@ -67,9 +67,39 @@ struct Saves {
     constexpr bool reads_input(std::size_t i) const { return i >= 32 || (inputs >> i & 1u); }
 };
 
-struct Node {
+/// The memory a tensor shares with its views (torch's StorageImpl): one row-major buffer in the
+/// shape of the tensor that made it, and the count of in-place writes to it. A base and all its
+/// views hold one StorageImpl, so a write through any of them is seen by every op that saved
+/// another (one version counter per storage, as torch's).
+struct StorageImpl {
+    explicit StorageImpl(Storage values) : data(std::move(values)) {}
     Storage data;
-    Shape shape;                   // cached copy of data's shape (the handle returns a reference)
+    std::uint64_t version = 0;     // bumped by every in-place write (set_data, data_ptr, in-place ops)
+    const char* last_write = "";   // the accessor of the latest in-place write, for the stale-graph error
+};
+
+/// Where a view's elements sit in its base's storage (torch's sizes, strides and storage
+/// offset); the shape is the node's own. See core/views.cpp.
+struct ViewOf {
+    std::shared_ptr<Node> base;          // the tensor that made the storage (never a view itself)
+    std::vector<std::int64_t> strides;   // in elements, one per axis; 0 along an expanded axis
+    std::int64_t offset = 0;             // of element (0, ..., 0), in elements
+    bool row_major = false;              // strides are the shape's row-major ones: no gaps, no repeats
+    std::uint32_t base_history = 0;      // base's history when this view's graph edge was made
+    bool made_without_grad = false;      // made with gradients off from a base that requires grad
+    bool multi_output = false;           // one of several views one node returned (split, chunk)
+    // The elements in the view's shape for kernels that read an xarray: for a row-major view an
+    // xarray over the base's own buffer (no copy), else a copy taken at `snapshot_version`.
+    std::mutex mutex;
+    std::unique_ptr<Storage> snapshot;
+    const void* snapshot_at = nullptr;   // the base buffer the snapshot was taken from
+    std::uint64_t snapshot_version = 0;
+};
+
+struct Node {
+    std::shared_ptr<StorageImpl> storage;
+    std::unique_ptr<ViewOf> view;  // set when this tensor is a view of another's storage
+    Shape shape;                   // the tensor's shape (the handle returns a reference)
     Tensor grad;                   // what .grad() hands out (the same handle): leaves and retained non-leaves
     // Guards `grad` (the handle, and the values a backward adds into): two threads' backward
     // passes may accumulate into one shared leaf at once, as torch's AccumulateGrad allows.
@@ -84,10 +114,10 @@ struct Node {
     bool graph_freed = false;      // backward ran without retain_graph: its formula and parents are gone
     bool freed_by_failure = false; // ... by a backward that then threw part way (for its message)
     bool overwritten = false;      // a past history (see `past`): its output was written in place since
+    bool advanced_index = false;   // made by index() with a tensor or list index: a copy, which
+                                   // assigning to as a temporary would write alone (refused)
     const char* op = "";           // name of the op that made it ("" for leaves)
-    std::uint64_t version = 0;     // bumped by every in-place write (set_data, data_ptr, in-place ops)
     std::uint64_t layout_version = 0;  // bumped by a set_data that changes the shape or the dtype
-    const char* last_write = "";   // the accessor of the latest in-place write, for the stale-graph error
     std::uint64_t seq = 0;         // creation order (which nodes an in-place op made)
     std::vector<Tensor> parents;   // inputs of the op, in argument order
     // For each parent, the history it had when this op read it (an in-place op on it since
@@ -111,23 +141,41 @@ struct Node {
     std::vector<std::pair<std::uint64_t, std::function<Tensor(const Tensor&)>>> grad_hooks;
     std::vector<std::pair<std::uint64_t, std::function<void(Tensor&)>>> post_grad_hooks;  // leaves only
 
+    /// A tensor owning `values` (a storage of its own).
     explicit Node(Storage values);
+    /// A tensor that is no view over `shared`, another tensor's storage (detach).
+    explicit Node(std::shared_ptr<StorageImpl> shared);
+    /// A view of `base`'s storage: `shape`, `strides` and `offset` are checked by the caller.
+    Node(const std::shared_ptr<Node>& base, Shape shape, std::vector<std::int64_t> strides, std::int64_t offset);
     Node(const Node&) = delete;
     Node& operator=(const Node&) = delete;
     /// Releases long parent chains iteratively: a recursive destructor would overflow the
     /// stack on graphs with a very long path (an RNN unrolled for 100k steps).
     ~Node();
 
-    Dtype dtype() const { return static_cast<Dtype>(data.index()); }
+    Dtype dtype() const { return static_cast<Dtype>(storage->data.index()); }
+    std::uint64_t version() const { return storage->version; }
+    /// Counts an in-place write to the storage, through `how` (for the stale-graph error).
+    void bump_version(const char* how) {
+        ++storage->version;
+        storage->last_write = how;
+    }
+    /// The elements in this tensor's shape, row-major: the storage itself for a tensor that is
+    /// no view, else an xarray over the base's buffer (row-major views) or a copy of the
+    /// elements taken since the storage's last write. For reading: a write into it is lost
+    /// for a view.
+    const Storage& data() const;
+    /// The storage of a tensor that is no view, to write into (throws for a view).
+    Storage& own_data();
 };
 
 /// Throws "<op>: dtypes differ: float32 and float64 (convert one with .to())".
 void check_same_dtype(const char* op, const Tensor& a, const Tensor& b);
 
 /// The typed values of a node or tensor (the dtype must be T: callers dispatch first).
-template <class T> xt::xarray<T>& values(Node& n) { return std::get<xt::xarray<T>>(n.data); }
+template <class T> xt::xarray<T>& values(Node& n) { return std::get<xt::xarray<T>>(n.own_data()); }
 template <class T> const xt::xarray<T>& values(const Tensor& t) {
-    return std::get<xt::xarray<T>>(t.node().data);
+    return std::get<xt::xarray<T>>(t.node().data());
 }
 
 inline bool GradArgs::needs(std::size_t i) const { return i < inputs.size() && inputs[i].requires_grad(); }

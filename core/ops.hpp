@@ -178,8 +178,11 @@ Tensor cumsum(const Tensor& a, long axis);
 /// the elements that tie for the result, as torch; for p = 0 it is 0.
 Tensor norm(const Tensor& a, double p = 2, const IntList& axes = {}, bool keepdims = false);
 
-// --- shape (ops_shape.cpp): any dtype; gradients for float inputs ------------------------
-// Every result is a contiguous row-major copy; backward undoes the move (nothing saved).
+// --- shape (ops_shape.cpp, views in ops_view.cpp): any dtype; gradients for float inputs -
+// reshape (when the strides allow), permute, transpose, unsqueeze, squeeze, slice, expand,
+// narrow, select, split, chunk, unbind, flatten, diagonal and unfold return views that share
+// the input's storage (a write through one lands in the input, as torch's); concat, stack,
+// repeat and tril/triu make new contiguous tensors. Backward undoes the move (nothing saved).
 
 /// New shape with the same element count; one entry may be -1 (inferred).
 Tensor reshape(const Tensor& a, const IntList& shape);
@@ -221,6 +224,16 @@ std::vector<Tensor> split(const Tensor& a, long split_size, long axis = 0);
 std::vector<Tensor> split(const Tensor& a, const IntList& sizes, long axis = 0);
 /// At most `chunks` pieces of ceil(n / chunks), as torch.chunk (so possibly fewer).
 std::vector<Tensor> chunk(const Tensor& a, long chunks, long axis = 0);
+/// Axes start_dim..end_dim merged into one (torch.flatten): a view when the strides allow.
+Tensor flatten(const Tensor& a, long start_dim = 0, long end_dim = -1);
+/// Every axis of length 1 removed (torch.squeeze without a dim): a view.
+Tensor squeeze(const Tensor& a);
+/// The diagonal of axes dim1 and dim2 as the last axis (torch.diagonal): a view.
+Tensor diagonal(const Tensor& a, long offset = 0, long dim1 = 0, long dim2 = 1);
+/// The view with `size`, `stride` and storage offset `offset` (torch.as_strided; refused unless
+/// every element lies inside a's storage; default offset: a's own).
+Tensor as_strided(const Tensor& a, const IntList& size, const IntList& stride,
+                  std::optional<std::int64_t> offset = std::nullopt);
 /// The lower (tril) / upper (triu) triangle of the last two axes, the rest zeroed: element
 /// (i, j) kept when j − i ≤ k (tril) or j − i ≥ k (triu). Any dtype; ≥ 2-D.
 Tensor tril(const Tensor& a, long k = 0);

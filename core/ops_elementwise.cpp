@@ -718,7 +718,7 @@ Tensor cast(const Tensor& a, Dtype d) {
                     return xt::xarray<To>(xt::cast<To>(x));
                 }
             },
-            a.node().data);
+            a.node().data());
         if constexpr (std::is_floating_point_v<To>) {
             if (is_floating(a.dtype()))
                 return make_result<To>(std::move(y), {a}, "cast", Formula([](const GradArgs& in) -> std::vector<Tensor> {

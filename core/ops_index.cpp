@@ -11,6 +11,7 @@
 #include "core/int_arith.hpp"
 #include "core/ops.hpp"
 #include "core/ops_util.hpp"
+#include "core/views.hpp"
 
 namespace xgrad {
 
@@ -635,20 +636,54 @@ Tensor TensorIndex::list_tensor(const std::vector<long>& list) {
     return from_vector(std::vector<std::int64_t>(list.begin(), list.end()), Shape{list.size()});
 }
 
-Tensor Tensor::select_index(long i) const {
-    if (!defined()) throw Error("index: t[i] on an undefined tensor");
-    if (dim() == 0) throw Error(fmt::format("index: t[{}] on a 0-d tensor (it has no axis to index)", i));
-    return index_values({i});
+namespace {
+
+// t.index(indices) with integers, slices, None and Ellipsis only (plan_index has checked them):
+// a view, one view op per index.
+Tensor basic_index_view(const Tensor& t, const std::vector<TensorIndex>& indices) {
+    std::size_t consumed = 0;
+    for (const TensorIndex& i : indices)
+        if (i.kind() == TensorIndex::Kind::integer || i.kind() == TensorIndex::Kind::slice) ++consumed;
+    Tensor r = t;
+    long axis = 0;  // the axis of r the next index applies to
+    for (const TensorIndex& i : indices) {
+        switch (i.kind()) {
+            case TensorIndex::Kind::integer: r = select(r, axis, i.integer()); break;
+            case TensorIndex::Kind::slice: {
+                const indexing::Slice& s = i.slice();
+                const long n = static_cast<long>(r.shape()[static_cast<std::size_t>(axis)]);
+                r = slice(r, axis, s.start.set ? s.start.value : 0, s.stop.set ? s.stop.value : n, s.step);
+                ++axis;
+                break;
+            }
+            case TensorIndex::Kind::none: r = unsqueeze(r, axis++); break;
+            case TensorIndex::Kind::ellipsis: axis += static_cast<long>(t.shape().size() - consumed); break;
+            case TensorIndex::Kind::tensor: break;  // not here
+        }
+    }
+    // No index that moves anything (t.index({}), t.index({Ellipsis})) is still a view, as torch's t[...].
+    if (r.is_same(t))
+        r = make_view(t, geometry_of(t.node()), "alias", Formula([](const GradArgs& in) -> std::vector<Tensor> {
+                          return {in.grad()};
+                      }));
+    return r;
 }
 
-Tensor Tensor::index_values(const std::vector<TensorIndex>& indices) const {
+}  // namespace
+
+Tensor Tensor::index(const std::vector<TensorIndex>& indices) const {
     constexpr const char* op = "index";
     if (!defined()) throw Error("index: an undefined tensor cannot be indexed");
     const IndexPlan plan = plan_index(op, shape(), indices);
     if (!plan.advanced.empty()) {
         const Picks picks = resolve(op, shape(), plan);
-        return take_flat(op, *this, picks.at, picks.shape);
+        Tensor picked = take_flat(op, *this, picks.at, picks.shape);
+        picked.node().advanced_index = true;
+        return picked;
     }
+    bool integer_tensor = false;  // a 0-d int64 tensor index counts as an integer: copied, as before
+    for (const TensorIndex& i : indices) integer_tensor = integer_tensor || i.kind() == TensorIndex::Kind::tensor;
+    if (!integer_tensor) return as_call(op, [&] { return basic_index_view(*this, indices); });
     checked_numel(op, plan.shape);
     const AllocContext context(op, plan.shape);
     return dispatch_all(dtype(), [&](auto tag) {
@@ -736,11 +771,12 @@ const Tensor& put_in_place(const char* op, const Tensor& self, const FlatOffsets
     {
         NoGradGuard no_grad;
         v = as_call(op, [&] { return fit_value(value, picked, self.dtype()); });  // errors name op, not its cast
-        if (v.is_same(self)) v = v.clone();  // never read the storage being written
+        if (v.is_alias_of(self)) v = v.clone();  // never read the storage being written
     }
     dispatch_all(self.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
-        put_values<T>(self.mutable_data_ptr<T>(), v.const_data_ptr<T>(), *at, accumulate);  // bumps the version
+        const T* src = values<T>(v).data();
+        write_row_major<T>(op, self, [&](T* dst) { put_values<T>(dst, src, *at, accumulate); });  // bumps the version
     });
     return self;
 }
@@ -776,13 +812,14 @@ const Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, const 
     {
         NoGradGuard no_grad;
         v = as_call(op, [&] { return fit_value(value, plan.shape, dtype()); });  // errors name op, not its cast
-        if (v.is_same(*this)) v = v.clone();  // never read the storage being written
+        if (v.is_alias_of(*this)) v = v.clone();  // never read the storage being written
     }
     dispatch_all(dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
-        const T* src = v.const_data_ptr<T>();
-        T* dst = mutable_data_ptr<T>();  // bumps the version
-        for_each_pick(plan, [&](std::size_t d, std::size_t s) { dst[s] = src[d]; });
+        const T* src = values<T>(v).data();
+        write_row_major<T>(op, *this, [&](T* dst) {  // bumps the version
+            for_each_pick(plan, [&](std::size_t d, std::size_t s) { dst[s] = src[d]; });
+        });
     });
     return *this;
 }
@@ -935,7 +972,8 @@ const Tensor& scatter_reduce_in_place(const Tensor& self, long axis, const Tenso
     }
     dispatch_all(self.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
-        std::copy_n(out.const_data_ptr<T>(), out.numel(), self.mutable_data_ptr<T>());  // bumps the version
+        const T* src = values<T>(out).data();
+        write_row_major<T>(op, self, [&](T* dst) { std::copy_n(src, out.numel(), dst); });  // bumps the version
     });
     return self;
 }

@@ -9,6 +9,7 @@
 #include "core/node.hpp"
 #include "core/ops.hpp"
 #include "core/ops_util.hpp"
+#include "core/views.hpp"
 
 namespace xgrad {
 
@@ -32,28 +33,16 @@ void check_in_place_defined(const char* op, const Tensor& t, const char* arg) {
                                     : ""));
 }
 
-// The values `r` copied into t's own storage (same shape and dtype), as a write: every handle,
-// and any pointer into the storage, sees them.
-void write_values(const char* op, const Tensor& t, const Tensor& r) {
-    Node& n = t.node();
-    if (&n != &r.node()) {
-        std::visit(
-            [&](auto& dst) {
-                using A = std::decay_t<decltype(dst)>;
-                const A& src = std::get<A>(r.node().data);
-                std::copy(src.data(), src.data() + src.size(), dst.data());
-            },
-            n.data);
-    }
-    ++n.version;
-    n.last_write = op;
-}
+// The values `r` copied into t's storage (same shape and dtype; at a view's positions in its
+// base), as a write: every handle, every view and any pointer into the storage sees them.
+void write_values(const char* op, const Tensor& t, const Tensor& r) { write_into_storage(op, t, r); }
 
 // Runs in-place op `op` on self: `compute(self, others)` gives the new value out of place (of a
 // shape that must be self's, of a dtype cast back to self's, checked by can_cast when `checked`).
 const Tensor& in_place(const char* op, const Tensor& self, std::vector<Tensor> others, bool checked,
                        const Compute& compute) {
     check_in_place_defined(op, self, "the tensor written to");
+    check_no_internal_overlap(op, self);
     for (const Tensor& o : others) {
         check_in_place_defined(op, o, "the operand");
         if (!broadcastable_to(o.shape(), self.shape()))
@@ -213,17 +202,39 @@ const Tensor& Tensor::zero_() const {
                     [](const Tensor& a, const std::vector<Tensor>&) { return copy_into(a, scalar_tensor(Scalar(0))); });
 }
 
+namespace {
+// A write into a temporary that advanced indexing made would land in the copy alone, as in
+// LibTorch, where it is silently lost: refused, naming what writes into the tensor indexed.
+const Tensor& written_temporary(const char* how, const Tensor& t) {
+    if (t.defined() && t.node().advanced_index)
+        throw Error(fmt::format("index: `t.index({{...}}) {} v` with a tensor, list or mask index would write into "
+                                "a copy (advanced indexing copies, as torch's), not into t; write "
+                                "t.index_put_({{...}}, v) (torch's t[mask] = v), or hold the copy in a named tensor",
+                                how));
+    return t;
+}
+}  // namespace
+
 Tensor& Tensor::operator=(const Tensor& src) && {
-    copy_(src);
+    written_temporary("=", *this).copy_(src);
     return *this;
 }
 
 Tensor& Tensor::operator=(Scalar value) && {
-    fill_(value);
+    written_temporary("=", *this).fill_(value);
     return *this;
 }
 
 // --- the compound operators --------------------------------------------------------------------
+
+const Tensor& operator+=(Tensor&& a, const Tensor& b) { return written_temporary("+=", a).add_(b); }
+const Tensor& operator-=(Tensor&& a, const Tensor& b) { return written_temporary("-=", a).sub_(b); }
+const Tensor& operator*=(Tensor&& a, const Tensor& b) { return written_temporary("*=", a).mul_(b); }
+const Tensor& operator/=(Tensor&& a, const Tensor& b) { return written_temporary("/=", a).div_(b); }
+const Tensor& operator+=(Tensor&& a, Scalar s) { return written_temporary("+=", a).add_(s); }
+const Tensor& operator-=(Tensor&& a, Scalar s) { return written_temporary("-=", a).sub_(s); }
+const Tensor& operator*=(Tensor&& a, Scalar s) { return written_temporary("*=", a).mul_(s); }
+const Tensor& operator/=(Tensor&& a, Scalar s) { return written_temporary("/=", a).div_(s); }
 
 const Tensor& operator+=(const Tensor& a, const Tensor& b) { return a.add_(b); }
 const Tensor& operator-=(const Tensor& a, const Tensor& b) { return a.sub_(b); }

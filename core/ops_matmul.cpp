@@ -12,6 +12,7 @@
 #include "core/broadcast.hpp"
 #include "core/ops_util.hpp"
 #include "core/ops.hpp"
+#include "core/views.hpp"
 #include "core/runtime/parallel.hpp"
 
 namespace xgrad {
@@ -409,9 +410,37 @@ Tensor product(const char* op, const char* grad_op, const Tensor& a, const Tenso
 
 }  // namespace
 
+namespace {
+
+// Whether t's last two axes are swapped against a row-major layout (x.t(), k.transpose(1, 2) of
+// a contiguous k): then its transpose is a row-major view, which gemm reads in place with its
+// transpose flag, and the product makes no copy of it.
+bool transposed_layout(const Tensor& t) {
+    if (t.dim() < 2 || t.is_contiguous()) return false;
+    Shape shape = t.shape();
+    std::vector<std::int64_t> strides = t.strides();
+    std::swap(shape[shape.size() - 1], shape[shape.size() - 2]);
+    std::swap(strides[strides.size() - 1], strides[strides.size() - 2]);
+    return is_contiguous_layout(shape, strides);
+}
+
+// matmul or bmm (`op`) of operands of two or more axes, a transposed operand read in place.
+Tensor product_of_views(const char* op, const char* grad_op, const Tensor& a, const Tensor& b) {
+    const bool ta = transposed_layout(a), tb = transposed_layout(b);
+    if (!ta && !tb) return product(op, grad_op, a, b, plan_matmul(op, a.shape(), b.shape()));
+    const Tensor x = ta ? a.transpose(-2, -1) : a, y = tb ? b.transpose(-2, -1) : b;
+    Plan p = plan_product(op, x.shape(), y.shape(), ta, tb, 1.0, a.shape(), b.shape());
+    p.out_shape.push_back(a.size(-2));
+    p.out_shape.push_back(b.size(-1));
+    return product(op, grad_op, x, y, std::move(p));
+}
+
+}  // namespace
+
 Tensor matmul(const Tensor& a, const Tensor& b) {
     check_defined("matmul", a, "a");
     check_defined("matmul", b, "b");
+    if (a.dim() >= 2 && b.dim() >= 2) return product_of_views("matmul", "matmul_backward", a, b);
     return product("matmul", "matmul_backward", a, b, plan_matmul("matmul", a.shape(), b.shape()));
 }
 
@@ -426,7 +455,7 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
     if (sa[0] != sb[0])
         throw Error(fmt::format("bmm: batch sizes differ: shapes {} and {} ({} != {})", shape_str(sa),
                                 shape_str(sb), sa[0], sb[0]));
-    return product("bmm", "bmm_backward", a, b, plan_matmul("bmm", sa, sb));
+    return product_of_views("bmm", "bmm_backward", a, b);
 }
 
 namespace {

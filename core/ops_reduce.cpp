@@ -86,7 +86,7 @@ Tensor reduce_sum(const char* op, const Tensor& a, const std::vector<std::size_t
                 if constexpr (std::is_same_v<std::decay_t<decltype(x)>, xt::xarray<bool>>) return wrapped(bool_values(a));
                 else return wrapped(x);
             },
-            a.node().data);
+            a.node().data());
         r.reshape(out_shape);
         return make_leaf(Storage(std::move(r)));
     }

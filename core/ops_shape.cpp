@@ -10,6 +10,7 @@
 #include "core/int_arith.hpp"
 #include "core/ops.hpp"
 #include "core/ops_util.hpp"
+#include "core/views.hpp"
 
 namespace xgrad {
 
@@ -22,9 +23,8 @@ namespace {
 constexpr std::size_t kCopyGrain = std::size_t(1) << 14;
 
 // Copies `rows` runs of `run` elements, run r from src + src_at(r) to dst + dst_at(r) (offsets
-// in elements), split over the pool by element so that one long run (reshape's) splits too.
-// xgrad has no views, so every reshape, split, transpose and slice of a composed model copies,
-// in its forward and its backward; on one thread the others would wait out every copy.
+// in elements), split over the pool by element so that one long run splits too: concat and the
+// slices' gradients copy in every backward, and on one thread the others would wait them out.
 template <class T, class SrcAt, class DstAt>
 void copy_runs(const T* src_values, T* dst_values, std::size_t rows, std::size_t run, SrcAt src_at, DstAt dst_at) {
     using M = moved_t<T>;
@@ -57,93 +57,95 @@ std::string dims_str(const std::vector<long>& dims) {
     return fmt::format("({})", fmt::join(dims, ", "));
 }
 
-// The same values under another shape (reshape, squeeze, unsqueeze).
+// The strides that show a tensor of `shape` and `strides` as one of `to` without moving an
+// element, or none when no strides can (an axis of `to` would span two of the strides'
+// runs): torch's computeStride. Axes of length 1 take the stride their neighbour gives.
+std::optional<std::vector<std::int64_t>> view_strides(const Shape& shape, const std::vector<std::int64_t>& strides,
+                                                      const Shape& to) {
+    std::size_t numel = 1;
+    for (std::size_t s : shape) numel *= s;
+    if (numel == 0 || shape.empty()) return contiguous_strides(to);
+    std::vector<std::int64_t> out(to.size());
+    long view_d = static_cast<long>(to.size()) - 1;
+    std::int64_t chunk_base = strides.back();
+    std::size_t tensor_numel = 1, view_numel = 1;
+    for (long d = static_cast<long>(shape.size()) - 1; d >= 0; --d) {
+        tensor_numel *= shape[static_cast<std::size_t>(d)];
+        const bool run_ends =
+            d == 0 || (shape[static_cast<std::size_t>(d - 1)] != 1 &&
+                       strides[static_cast<std::size_t>(d - 1)] != static_cast<std::int64_t>(tensor_numel) * chunk_base);
+        if (!run_ends) continue;
+        while (view_d >= 0 && (view_numel < tensor_numel || to[static_cast<std::size_t>(view_d)] == 1)) {
+            out[static_cast<std::size_t>(view_d)] = static_cast<std::int64_t>(view_numel) * chunk_base;
+            view_numel *= to[static_cast<std::size_t>(view_d)];
+            --view_d;
+        }
+        if (view_numel != tensor_numel) return std::nullopt;
+        if (d > 0) {
+            chunk_base = strides[static_cast<std::size_t>(d - 1)];
+            tensor_numel = view_numel = 1;
+        }
+    }
+    if (view_d != -1) return std::nullopt;
+    return out;
+}
+
+// The same elements under another shape (reshape, view, squeeze, unsqueeze, flatten): a view,
+// of a contiguous copy when a's strides cannot show the new shape (refused for `view`).
 Tensor reshaped(const char* op, const Tensor& a, const Shape& shape) {
-    const AllocContext context(op, shape);
-    return dispatch_all(a.dtype(), [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        xt::xarray<T> y = xt::xarray<T>::from_shape(shape);
-        copy_runs(values<T>(a).data(), y.data(), 1, y.size(), kAtStart, kAtStart);
-        return make_any_result<T>(std::move(y), {a}, op, Formula([op](const GradArgs& in) -> std::vector<Tensor> {
-            return {reshaped(op, in.grad(), in.inputs[0].shape())};
-        }), Saves::none());
-    });
+    Geometry g = geometry_of(a.node());
+    std::optional<std::vector<std::int64_t>> strides = view_strides(g.shape, g.strides, shape);
+    Tensor src = a;
+    if (!strides) {
+        if (std::string_view(op) == "view")
+            throw Error(fmt::format("view: the shape {} cannot be viewed as {}: its strides ({}) put an axis of the "
+                                    "result across two runs of memory; use reshape, which copies then (or call "
+                                    "contiguous() first)",
+                                    shape_str(a.shape()), shape_str(shape), fmt::join(g.strides, ", ")));
+        src = a.contiguous();
+        g = geometry_of(src.node());
+        strides = contiguous_strides(shape);
+    }
+    return make_view(src, {shape, std::move(*strides), g.offset}, op, Formula([op](const GradArgs& in) -> std::vector<Tensor> {
+        return {reshaped(std::string_view(op) == "view" ? "reshape" : op, in.grad(), in.inputs[0].shape())};
+    }));
 }
 
-// Contiguous copy with output axis d taken from input axis perm[d]. One odometer over the
-// outer output axes, a strided (often unit-stride) run along the last one.
-template <class T> xt::xarray<T> permuted(const xt::xarray<T>& x, const std::vector<std::size_t>& perm) {
-    const std::size_t rank = perm.size();
-    const Shape in_shape = shape_of(x);
-    const auto in_strides = row_major_strides(in_shape);
-    Shape out_shape(rank);
-    std::vector<std::size_t> src_stride(rank);
-    for (std::size_t d = 0; d < rank; ++d) {
-        out_shape[d] = in_shape[perm[d]];
-        src_stride[d] = in_strides[perm[d]];
-    }
-    xt::xarray<T> y = xt::xarray<T>::from_shape(out_shape);
-    if (std::is_sorted(perm.begin(), perm.end())) {
-        copy_runs(x.data(), y.data(), 1, y.size(), kAtStart, kAtStart);
-        return y;
-    }
-    if (y.size() == 0) return y;
-    using M = moved_t<T>;
-    const M* src = reinterpret_cast<const M*>(x.data());
-    M* dst = reinterpret_cast<M*>(y.data());
-    const std::size_t last = rank - 1;
-    const std::size_t run = out_shape[last];
-    const std::size_t step = src_stride[last];
-    // Output rows [first, end): the odometer over the outer axes starts at row `first`'s index.
-    auto rows_of = [&](std::size_t first, std::size_t end) {
-        std::vector<std::size_t> idx(rank, 0);
-        std::size_t offset = 0;
-        for (std::size_t d = last, r = first; d-- > 0;) {
-            idx[d] = r % out_shape[d];
-            r /= out_shape[d];
-            offset += idx[d] * src_stride[d];
-        }
-        M* out = dst + first * run;
-        for (std::size_t r = first; r < end; ++r) {
-            const M* s = src + offset;
-            if (step == 1) std::copy(s, s + run, out);
-            else
-                for (std::size_t j = 0; j < run; ++j) out[j] = s[j * step];
-            out += run;
-            for (std::size_t d = last; d-- > 0;) {
-                offset += src_stride[d];
-                if (++idx[d] < out_shape[d]) break;
-                offset -= src_stride[d] * out_shape[d];
-                idx[d] = 0;
-            }
-        }
-    };
-    const std::size_t rows = y.size() / run;
-    if (y.size() < 2 * kCopyGrain) rows_of(0, rows);
-    else parallel_for(rows, std::max<std::size_t>(1, kCopyGrain / run), rows_of);
-    return y;
-}
-
+// A view with output axis d taken from input axis perm[d].
 Tensor permute_impl(const char* op, const Tensor& a, std::vector<std::size_t> perm) {
-    Shape out_shape(perm.size());
-    for (std::size_t i = 0; i < perm.size(); ++i) out_shape[i] = a.shape()[perm[i]];
-    const AllocContext context(op, out_shape);
-    return dispatch_all(a.dtype(), [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        xt::xarray<T> y = permuted(values<T>(a), perm);
-        // The gradient goes back through the inverse permutation (itself a permute).
-        std::vector<std::size_t> inverse(perm.size());
-        for (std::size_t d = 0; d < perm.size(); ++d) inverse[perm[d]] = d;
-        return make_any_result<T>(
-            std::move(y), {a}, op, Formula([op, inverse = std::move(inverse)](const GradArgs& in) -> std::vector<Tensor> {
-                return {permute_impl(op, in.grad(), inverse)};
-            }), Saves::none());
-    });
+    const Geometry in = geometry_of(a.node());
+    Geometry g{Shape(perm.size()), std::vector<std::int64_t>(perm.size()), in.offset};
+    for (std::size_t d = 0; d < perm.size(); ++d) {
+        g.shape[d] = in.shape[perm[d]];
+        g.strides[d] = in.strides[perm[d]];
+    }
+    // The gradient goes back through the inverse permutation (itself a permute).
+    std::vector<std::size_t> inverse(perm.size());
+    for (std::size_t d = 0; d < perm.size(); ++d) inverse[perm[d]] = d;
+    return make_view(a, std::move(g), op, Formula([op, inverse = std::move(inverse)](const GradArgs& in) -> std::vector<Tensor> {
+        return {permute_impl(op, in.grad(), inverse)};
+    }));
 }
 
 }  // namespace
 
+namespace {
+// reshape's sizes with the -1 filled in, checked against a's element count.
+Shape reshape_sizes(const Tensor& a, const IntList& shape);
+}  // namespace
+
 Tensor reshape(const Tensor& a, const IntList& shape) {
+    check_defined("reshape", a);
+    return reshaped("reshape", a, reshape_sizes(a, shape));
+}
+
+Tensor Tensor::view(const IntList& shape) const {
+    check_defined("view", *this);
+    return as_call("view", [&] { return reshaped("view", *this, reshape_sizes(*this, shape)); });
+}
+
+namespace {
+Shape reshape_sizes(const Tensor& a, const IntList& shape) {
     shape.check("reshape");
     const Shape& in = a.shape();
     const std::size_t total = a.numel();
@@ -177,8 +179,9 @@ Tensor reshape(const Tensor& a, const IntList& shape) {
     if (count != total)
         throw Error(fmt::format("reshape: cannot reshape {} ({} elements) into {} ({} elements)", shape_str(in),
                                 total, shape_str(out), count));
-    return reshaped("reshape", a, out);
+    return out;
 }
+}  // namespace
 
 Tensor permute(const Tensor& a, const IntList& axes) {
     axes.check("permute");
@@ -306,26 +309,13 @@ Tensor slice(const Tensor& a, long axis, long start, long end, long step) {
     const long stop = clamp(end);
     // ceil((stop - first) / step) without the sum stop - first + step, which overflows for a huge step
     const std::size_t count = stop > first ? static_cast<std::size_t>((stop - first - 1) / step + 1) : 0;
-    Shape out_shape = in;
-    out_shape[ax] = count;
-    const AllocContext context("slice", out_shape);
-    const axis_split s = split_at(in, ax);
-    const std::size_t from = static_cast<std::size_t>(first), stride = static_cast<std::size_t>(step);
-    return dispatch_all(a.dtype(), [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        xt::xarray<T> y = xt::xarray<T>::from_shape(out_shape);
-        const T* src = values<T>(a).data();
-        if (stride == 1)  // one contiguous block per outer index (what concat's gradient asks)
-            copy_runs(src, y.data(), s.outer, count * s.inner, [&](std::size_t o) { return (o * s.n + from) * s.inner; },
-                      [&](std::size_t o) { return o * count * s.inner; });
-        else  // a row of `inner` per kept index j
-            copy_runs(src, y.data(), s.outer * count, s.inner, kept_rows(s, from, count, stride),
-                      [&](std::size_t r) { return r * s.inner; });
-        return make_any_result<T>(
-            std::move(y), {a}, "slice", Formula([ax, first, step](const GradArgs& in) -> std::vector<Tensor> {
-                return {slice_backward(in.grad(), in.inputs[0].shape(), static_cast<long>(ax), first, step)};
-            }), Saves::none());
-    });
+    Geometry g = geometry_of(a.node());
+    if (count > 0) g.offset += first * g.strides[ax];
+    g.shape[ax] = count;
+    g.strides[ax] *= step;
+    return make_view(a, std::move(g), "slice", Formula([ax, first, step](const GradArgs& in) -> std::vector<Tensor> {
+        return {slice_backward(in.grad(), in.inputs[0].shape(), static_cast<long>(ax), first, step)};
+    }));
 }
 
 Tensor slice_backward(const Tensor& g, const Shape& input_shape, long axis, long start, long step) {
@@ -370,28 +360,15 @@ Tensor expand(const Tensor& a, const IntList& shape_arg) {
                                 "aligned from the right)",
                                 shape_str(a.shape()), shape_str(shape)));
     checked_numel("expand", shape);
-    const AllocContext context("expand", shape);
-    return dispatch_all(a.dtype(), [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        std::optional<xt::xarray<T>> fast;
-        // The broadcasts the plain loops know (what every sum's gradient is) skip xtensor's.
-        if constexpr (std::is_floating_point_v<T>) fast = broadcast_fast<T>(values<T>(a), shape);
-        xt::xarray<T> y;
-        if (fast) {
-            y = std::move(*fast);
-        } else if constexpr (std::is_same_v<T, bool>) {  // a mask broadcasts its bytes (bool_bytes.hpp)
-            const auto& x = values<bool>(a);
-            const xt::xarray<std::uint8_t> b =
-                xt::broadcast(xt::adapt(bool_bytes(a), x.size(), xt::no_ownership(), x.shape()), shape);
-            y = xt::xarray<bool>::from_shape(shape);
-            std::copy(b.begin(), b.end(), reinterpret_cast<std::uint8_t*>(y.data()));
-        } else {
-            y = xt::broadcast(values<T>(a), shape);
-        }
-        return make_any_result<T>(std::move(y), {a}, "expand", Formula([](const GradArgs& in) -> std::vector<Tensor> {
-            return {sum_to(in.grad(), in.inputs[0].shape())};
-        }), Saves::none());
-    });
+    // A view: a new or stretched axis steps 0 through the storage.
+    const Geometry in = geometry_of(a.node());
+    const std::size_t extra = shape.size() - in.shape.size();
+    Geometry g{shape, std::vector<std::int64_t>(shape.size(), 0), in.offset};
+    for (std::size_t d = 0; d < in.shape.size(); ++d)
+        if (in.shape[d] == shape[extra + d]) g.strides[extra + d] = in.strides[d];
+    return make_view(a, std::move(g), "expand", Formula([](const GradArgs& in) -> std::vector<Tensor> {
+        return {sum_to(in.grad(), in.inputs[0].shape())};
+    }));
 }
 
 Tensor repeat(const Tensor& a, const IntList& repeats_arg) {
@@ -521,36 +498,21 @@ namespace {
 // All the pieces as one node (a custom Function, which the engine runs once with every piece's
 // gradient, zeros where none arrived): the backward is one concat. Pieces as slices would each
 // send back a zero tensor of the whole input for the engine to add up: the qkv split of every
-// attention block paid for three.
+// attention block paid for three. The pieces are views of a (nothing is copied), and as in
+// torch, views that one node returns together refuse in-place ops while a requires grad.
 struct SplitPieces : autograd::Function<SplitPieces> {
     static constexpr const char* name = "split";
     static autograd::variable_list forward(autograd::AutogradContext* ctx, const Tensor& a, long axis,
                                            const std::vector<long>& sizes) {
         ctx->saved_data["axis"] = axis;
-        // a as (outer, n, inner) around the axis: piece p holds the rows (o, start_p ... start_p + s_p).
-        const std::size_t ax = static_cast<std::size_t>(axis), n = a.size(ax);
-        std::size_t outer = 1, inner = 1;
-        for (std::size_t k = 0; k < a.shape().size(); ++k)
-            if (k != ax) (k < ax ? outer : inner) *= a.shape()[k];
-        return dispatch_all(a.dtype(), [&](auto tag) {
-            using T = typename decltype(tag)::type;
-            const T* src = values<T>(a).data();
-            autograd::variable_list out;
-            out.reserve(sizes.size());
-            std::size_t start = 0;
-            for (long size : sizes) {
-                const std::size_t s = static_cast<std::size_t>(size);
-                Shape piece = a.shape();
-                piece[ax] = s;
-                const AllocContext context("split", piece);
-                xt::xarray<T> v = xt::xarray<T>::from_shape(piece);
-                copy_runs(src, v.data(), outer, s * inner, [&](std::size_t o) { return (o * n + start) * inner; },
-                          [&](std::size_t o) { return o * s * inner; });
-                out.push_back(make_leaf(Storage(std::move(v))));
-                start += s;
-            }
-            return out;
-        });
+        autograd::variable_list out;
+        out.reserve(sizes.size());
+        long start = 0;
+        for (long size : sizes) {
+            out.push_back(slice(a, axis, start, start + size));
+            start += size;
+        }
+        return out;
     }
     static autograd::variable_list backward(autograd::AutogradContext* ctx, autograd::variable_list grads) {
         return {concat(grads, ctx->saved_data["axis"].get<long>()), Tensor(), Tensor()};
@@ -569,7 +531,9 @@ std::vector<Tensor> split_sizes(const Tensor& a, const std::vector<long>& sizes,
     if (total != n)
         throw Error(fmt::format("split: sizes ({}) add up to {}, but axis {} of shape {} has length {}",
                                 fmt::join(sizes, ", "), total, ax, shape_str(a.shape()), n));
-    return SplitPieces::apply(a, static_cast<long>(ax), sizes);
+    std::vector<Tensor> pieces = SplitPieces::apply(a, static_cast<long>(ax), sizes);
+    for (Tensor& p : pieces) mark_multi_output_view(p);
+    return pieces;
 }
 
 std::vector<Tensor> split_even(const Tensor& a, long split_size, long axis) {

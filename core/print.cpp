@@ -96,7 +96,7 @@ std::string to_string(const Tensor& t) {
             else
                 return render(a);
         },
-        n.data);
+        n.data());
     std::string tail = fmt::format("shape={}, dtype={}", shape_str(n.shape), dtype_name(n.dtype()));
     if (!n.is_leaf) tail += fmt::format(", op=<{}>", n.op);
     else if (n.requires_grad) tail += ", requires_grad=True";

@@ -20,6 +20,7 @@
 #include "core/error.hpp"
 #include "core/node.hpp"
 #include "core/ops.hpp"
+#include "core/views.hpp"
 #include "core/creation.hpp"
 #include "core/runtime/alloc.hpp"
 #include "core/runtime/blas.hpp"
@@ -37,25 +38,11 @@ struct Unbind : autograd::Function<Unbind> {
     static constexpr const char* name = "unbind";
     static autograd::variable_list forward(autograd::AutogradContext* ctx, const Tensor& a, long axis) {
         ctx->saved_data["axis"] = axis;
-        // a as (outer, n, inner) around the axis: slice i is the rows (o, i, ·), copied once.
-        const std::size_t ax = static_cast<std::size_t>(axis), n = a.size(axis);
-        Shape piece = a.shape();
-        piece.erase(piece.begin() + static_cast<long>(ax));
-        std::size_t outer = 1, inner = 1;
-        for (std::size_t k = 0; k < a.shape().size(); ++k) (k < ax ? outer : inner) *= k == ax ? 1 : a.shape()[k];
-        return dispatch_all(a.dtype(), [&](auto tag) {
-            using T = typename decltype(tag)::type;
-            const T* src = std::get<xt::xarray<T>>(a.node().data).data();
-            autograd::variable_list out;
-            out.reserve(n);
-            for (std::size_t i = 0; i < n; ++i) {
-                xt::xarray<T> v = xt::xarray<T>::from_shape(piece);
-                for (std::size_t o = 0; o < outer; ++o)
-                    std::copy(src + (o * n + i) * inner, src + (o * n + i + 1) * inner, v.data() + o * inner);
-                out.push_back(make_leaf(Storage(std::move(v))));
-            }
-            return out;
-        });
+        // Views of a, one per index along the axis: nothing is copied.
+        autograd::variable_list out;
+        out.reserve(a.size(axis));
+        for (std::int64_t i = 0; i < a.size(axis); ++i) out.push_back(select(a, axis, static_cast<long>(i)));
+        return out;
     }
     static autograd::variable_list backward(autograd::AutogradContext* ctx, autograd::variable_list grads) {
         return {stack(grads, ctx->saved_data["axis"].get<long>()), Tensor()};
@@ -71,7 +58,9 @@ std::vector<Tensor> unbind(const Tensor& a, long axis) {
         throw Error(fmt::format("unbind: axis {} is out of range for a tensor of shape {}", axis, shape_str(a.shape())));
     if (axis < 0) axis += rank;
     if (a.size(axis) == 0) return {};
-    return Unbind::apply(a, axis);
+    std::vector<Tensor> pieces = Unbind::apply(a, axis);
+    for (Tensor& p : pieces) mark_multi_output_view(p);
+    return pieces;
 }
 
 }  // namespace xgrad

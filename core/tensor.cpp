@@ -17,6 +17,7 @@
 #include "core/ops_util.hpp"
 #include "core/runtime/alloc.hpp"
 #include "core/runtime/parallel.hpp"
+#include "core/views.hpp"
 
 // The one of the two symbols tensor.hpp refers to that matches how this library is built.
 #ifdef _GLIBCXX_DEBUG
@@ -69,18 +70,22 @@ void check_no_bfloat16_graph(const char* op, const std::vector<Tensor>& inputs) 
 namespace {
 std::atomic<std::uint64_t> g_next_seq{1};
 
+}  // namespace
+
 // A stand-in for values an in-place op no longer needs: empty, of the same dtype.
-Storage placeholder(Dtype d) {
+Storage empty_storage(Dtype d) {
     return dispatch_all(d, [](auto tag) {
         using T = typename decltype(tag)::type;
         return Storage(xt::xarray<T>::from_shape({0}));
     });
 }
-}  // namespace
 
-Node::Node(Storage values) : data(std::move(values)), seq(g_next_seq.fetch_add(1, std::memory_order_relaxed)) {
-    std::visit([this](const auto& a) { shape.assign(a.shape().begin(), a.shape().end()); }, data);
+Node::Node(Storage values)
+    : storage(std::make_shared<StorageImpl>(std::move(values))), seq(g_next_seq.fetch_add(1, std::memory_order_relaxed)) {
+    std::visit([this](const auto& a) { shape.assign(a.shape().begin(), a.shape().end()); }, storage->data);
 }
+
+std::uint64_t next_node_seq() { return g_next_seq.fetch_add(1, std::memory_order_relaxed); }
 
 Node::~Node() {
     // Unlink parents (and the gradient and past histories, which may hold graphs too) into a
@@ -127,6 +132,7 @@ template <class T> void check_forward_anomaly(const char* op, const xt::xarray<T
 // Records node as made from inputs when gradients are on and an input requires one; `set`
 // installs the backward.
 template <class Set> void link(Node& node, std::vector<Tensor>&& inputs, Saves saves, Set&& set) {
+    for (const Tensor& t : inputs) sync_view(t);
     const bool track = grad_enabled() && std::any_of(inputs.begin(), inputs.end(), [](const Tensor& t) {
                            return t.defined() && t.requires_grad();
                        });
@@ -138,10 +144,10 @@ template <class Set> void link(Node& node, std::vector<Tensor>&& inputs, Saves s
     node.parent_history.reserve(inputs.size());
     for (std::size_t i = 0; i < inputs.size(); ++i) {
         const Node* in = inputs[i].defined() ? &inputs[i].node() : nullptr;
-        node.saved_versions.push_back(!in ? 0 : saves.reads_input(i) ? in->version : in->layout_version);
+        node.saved_versions.push_back(!in ? 0 : saves.reads_input(i) ? in->version() : in->layout_version);
         node.parent_history.push_back(in ? in->history : 0);
     }
-    node.saved_versions.push_back(node.version);
+    node.saved_versions.push_back(node.version());
     node.parents = std::move(inputs);
     set(node);
 }
@@ -180,7 +186,7 @@ template <class T> xt::xarray<T>& array(const Tensor& t) {
     if (n.dtype() != dtype_of<T>())
         throw Error(fmt::format("array: tensor holds {}, asked for {}", dtype_name(n.dtype()),
                                 dtype_name(dtype_of<T>())));
-    return std::get<xt::xarray<T>>(n.data);
+    return std::get<xt::xarray<T>>(n.own_data());
 }
 
 template <class T> Tensor from_array(xt::xarray<T> values, bool requires_grad) {
@@ -235,7 +241,14 @@ std::int64_t Tensor::size(long axis) const {
 
 Dtype Tensor::dtype() const { return node().dtype(); }
 
-bool Tensor::requires_grad() const { return m_node && m_node->requires_grad; }
+bool Tensor::requires_grad() const {
+    if (!m_node) return false;
+    // A view whose base an in-place op has since brought into the graph requires grad too (its
+    // edge is made when it is next used: sync_view).
+    if (const ViewOf* v = m_node->view.get())
+        if (v->base->history != v->base_history && !v->made_without_grad && v->base->requires_grad) return true;
+    return m_node->requires_grad;
+}
 
 Tensor& Tensor::requires_grad_(bool on) {
     Node& n = node();
@@ -249,9 +262,13 @@ Tensor& Tensor::requires_grad_(bool on) {
     return *this;
 }
 
-bool Tensor::is_leaf() const { return node().is_leaf; }
+bool Tensor::is_leaf() const {
+    sync_view(*this);
+    return node().is_leaf;
+}
 
 void Tensor::retain_grad() {
+    sync_view(*this);
     Node& n = node();
     if (!n.requires_grad)
         throw Error("retain_grad: the tensor does not require grad, so it will never have one");
@@ -292,6 +309,7 @@ void Tensor::zero_grad() {
 }
 
 std::uint64_t Tensor::add_hook(std::function<Tensor(const Tensor&)> hook) {
+    sync_view(*this);
     Node& n = node();
     if (!n.requires_grad)
         throw Error("register_hook: the tensor does not require grad, so no gradient will reach the hook "
@@ -339,12 +357,9 @@ bool Tensor::has_grad() const {
     return n.grad.defined();
 }
 
-std::string Tensor::op_name() const { return node().op; }
-
-Tensor Tensor::detach() const {
-    // Shares nothing with the graph; the values are copied once (xarray owns its buffer).
-    const AllocContext context("detach", shape());
-    return make_leaf(node().data);
+std::string Tensor::op_name() const {
+    sync_view(*this);
+    return node().op;
 }
 
 Tensor Tensor::to(Dtype d) const {
@@ -370,7 +385,7 @@ template <class T> T Tensor::item_as() const {
             check_convertible<T>("item", a.data(), 1);
             return static_cast<T>(stored_value(a.data()));
         },
-        node().data);
+        node().data());
 }
 
 template <class T> std::vector<T> Tensor::to_vector_as() const {
@@ -383,31 +398,32 @@ template <class T> std::vector<T> Tensor::to_vector_as() const {
             for (std::size_t i = 0; i < a.size(); ++i) out.push_back(static_cast<T>(stored_value(a.data() + i)));
             return out;
         },
-        node().data);
+        node().data());
 }
 
 namespace {
 
-// The values behind a typed storage accessor, T the tensor's own element type: an error names
-// the accessor the user called, not the helper.
-template <class T> xt::xarray<T>& own_array(const Tensor& t, const char* accessor) {
+// Where a typed storage accessor points: element (0, ..., 0) of the tensor in its storage (the
+// base's buffer for a view, at the view's offset), T the tensor's own element type: an error
+// names the accessor the user called, not the helper.
+template <class T> T* storage_at(const Tensor& t, const char* accessor) {
     if (!t.defined()) throw Error(fmt::format("{}: the tensor is undefined (default-constructed)", accessor));
     if (t.dtype() != dtype_of<T>())
         throw Error(fmt::format("{}: the tensor holds {}, asked for {} (T must be the tensor's own element type)",
                                 accessor, dtype_name(t.dtype()), dtype_name(dtype_of<T>())));
-    return array<T>(t);
+    const Node& n = t.node();
+    T* p = std::get<xt::xarray<T>>(n.storage->data).data();
+    return n.view ? p + n.view->offset : p;
 }
 
 }  // namespace
 
 template <class T> T* Tensor::data_ptr_as() {
-    T* p = own_array<T>(*this, "data_ptr").data();
-    Node& n = node();
-    ++n.version;
-    n.last_write = "data_ptr()";
+    T* p = storage_at<T>(*this, "data_ptr");
+    node().bump_version("data_ptr()");
     return p;
 }
-template <class T> const T* Tensor::const_data_ptr_as() const { return own_array<T>(*this, "const_data_ptr").data(); }
+template <class T> const T* Tensor::const_data_ptr_as() const { return storage_at<T>(*this, "const_data_ptr"); }
 
 namespace {
 
@@ -415,31 +431,29 @@ namespace {
 // as an in-place write to the gradient (its version), as data_ptr does for values.
 // The pointer is into the gradient's values, which a later backward on another thread may add
 // into: reading them while one runs is the caller's to avoid (README, threads).
-template <class T> xt::xarray<T>* grad_array(Node& n, const char* op, bool write) {
+template <class T> T* grad_array(Node& n, const char* op, bool write) {
     if (n.dtype() != dtype_of<T>())
         throw Error(fmt::format("{}: tensor holds {}, asked for {}", op, dtype_name(n.dtype()),
                                 dtype_name(dtype_of<T>())));
     const std::lock_guard<std::mutex> lock(n.grad_mutex);
     if (!n.grad.defined()) return nullptr;
     Node& g = n.grad.node();
-    if (write) {
-        ++g.version;
-        g.last_write = op;
-    }
-    return &std::get<xt::xarray<T>>(g.data);
+    // A gradient set to a view (set_grad) is read where its elements are: in order only if
+    // they are row-major.
+    if (g.view && !g.view->row_major)
+        throw Error(fmt::format("{}: the gradient is a non-contiguous view (strides ({})), whose elements are not "
+                                "in row-major order; set_grad(g.contiguous()) first",
+                                op, fmt::join(g.view->strides, ", ")));
+    if (write) g.bump_version(op);
+    T* p = std::get<xt::xarray<T>>(g.storage->data).data();
+    return g.view ? p + g.view->offset : p;
 }
 
 }  // namespace
 
-template <class T> T* Tensor::grad_ptr_as() {
-    auto* g = grad_array<T>(node(), "grad_ptr", true);
-    return g ? g->data() : nullptr;
-}
+template <class T> T* Tensor::grad_ptr_as() { return grad_array<T>(node(), "grad_ptr", true); }
 
-template <class T> const T* Tensor::grad_ptr_as() const {
-    const auto* g = grad_array<T>(node(), "grad_ptr", false);
-    return g ? g->data() : nullptr;
-}
+template <class T> const T* Tensor::grad_ptr_as() const { return grad_array<T>(node(), "grad_ptr", false); }
 
 template <class T> T* Tensor::mutable_grad_ptr_as() {
     Node& n = node();
@@ -448,31 +462,42 @@ template <class T> T* Tensor::mutable_grad_ptr_as() {
         const std::lock_guard<std::mutex> lock(n.grad_mutex);
         if (!n.grad.defined()) n.grad = std::move(zeros);
     }
-    return grad_array<T>(n, "mutable_grad_ptr", true)->data();
+    return grad_array<T>(n, "mutable_grad_ptr", true);
 }
 
 void Tensor::set_data(const Tensor& values) const {
     Node& n = node();
     if (!values.defined()) throw Error("set_data: values is an undefined tensor");
     if (&n == &values.node()) return;
+    if (n.view) {
+        // Into a view: the values land in its base, which keeps its shape.
+        if (values.shape() != n.shape || values.dtype() != n.dtype())
+            throw Error(fmt::format("set_data: this tensor is a view ({} {}) of another's storage, so new values must "
+                                    "keep its shape and dtype, got {} {}; set_data on the base, or on a clone()",
+                                    dtype_name(n.dtype()), shape_str(n.shape), dtype_name(values.dtype()),
+                                    shape_str(values.shape())));
+        check_no_internal_overlap("set_data", *this);
+        write_into_storage("set_data()", *this, values);
+        return;
+    }
     if (values.shape() != n.shape || values.dtype() != n.dtype()) {
         const std::lock_guard<std::mutex> lock(n.grad_mutex);
         n.grad = Tensor();
     }
     if (values.shape() != n.shape || values.dtype() != n.dtype()) ++n.layout_version;
-    n.data = values.node().data;
+    // A storage of its own, as torch's set_data: views of the old one keep it (and its values).
+    const std::uint64_t version = n.version();
+    n.storage = std::make_shared<StorageImpl>(values.node().data());
+    n.storage->version = version;
     n.shape = values.shape();
-    ++n.version;
-    n.last_write = "set_data()";
+    n.bump_version("set_data()");
 }
 
-std::uint64_t Tensor::version() const { return node().version; }
+std::uint64_t Tensor::version() const { return node().version(); }
 
 template <class T> T* Tensor::mutable_data_ptr_as() const {
-    T* p = own_array<T>(*this, "mutable_data_ptr").data();
-    Node& n = node();
-    ++n.version;
-    n.last_write = "mutable_data_ptr()";
+    T* p = storage_at<T>(*this, "mutable_data_ptr");
+    node().bump_version("mutable_data_ptr()");
     return p;
 }
 
@@ -537,14 +562,15 @@ void check_versions(const std::shared_ptr<Node>& n) {
                                     "(an in-place op recorded in the graph wrote it); clone it first, or call "
                                     "backward before changing it",
                                     what(), n->op));
-        if (input.version == n->saved_versions[i]) continue;
-        const std::string how = *input.last_write ? fmt::format(", last through {}", input.last_write) : "";
-        const char* hint = std::string_view(input.last_write) == "data_ptr()"
+        if (input.version() == n->saved_versions[i]) continue;
+        const char* last_write = input.storage->last_write;
+        const std::string how = *last_write ? fmt::format(", last through {}", last_write) : "";
+        const char* hint = std::string_view(last_write) == "data_ptr()"
                                ? "; data_ptr() hands out write access and counts as a write, read with const_data_ptr()"
                                : "";
         throw Error(fmt::format("backward: {} was modified in place after it was saved for backward by '{}' "
                                 "(version {} -> {}{}); clone it first, or call backward before changing it{}",
-                                what(), n->op, n->saved_versions[i], input.version, how, hint));
+                                what(), n->op, n->saved_versions[i], input.version(), how, hint));
     }
 }
 
@@ -682,13 +708,16 @@ void add_into(Storage& dst, const Storage& g) {
 // a + b as a new tensor: the add op when recording (create_graph), else a plain sum.
 Tensor sum_of(const Tensor& a, const Tensor& b) {
     if (grad_enabled() && a.dtype() != kBFloat16) return add(a, b);
-    Tensor out = make_leaf(a.node().data);
-    add_into(out.node().data, b.node().data);
+    Tensor out = make_leaf(a.node().data());
+    add_into(out.node().own_data(), b.node().data());
     return out;
 }
 
 // Whether the engine holds the only handle on t (so it may add into it in place).
-bool exclusive(const Tensor& t) { return t.node_ptr().use_count() == 1 && !t.requires_grad(); }
+bool exclusive(const Tensor& t) {
+    return t.node_ptr().use_count() == 1 && !t.requires_grad() && !t.node().view &&
+           t.node().storage.use_count() == 1;
+}
 
 // Adds g into the gradient flowing to slot `slot` of `n` during a sweep.
 void add_flow(Flows& flows, const Node& n, std::uint32_t slot, Tensor g) {
@@ -700,7 +729,7 @@ void add_flow(Flows& flows, const Node& n, std::uint32_t slot, Tensor g) {
     if (!f.defined())
         f = std::move(g);
     else if (!grad_enabled() && exclusive(f))
-        add_into(f.node().data, g.node().data);
+        add_into(f.node().own_data(), g.node().data());
     else
         f = sum_of(f, g);
 }
@@ -712,17 +741,19 @@ void add_flow(Flows& flows, const Node& n, std::uint32_t slot, Tensor g) {
 void accumulate_grad(Node& n, Tensor g) {
     const std::lock_guard<std::mutex> lock(n.grad_mutex);
     if (!n.grad.defined()) {
-        if (g.node_ptr().use_count() == 1 && (grad_enabled() || !g.requires_grad()))
+        // Kept only if it owns its storage alone: a view (or a tensor sharing storage with
+        // one) would be written through by the next accumulation.
+        if (g.node_ptr().use_count() == 1 && !g.node().view && g.node().storage.use_count() == 1 &&
+            (grad_enabled() || !g.requires_grad()))
             n.grad = std::move(g);
         else
-            n.grad = grad_enabled() ? g.clone() : make_leaf(g.node().data);
+            n.grad = grad_enabled() ? g.clone() : make_leaf(g.node().data());
         return;
     }
-    if (!grad_enabled() && !n.grad.requires_grad()) {
+    if (!grad_enabled() && !n.grad.requires_grad() && !n.grad.node().view) {
         Node& d = n.grad.node();
-        add_into(d.data, g.node().data);
-        ++d.version;
-        d.last_write = "backward()";
+        add_into(d.own_data(), g.node().data());
+        d.bump_version("backward()");
     } else {
         n.grad = sum_of(n.grad, g);
     }
@@ -751,7 +782,7 @@ void check_gradient(const Node& n, const Node& input, const Tensor& g) {
                                                 n.op, anomaly_value(a, i), shape_str(input.shape), i));
                 }
             },
-            g.node().data);
+            g.node().data());
 }
 
 // Runs the hooks of the tensor behind `n` on its gradient g (see register_hook).
@@ -808,7 +839,7 @@ void run_node(const std::shared_ptr<Node>& sp, std::vector<Tensor>& grads, const
         if (n.parent_slot.empty()) check_gradient(n, *in, results[i]);
         Tensor g = std::move(results[i]);
         // Without create_graph no gradient carries a graph (a formula may hand on its input).
-        if (!sweep.create_graph && g.requires_grad()) g = make_leaf(g.node().data);
+        if (!sweep.create_graph && g.requires_grad()) g = make_leaf(g.node().data());
         add_flow(flows, *in, input_slot(n, i), std::move(g));
     }
 }
@@ -932,6 +963,7 @@ Tensor seed_for(const char* who, const Tensor& output, const Tensor& gradient) {
 }  // namespace
 
 void Tensor::backward(const Tensor& gradient, std::optional<bool> retain_graph, bool create_graph) const {
+    sync_view(*this);
     Node& root = node();
     if (!root.requires_grad)
         throw Error("backward: this tensor does not require grad and was not made from one that does; "
@@ -959,6 +991,7 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
     for (std::size_t i = 0; i < outputs.size(); ++i) {
         const Tensor& y = outputs[i];
         if (!y.defined()) throw Error(fmt::format("autograd::grad: output {} is an undefined tensor", i));
+        sync_view(y);
         if (!y.requires_grad())
             throw Error(fmt::format("autograd::grad: output {} does not require grad and was not made from a "
                                     "tensor that does",
@@ -975,6 +1008,7 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
     for (std::size_t i = 0; i < inputs.size(); ++i) {
         const Tensor& x = inputs[i];
         if (!x.defined()) throw Error(fmt::format("autograd::grad: input {} is an undefined tensor", i));
+        sync_view(x);
         if (!x.requires_grad())
             throw Error(fmt::format("autograd::grad: input {} (of shape {}) does not require grad", i,
                                     shape_str(x.shape())));
@@ -996,16 +1030,13 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
 
 // --- in-place ops in the graph ----------------------------------------------------------------
 
-namespace {
 void move_history(Node& to, Node& from) {
     to.requires_grad = from.requires_grad;
     to.is_leaf = from.is_leaf;
     to.graph_freed = from.graph_freed;
     to.freed_by_failure = from.freed_by_failure;
     to.op = from.op;
-    to.version = from.version;
     to.layout_version = from.layout_version;
-    to.last_write = from.last_write;
     to.parents = std::move(from.parents);
     to.parent_history = std::move(from.parent_history);
     to.parent_slot = std::move(from.parent_slot);
@@ -1015,22 +1046,20 @@ void move_history(Node& to, Node& from) {
     to.saved_versions = std::move(from.saved_versions);
     to.formula = std::move(from.formula);
 }
-}  // namespace
 
 std::shared_ptr<Node> split_history(Node& self, Storage old_value) {
     auto past = std::make_shared<Node>(std::move(old_value));
+    past->shape = self.shape;
+    // The past history holds the values as they were at this version.
+    past->storage->version = self.storage->version;
+    past->storage->last_write = self.storage->last_write;
     move_history(*past, self);
     return past;
 }
 
-void rebase_history(Node& self, std::shared_ptr<Node> past, Node& made, const char* op) {
-    const std::uint32_t h = past->history;
-    move_history(self, made);
-    self.op = op;
-    self.version = past->version + 1;
-    self.layout_version = past->layout_version;
-    self.last_write = op;
-    if (!self.saved_versions.empty()) self.saved_versions.back() = self.version;
+namespace {
+// Makes `past` self's history number h, and self's history a new one, h + 1.
+void push_history(Node& self, std::shared_ptr<Node> past, std::uint32_t h) {
     self.history = h + 1;
     self.past.resize(h + 1);
     self.past[h] = std::move(past);
@@ -1038,18 +1067,76 @@ void rebase_history(Node& self, std::shared_ptr<Node> past, Node& made, const ch
     self.freed_by_failure = false;
     self.seq = g_next_seq.fetch_add(1, std::memory_order_relaxed);  // where this history begins
 }
+}  // namespace
+
+void rebase_history(Node& self, std::shared_ptr<Node> past, Node& made, const char* op) {
+    const std::uint32_t h = past->history;
+    move_history(self, made);
+    self.op = op;
+    self.bump_version(op);
+    self.layout_version = past->layout_version;
+    if (!self.saved_versions.empty()) self.saved_versions.back() = self.version();
+    push_history(self, std::move(past), h);
+}
+
+void restart_view_history(Node& v, std::shared_ptr<Node> past, Node& made) {
+    const std::uint32_t h = past->history;
+    const std::uint64_t layout = v.layout_version;
+    move_history(v, made);
+    v.layout_version = layout;
+    if (!v.saved_versions.empty()) v.saved_versions.back() = v.version();
+    push_history(v, std::move(past), h);
+}
+
+// The ops on the way to `result` that read `self` before the write (an operand made from it, as
+// in y.add_(y * 2), or a view of it) would hold self while it holds them through its new
+// history: a cycle that is never freed. They read the old history, so they get its node `old`
+// instead (what the engine would route them to anyway); only ops made since that history
+// began (`since`) can be among them. Returns whether one of them, or an op made here, reads the
+// old value (mul_'s gradient for its operand), which must then be kept.
+bool reroute_readers(Node& result, Node& self, std::uint64_t since, const Tensor& old) {
+    Node& x = old.node();
+    bool read = false;
+    std::vector<Node*> stack{&result};
+    std::unordered_set<const Node*> seen;
+    while (!stack.empty()) {
+        Node* n = stack.back();
+        stack.pop_back();
+        if (n->seq < since || !seen.insert(n).second) continue;
+        for (std::size_t i = 0; i < n->parents.size(); ++i) {
+            Tensor& p = n->parents[i];
+            if (!p.defined()) continue;
+            Node* pn = &p.node();
+            if (pn == &self && i < n->parent_history.size() && n->parent_history[i] == x.history) {
+                p = old;
+                pn = &x;
+            }
+            if (pn == &x) {
+                if (n->saves.reads_input(i)) read = true;
+            } else {
+                stack.push_back(pn);
+            }
+        }
+    }
+    return read;
+}
 
 const Tensor& record_in_place(const char* op, const Tensor& self, std::vector<Tensor> others,
                               const std::function<Tensor(const Tensor& old, const std::vector<Tensor>& others)>& compute) {
     Node& a = self.node();
+    for (const Tensor& t : others) sync_view(t);
+    if (a.view) return record_in_place_on_view(op, self, std::move(others), compute);
     if (a.is_leaf && a.requires_grad)
         throw Error(fmt::format("{}: a leaf tensor that requires grad cannot be changed in place while gradients are "
                                 "recorded (as in torch); do it under NoGradGuard, or on a clone()",
                                 op));
-    // The old value and history move to a node of their own, which the op reads.
+    // The old value and history move to a node of their own, which the op reads. With views of
+    // this storage about (which read it while the op runs, and whose xarrays point into its
+    // buffer) the old value is a copy and the buffer stays; otherwise it moves.
+    const bool shared = a.storage.use_count() > 1;
     const std::uint64_t since = a.seq;  // when the history now ending began
-    auto past = split_history(a, std::move(a.data));
-    a.data = placeholder(past->dtype());
+    auto past = split_history(a, shared ? a.storage->data : std::move(a.storage->data));
+    if (!shared) a.storage->data = empty_storage(past->dtype());
     Node& x = *past;
     const Tensor old(past);
     for (Tensor& t : others)
@@ -1060,47 +1147,19 @@ const Tensor& record_in_place(const char* op, const Tensor& self, std::vector<Te
         if (!r.defined() || r.shape() != a.shape || r.dtype() != x.dtype())
             throw Error(fmt::format("{}: the in-place result must keep the tensor's {} {}", op, dtype_name(x.dtype()),
                                     shape_str(a.shape)));
-        if (r.is_same(old) || r.node_ptr().use_count() != 1)
+        if (r.is_same(old) || r.node_ptr().use_count() != 1 || r.node().view)
             throw Error(fmt::format("{}: internal error: an in-place op must compute a new result with a graph", op));
     } catch (...) {
-        a.data = std::move(x.data);
+        if (!shared) a.storage->data = std::move(x.storage->data);
         move_history(a, x);
         throw;
     }
-    // The ops on the way to the result that read this tensor before the write (an operand made
-    // from it, as in y.add_(y * 2), or t[0] written back into t) would hold the tensor while it
-    // holds them through its new history: a cycle that is never freed. They read the old
-    // history, so they get its node instead (what the engine would route them to anyway); only
-    // ops made since this history began can be among them. The old value is kept only if one
-    // of them, or an op made here, reads it (mul_'s gradient for its operand).
-    bool read = false;
-    {
-        std::vector<Node*> stack{&r.node()};
-        std::unordered_set<const Node*> seen;
-        while (!stack.empty()) {
-            Node* n = stack.back();
-            stack.pop_back();
-            if (n->seq < since || !seen.insert(n).second) continue;
-            for (std::size_t i = 0; i < n->parents.size(); ++i) {
-                Tensor& p = n->parents[i];
-                if (!p.defined()) continue;
-                Node* pn = &p.node();
-                if (pn == &a && i < n->parent_history.size() && n->parent_history[i] == x.history) {
-                    p = old;
-                    pn = &x;
-                }
-                if (pn == &x) {
-                    if (n->saves.reads_input(i)) read = true;
-                } else {
-                    stack.push_back(pn);
-                }
-            }
-        }
-    }
-    if (!read) x.data = placeholder(x.dtype());
+    const bool read = reroute_readers(r.node(), a, since, old);
+    if (!read) x.storage->data = empty_storage(x.dtype());
     x.overwritten = true;
     Node& rn = r.node();
-    a.data = std::move(rn.data);
+    if (shared) copy_into_storage(a, r);
+    else a.storage->data = std::move(rn.storage->data);
     rebase_history(a, std::move(past), rn, op);
     return self;
 }
@@ -1111,10 +1170,10 @@ Tensor Tensor::clone() const {
     check_defined("clone", *this, "the tensor");
     const AllocContext context("clone", shape());
     // A float copy is differentiable (identity gradient); other dtypes are a plain copy.
-    if (!is_floating(dtype())) return make_leaf(node().data);
+    if (!is_floating(dtype())) return make_leaf(node().data());
     return dispatch_all(dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
-        if constexpr (!is_floating_v<T>) return make_leaf(node().data);  // not reached: is_floating above
+        if constexpr (!is_floating_v<T>) return make_leaf(node().data());  // not reached: is_floating above
         else {
         xt::xarray<T> copy = values<T>(*this);
         // The gradient passes through unchanged (torch's clone backward is grad).

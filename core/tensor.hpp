@@ -1,12 +1,17 @@
 #pragma once
-/// Tensor: the handle users hold. A cheap-to-copy pointer to a Node that owns the values,
-/// the gradient and the link back into the graph that made it.
+/// Tensor: the handle users hold. A cheap-to-copy pointer to a Node: where its elements sit in a
+/// storage (shape, strides, offset), the gradient and the link back into the graph that made it.
 ///
 /// Copies of the handle alias: `Tensor b = a;` shares a's data, gradient and graph position, as
 /// a second Python name for the same torch.Tensor would, and so does every Tensor an accessor
-/// documents as the tensor itself (grad(), a module's parameters). What an op returns owns its
-/// values: xgrad has no views, so reshape, permute, t[i] and index() copy (see IndexedTensor for
-/// how writes through t[i] still reach t). Use clone() for an independent copy.
+/// documents as the tensor itself (grad(), a module's parameters). As in torch, the movement
+/// ops return views that share this tensor's storage, so a write through one lands here (and
+/// the reverse): view, reshape (when the strides allow), transpose, permute, t, narrow, select,
+/// t[i], index() with integers, slices, None and Ellipsis, split, chunk, unbind, unsqueeze,
+/// squeeze, expand, diagonal, unfold, as_strided, flatten, detach. Every other op's result owns
+/// new contiguous storage, and so do clone(), contiguous() of a non-contiguous tensor and
+/// index() with a tensor or list (advanced indexing). A view keeps all of its base's storage
+/// alive: clone() a small piece of a large tensor to let the rest go.
 ///
 /// This header does not include xtensor: code that only composes ops (nn/, optim/, user
 /// programs) never pays for xtensor's templates. core/xt.hpp gives typed access to the array.
@@ -51,7 +56,6 @@ namespace xgrad {
 
 struct Node;
 class TensorIndex;
-class IndexedTensor;
 class Generator;
 /// The calling thread's default generator (core/random.hpp).
 Generator& default_generator();
@@ -211,7 +215,8 @@ public:
     /// remove_post_accumulate_grad_hook, which ignores an unknown id.
     std::uint64_t register_post_accumulate_grad_hook(std::function<void(Tensor&)> hook);
     void remove_post_accumulate_grad_hook(std::uint64_t id);
-    /// The values as a new leaf cut from the graph: a copy (torch's detach shares storage); writes stay in it.
+    /// A new leaf cut from the graph that shares this tensor's storage (a view, as torch's
+    /// detach): a write into either is seen by both, and by the version counter.
     Tensor detach() const;
     /// Name of the op that made this tensor ("mul", "softmax"...), "" for a leaf.
     std::string op_name() const;
@@ -229,7 +234,9 @@ public:
         static_assert(is_element_type_v<T>, XGRAD_ELEMENT_TYPES_MESSAGE("to_vector"));
         return to_vector_as<T>();
     }
-    /// Row-major contiguous storage, T the tensor's own type (checked). As LibTorch's accessors:
+    /// Where element (0, ..., 0) sits in the storage, T the tensor's own type (checked): for a
+    /// contiguous tensor numel() values in row-major order follow; a view's elements are
+    /// strides() apart (in elements) from there, in its base's buffer, as torch's. As LibTorch's accessors:
     ///  - data_ptr() on a non-const tensor hands out write access, so it counts as an in-place
     ///    write (bumps version(), see there) even if the caller only reads;
     ///  - const_data_ptr() (and data_ptr() on a const tensor) is for reading, and counts nothing;
@@ -276,11 +283,15 @@ public:
     /// torch's x.reshape(B, T, C) with the sizes as separate arguments.
     template <class... I, std::enable_if_t<(sizeof...(I) > 0) && (is_index_v<I> && ...), int> = 0>
     Tensor reshape(I... sizes) const { return reshape(IntList{sizes...}); }
-    /// torch's view, for porting: here the same as reshape, a copy (xgrad has no views), so an
-    /// in-place write into the result does not reach this tensor as it would in torch.
-    Tensor view(const IntList& shape) const { return reshape(shape); }
+    /// A view with another shape (one size may be -1), as torch's view: refused when the strides
+    /// cannot express it (a transposed tensor flattened), where reshape copies instead.
+    Tensor view(const IntList& shape) const;
     template <class... I, std::enable_if_t<(sizeof...(I) > 0) && (is_index_v<I> && ...), int> = 0>
-    Tensor view(I... sizes) const { return reshape(IntList{sizes...}); }
+    Tensor view(I... sizes) const { return view(IntList{sizes...}); }
+    /// flatten(start, end): axes start..end merged into one (a view when the strides allow).
+    Tensor flatten(long start_dim = 0, long end_dim = -1) const;
+    /// unflatten(dim, sizes): axis dim split into `sizes` (one may be -1); a view.
+    Tensor unflatten(long dim, const IntList& sizes) const;
     Tensor permute(const IntList& axes) const;
     template <class... I, std::enable_if_t<(sizeof...(I) > 0) && (is_index_v<I> && ...), int> = 0>
     Tensor permute(I... axes) const { return permute(IntList{axes...}); }
@@ -290,25 +301,53 @@ public:
     Tensor repeat(const IntList& repeats) const;
     template <class... I, std::enable_if_t<(sizeof...(I) > 0) && (is_index_v<I> && ...), int> = 0>
     Tensor repeat(I... repeats) const { return repeat(IntList{repeats...}); }
-    /// length elements from start along axis (torch's narrow; a copy).
+    /// length elements from start along axis (torch's narrow; a view).
     Tensor narrow(long axis, long start, long length) const;
-    /// The sub-tensor at index along axis, that axis removed (torch's select; a copy).
+    /// The sub-tensor at index along axis, that axis removed (torch's select; a view).
     Tensor select(long axis, long index) const;
+    /// Axes a and b swapped (a view).
     Tensor transpose(long a, long b) const;
-    /// Pieces along axis (torch's x.split(3, dim), x.split([2, 5], dim), x.chunk(2, dim)): see
-    /// split and chunk in ops.hpp.
+    /// torch's t(): a 2-D tensor transposed, a 0-D or 1-D one itself (a view).
+    Tensor t() const;
+    /// The pieces along axis with that axis removed (torch's unbind; views).
+    std::vector<Tensor> unbind(long axis = 0) const;
+    /// The diagonal of the axes dim1 and dim2 (offset above it when positive, below when
+    /// negative), as the last axis: a view (torch's diagonal).
+    Tensor diagonal(long offset = 0, long dim1 = 0, long dim2 = 1) const;
+    /// Every window of `size` elements `step` apart along `dim`, as a new last axis (torch's
+    /// unfold; a view whose windows may share elements).
+    Tensor unfold(long dim, long size, long step) const;
+    /// The view of this tensor's storage with `size`, `stride` and storage_offset `offset`
+    /// (torch's as_strided): refused unless every element lies inside the storage.
+    Tensor as_strided(const IntList& size, const IntList& stride, std::optional<std::int64_t> offset = std::nullopt) const;
+    /// Pieces along axis (torch's x.split(3, dim), x.split([2, 5], dim), x.chunk(2, dim)), views:
+    /// see split and chunk in ops.hpp.
     std::vector<Tensor> split(long split_size, long axis = 0) const;
     std::vector<Tensor> split(const IntList& sizes, long axis = 0) const;
     std::vector<Tensor> chunk(long chunks, long axis = 0) const;
     /// A copy with `value` where mask is true (torch's x.masked_fill(mask, v); masked_fill in
     /// ops.hpp). masked_fill_ below writes into this tensor instead.
     Tensor masked_fill(const Tensor& mask, Scalar value) const;
-    /// This tensor itself, an alias, as torch's contiguous() of a contiguous tensor: every xgrad
-    /// tensor is contiguous (an op's result owns a row-major array), so a ported
-    /// `y.transpose(1, 2).contiguous().view(B, T, C)` reads as in torch.
-    Tensor contiguous() const { return *this; }
+    /// This tensor itself when is_contiguous(), else a contiguous copy (differentiable), as torch's.
+    Tensor contiguous() const;
+    /// Whether the elements are in row-major order without gaps (torch's rule: axes of length 1
+    /// and empty tensors count as contiguous). Op results always are; views may not be.
+    bool is_contiguous() const;
+    /// The step between neighbours along each axis, in elements (torch's stride()).
+    std::vector<std::int64_t> strides() const;
+    std::int64_t stride(long axis) const;
+    /// Where element (0, ..., 0) sits in the storage, in elements.
+    std::int64_t storage_offset() const;
+    /// Whether this tensor is a view of another's storage (torch's _is_view), and that tensor
+    /// (torch's _base; undefined for a tensor that is no view).
+    bool is_view() const;
+    Tensor _base() const;
+    /// Whether the two share one storage.
+    bool is_alias_of(const Tensor& other) const;
     Tensor unsqueeze(long axis) const;
     Tensor squeeze(long axis) const;
+    /// Every axis of length 1 removed (a view).
+    Tensor squeeze() const;
     Tensor sum() const;
     Tensor sum(const IntList& axes, bool keepdims = false) const;
     Tensor mean() const;
@@ -325,12 +364,14 @@ public:
     Tensor log() const;
 
     // --- indexing as torch (ops_index.cpp; the index forms are below the class) ---------
-    /// t[i]: the sub-tensor at i along axis 0 (negative i counts from the end), a copy with
-    /// gradient, as an IndexedTensor: assigning to it and its in-place ops write into t
-    /// (`t[0] = v`, `t[0][1] = 5`, `t[0].mul_(2)`, `t[0] += 1`). Out of range throws, naming the
-    /// axis, the index and the size.
+    /// t[i]: the sub-tensor at i along axis 0 (negative i counts from the end), a view, so that
+    /// assigning to it and its in-place ops write into t (`t[0] = v`, `t[0][1] = 5`,
+    /// `t[0].mul_(2)`, `Tensor r = t[0]; r += 1`). Out of range throws, naming the axis, the
+    /// index and the size.
     template <class I, std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool>, int> = 0>
-    IndexedTensor operator[](I i) const;
+    Tensor operator[](I i) const {
+        return select_index(checked_index("index", i));
+    }
     /// LibTorch's t.index({Slice(0, 2), 1, None, Ellipsis}): integers (negative from the end),
     /// Slice(start, stop, step) with None ends, None (a new axis of length 1) and one Ellipsis;
     /// and torch's advanced indices: an int64 tensor or a list `{0, -1}` picks along one axis
@@ -339,10 +380,11 @@ public:
     /// Advanced indices broadcast together; their result axes replace theirs when they are
     /// adjacent, else come first (numpy's rule; integers are applied first, as torch's). Indices
     /// out of range, or of another dtype, throw naming the axis, the index and the size.
-    /// A copy (xgrad has no views) whose gradient goes back to the picked elements (repeated
-    /// picks sum), as an IndexedTensor: `t.index({Slice(), 0}) = v`, `t.index({mask}) = v` and
-    /// in-place ops on it write into t.
-    IndexedTensor index(const std::vector<TensorIndex>& indices) const;
+    /// With only integers, slices, None and Ellipsis the result is a view (a write through it
+    /// lands in t: `t.index({Slice(), 0}) = v`); with a tensor or list index it is a copy, as
+    /// torch's, whose gradient goes back to the picked elements (repeated picks sum), and a
+    /// write into it stays in it: write into t with index_put_ (torch's t[mask] = v).
+    Tensor index(const std::vector<TensorIndex>& indices) const;
     /// Writes `value` (broadcast to the indexed part, cast to this tensor's dtype) into the
     /// elements `indices` pick, in place: every alias sees it and version() is bumped. With
     /// `accumulate`, adds it there instead, repeated picks adding each (torch's accumulate=True).
@@ -422,7 +464,6 @@ public:
     const std::shared_ptr<Node>& node_ptr() const { return m_node; }
 
 private:
-    friend class IndexedTensor;
     // The typed accessors' bodies, instantiated for the element types only (tensor.cpp).
     template <class T> T item_as() const;
     template <class T> std::vector<T> to_vector_as() const;
@@ -432,8 +473,7 @@ private:
     template <class T> T* data_ptr_as();
     template <class T> const T* const_data_ptr_as() const;
     template <class T> T* mutable_data_ptr_as() const;
-    Tensor select_index(long i) const;                                   // t[i]'s values
-    Tensor index_values(const std::vector<TensorIndex>& indices) const;  // index()'s values
+    Tensor select_index(long i) const;  // t[i]
     std::uint64_t add_hook(std::function<Tensor(const Tensor&)> hook);
     std::shared_ptr<Node> m_node;
 };
@@ -497,135 +537,6 @@ private:
     indexing::Slice m_slice;
     Tensor m_tensor;
 };
-
-// --- writing through t[i] and index() (indexed_tensor.cpp) -----------------------------------
-
-/// What t[i] and t.index({...}) return: the picked values, a copy with gradient that remembers t
-/// and the indices, so a write through it lands in t as with torch's views and LibTorch's rvalue
-/// operator=. Not a view: every node owns its contiguous array, which every kernel relies on;
-/// views would bring storage offsets and strides into all of them for the sake of these writes:
-///
-///     t[0] = v;  t[0][1] = 5;  t.index({Slice(), 0}) = v;          // t.index_put_(...)
-///     t[0].mul_(2);  t[0] += 1;  t[0].index_put_({1}, 5);          // read, op, write back
-///
-/// Every write becomes t.index_put_ (chained through each level for t[0][1]): it bumps t's
-/// version and, with gradients recorded, is recorded in the graph, so the gradient reaches t's
-/// old value and the operands as torch's does. An in-place op reads t's part afresh, applies the
-/// op and writes the result back, then this handle holds the values written (so a write to t
-/// made since it was taken is not lost). Otherwise reading it gives the values as they were when
-/// it was taken: a later write to t does not show in it (no view).
-///
-/// The link lives in this type only. `auto r = t[0];` keeps it (r.mul_(2) writes into t);
-/// held as a plain Tensor (`Tensor r = t[0];`, or passed on as `const Tensor&`) it is an ordinary
-/// copy, and writes to it stay in it. Forms that would write into the copy alone do not compile,
-/// with a message naming the form that works: assigning to a named one (`r = v`, which would
-/// only rebind r; write `r.copy_(v)`), data_ptr() and mutable_data_ptr() (a pointer cannot reach
-/// t; read with const_data_ptr()), and set_data().
-class IndexedTensor : public Tensor {
-    template <class> static constexpr bool always_false = false;
-
-public:
-    IndexedTensor(const IndexedTensor&) = default;
-    IndexedTensor(IndexedTensor&&) noexcept = default;
-    ~IndexedTensor() = default;
-
-    /// t[i] = v: writes v (broadcast to the picked shape, cast to t's dtype) into t.
-    IndexedTensor& operator=(const Tensor& value) &&;
-    IndexedTensor& operator=(const IndexedTensor& value) &&;
-    IndexedTensor& operator=(Scalar value) &&;
-    template <class T> IndexedTensor& operator=(T&&) & {
-        static_assert(always_false<T>,
-                      "assigning to a named t[i] / t.index(...) handle would only rebind it: write "
-                      "`r.copy_(v)` to write into the tensor it came from, or hold it as `Tensor r` to rebind");
-        return *this;
-    }
-
-    /// The in-place ops of Tensor, written into the tensor this came from (see the class).
-    const IndexedTensor& add_(const Tensor& other) const;
-    const IndexedTensor& add_(const Tensor& other, Scalar alpha) const;
-    const IndexedTensor& add_(Scalar other) const;
-    const IndexedTensor& sub_(const Tensor& other) const;
-    const IndexedTensor& sub_(const Tensor& other, Scalar alpha) const;
-    const IndexedTensor& sub_(Scalar other) const;
-    const IndexedTensor& mul_(const Tensor& other) const;
-    const IndexedTensor& mul_(Scalar other) const;
-    const IndexedTensor& div_(const Tensor& other) const;
-    const IndexedTensor& div_(Scalar other) const;
-    const IndexedTensor& masked_fill_(const Tensor& mask, Scalar value) const;
-    const IndexedTensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt) const;
-    const IndexedTensor& clamp_min_(Scalar min) const;
-    const IndexedTensor& clamp_max_(Scalar max) const;
-    const IndexedTensor& copy_(const Tensor& src) const;
-    const IndexedTensor& zero_() const;
-    const IndexedTensor& fill_(Scalar value) const;
-    const IndexedTensor& uniform_(double from = 0.0, double to = 1.0, Generator& gen = default_generator()) const;
-    const IndexedTensor& normal_(double mean = 0.0, double std = 1.0, Generator& gen = default_generator()) const;
-    const IndexedTensor& bernoulli_(double p = 0.5, Generator& gen = default_generator()) const;
-    const IndexedTensor& bernoulli_(const Tensor& p, Generator& gen = default_generator()) const;
-    const IndexedTensor& index_put_(const std::vector<TensorIndex>& indices, const Tensor& value,
-                                    bool accumulate = false) const;
-    const IndexedTensor& index_put_(const std::vector<TensorIndex>& indices, Scalar value,
-                                    bool accumulate = false) const;
-    const IndexedTensor& scatter_(long axis, const Tensor& index, const Tensor& src) const;
-    const IndexedTensor& scatter_(long axis, const Tensor& index, Scalar value) const;
-    const IndexedTensor& scatter_add_(long axis, const Tensor& index, const Tensor& src) const;
-
-    /// Indexing again keeps the chain: t[0][1] = 5 writes into t.
-    template <class I, std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool>, int> = 0>
-    IndexedTensor operator[](I i) const;
-    IndexedTensor index(const std::vector<TensorIndex>& indices) const;
-
-    /// Reading is as Tensor's; writing through a pointer or set_data would miss t (see the class).
-    template <class T> const T* data_ptr() const { return Tensor::data_ptr<T>(); }
-    template <class T> T* data_ptr() {
-        static_assert(always_false<T>,
-                      "data_ptr() on t[i] / t.index(...) hands out a copy's storage, so a write through it would "
-                      "not reach t: read with const_data_ptr(), write with index_put_, copy_ or an in-place op");
-        return nullptr;
-    }
-    template <class T> T* mutable_data_ptr() const {
-        static_assert(always_false<T>,
-                      "mutable_data_ptr() on t[i] / t.index(...) hands out a copy's storage, so a write through it "
-                      "would not reach t: write with index_put_, copy_ or an in-place op");
-        return nullptr;
-    }
-    template <class T = void> void set_data(const Tensor&) const {
-        static_assert(always_false<T>,
-                      "set_data() on t[i] / t.index(...) would replace a copy's values only: write into t with "
-                      "copy_(v) (or t.index_put_(...))");
-    }
-
-private:
-    friend class Tensor;
-    IndexedTensor(Tensor values, Tensor base, std::vector<TensorIndex> indices);
-    IndexedTensor(Tensor values, std::shared_ptr<const IndexedTensor> parent, std::vector<TensorIndex> indices);
-    // Refuses a write into a leaf that requires grad (the tensor at the root of the chain, t
-    // for t[0][1]) while gradients are recorded, before anything is written.
-    void check_root(const char* op) const;
-    // Runs `write(base)` on what this handle indexes: t itself, or for t[0][1] the part that
-    // t[0] stands for, read from t and written back into it.
-    void write_base(const char* op, const std::function<void(const Tensor& base)>& write) const;
-    // An in-place op `f` on a fresh read of this part, written back into the base; when `keep`,
-    // this handle then holds the values written.
-    const IndexedTensor& update(const char* op, const std::function<void(const Tensor& part)>& f,
-                                bool keep = true) const;
-
-    Tensor m_base;                                  // what the indices pick from, or
-    std::shared_ptr<const IndexedTensor> m_parent;  // the IndexedTensor they pick from (t[0][1])
-    std::vector<TensorIndex> m_indices;
-};
-
-template <class I, std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool>, int>>
-IndexedTensor Tensor::operator[](I i) const {
-    const long k = checked_index("index", i);
-    return IndexedTensor(select_index(k), *this, {TensorIndex(k)});
-}
-
-template <class I, std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool>, int>>
-IndexedTensor IndexedTensor::operator[](I i) const {
-    const long k = checked_index("index", i);
-    return IndexedTensor(select_index(k), std::make_shared<const IndexedTensor>(*this), {TensorIndex(k)});
-}
 
 // --- operators as torch (ops_elementwise.cpp) -------------------------------------------
 //
@@ -693,16 +604,17 @@ const Tensor& operator+=(const Tensor& a, Scalar s);
 const Tensor& operator-=(const Tensor& a, Scalar s);
 const Tensor& operator*=(const Tensor& a, Scalar s);
 const Tensor& operator/=(const Tensor& a, Scalar s);
-/// On t[i] or t.index(...), the same written into t (see IndexedTensor).
-inline const IndexedTensor& operator+=(const IndexedTensor& a, const Tensor& b) { return a.add_(b); }
-inline const IndexedTensor& operator-=(const IndexedTensor& a, const Tensor& b) { return a.sub_(b); }
-inline const IndexedTensor& operator*=(const IndexedTensor& a, const Tensor& b) { return a.mul_(b); }
-inline const IndexedTensor& operator/=(const IndexedTensor& a, const Tensor& b) { return a.div_(b); }
-inline const IndexedTensor& operator+=(const IndexedTensor& a, Scalar s) { return a.add_(s); }
-inline const IndexedTensor& operator-=(const IndexedTensor& a, Scalar s) { return a.sub_(s); }
-inline const IndexedTensor& operator*=(const IndexedTensor& a, Scalar s) { return a.mul_(s); }
-inline const IndexedTensor& operator/=(const IndexedTensor& a, Scalar s) { return a.div_(s); }
-
+/// The same on a temporary: `x[0] += 1` and `x.t() *= 2` write through the view into x. On the
+/// copy that index() with a tensor, list or mask index returns it is refused, as is assigning
+/// to one (`x.index({mask}) = v`): the write would land in the copy alone; index_put_ writes x.
+const Tensor& operator+=(Tensor&& a, const Tensor& b);
+const Tensor& operator-=(Tensor&& a, const Tensor& b);
+const Tensor& operator*=(Tensor&& a, const Tensor& b);
+const Tensor& operator/=(Tensor&& a, const Tensor& b);
+const Tensor& operator+=(Tensor&& a, Scalar s);
+const Tensor& operator-=(Tensor&& a, Scalar s);
+const Tensor& operator*=(Tensor&& a, Scalar s);
+const Tensor& operator/=(Tensor&& a, Scalar s);
 /// Throws unless t is defined with `dims` axes, for ops and layers checking their arguments:
 /// "<who>: <arg> must be 3-D (batch, length, features), got shape (2, 3)" (`layout` in brackets).
 void check_dims(const char* who, const char* arg, const Tensor& t, std::size_t dims, const char* layout);
@@ -799,8 +711,5 @@ struct fmt::formatter<xgrad::Tensor> : fmt::formatter<std::string> {
         return fmt::formatter<std::string>::format(xgrad::to_string(t), ctx);
     }
 };
-
-template <>
-struct fmt::formatter<xgrad::IndexedTensor> : fmt::formatter<xgrad::Tensor> {};
 
 #undef XGRAD_ELEMENT_TYPES_MESSAGE

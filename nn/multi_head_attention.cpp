@@ -115,8 +115,7 @@ Tensor MultiHeadAttention::forward(const Tensor& queries, const Tensor& keys, co
 Tensor MultiHeadAttention::attention_weights_copy() const {
     const Tensor& w = m_attention->attention_weights();  // (batch·H, Tq, Tk)
     if (!w.defined()) return w;
-    return reshape(
-        w, {-1, static_cast<long>(m_num_heads), w.size(1), w.size(2)});
+    return reshape(w, {-1, static_cast<long>(m_num_heads), w.size(1), w.size(2)}).clone();
 }
 
 }  // namespace xgrad::nn

@@ -52,7 +52,7 @@ struct MultiHeadAttentionOptions {
 ///    `mha.attention.attention_weights` (head h of batch row b at row b·num_heads + h), the
 ///    tensor itself (aliases);
 ///  - attention_weights_copy(): the same weights as (batch, num_heads, Tq, Tk), a new tensor
-///    (reshaped: xgrad has no views).
+///    (a clone of the reshaped weights: a write into it does not reach the layer's).
 class MultiHeadAttention : public Module, public Callable<MultiHeadAttention> {
 public:
     /// d2l's positional form: MultiHeadAttention(key_size, query_size, value_size, num_hiddens,

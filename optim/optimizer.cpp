@@ -280,7 +280,8 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
                 if (t.dtype() != p.dtype())
                     t = t.detach().to(p.dtype());  // as torch: a float32 run's state resumes a float64 model
             }
-            buffers[i].push_back(t.detach());  // a copy: later steps must not write into the caller's tensors
+            // A copy (detach alone shares storage): later steps must not write into the caller's tensors.
+            buffers[i].push_back(t.detach().clone());
         }
     }
     if (!entries.empty())

@@ -114,7 +114,7 @@ Tensor as_stored(const Tensor& t) { return t.dtype() == kBFloat16 ? cast(t, kFlo
 std::string_view raw_data(const Tensor& t) {
     return dispatch_all(t.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
-        const auto& a = array<T>(t);
+        const auto& a = values<T>(t);  // a view's values, not its base's storage
         return std::string_view(reinterpret_cast<const char*>(a.data()), a.size() * sizeof(T));
     });
 }

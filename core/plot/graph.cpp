@@ -91,7 +91,7 @@ std::string values_text(const Node& n, std::size_t max) {
             }
             return n.shape.empty() ? out : out + "]";
         },
-        n.data);
+        n.data());
 }
 
 std::string dtype_shape(const Node& n) { return fmt::format("{} {}", dtype_name(n.dtype()), n.shape); }
@@ -164,7 +164,7 @@ std::string tensor_statement(std::size_t k, const Node& n, const Walk& walk, con
         lines.push_back(n.retains_grad ? "requires grad, retains grad" : "requires grad");
     }
     // A past history keeps its value only while a backward still reads it (record_in_place).
-    if (past && element_count(n) > 0 && std::visit([](const auto& a) { return a.size(); }, n.data) == 0)
+    if (past && element_count(n) > 0 && std::visit([](const auto& a) { return a.size(); }, n.data()) == 0)
         lines.push_back("value not kept");
     else if (const std::string v = values_text(n, opts.max_values); !v.empty())
         lines.push_back("data " + v);
@@ -174,7 +174,7 @@ std::string tensor_statement(std::size_t k, const Node& n, const Walk& walk, con
         lines.push_back(fmt::format("grad {}{}", v.empty() ? dtype_shape(g) : v,
                                     g.requires_grad ? " (with a graph)" : ""));
     }
-    if (n.version > 0) lines.push_back(fmt::format("version {}", n.version));
+    if (n.version() > 0) lines.push_back(fmt::format("version {}", n.version()));
 
     std::string style = "filled";
     const char* fill = !n.is_leaf ? "#eeeeee" : n.requires_grad ? "#cfe2f3" : "#ffffff";
@@ -205,7 +205,7 @@ std::string op_statements(std::size_t k, const Node& n, const Walk& walk, std::s
             // As the engine checks before a backward: a saved input must still have the version
             // it had at the forward pass (the tensor's current version, past histories included).
             const bool changed = n.saves.reads_input(i) && i < n.saved_versions.size() &&
-                                 n.parents[i].node().version != n.saved_versions[i];
+                                 n.parents[i].node().version() != n.saved_versions[i];
             std::vector<std::string> attrs;
             std::string text = k_in > 1 ? std::to_string(i) : "";
             if (changed) {
@@ -216,7 +216,7 @@ std::string op_statements(std::size_t k, const Node& n, const Walk& walk, std::s
             edges += fmt::format("  t{} -> op{}{};\n", j, k,
                                  attrs.empty() ? "" : fmt::format(" [{}]", fmt::join(attrs, ", ")));
         }
-        stale = n.saves.output && (n.overwritten || (!n.saved_versions.empty() && n.version != n.saved_versions.back()));
+        stale = n.saves.output && (n.overwritten || (!n.saved_versions.empty() && n.version() != n.saved_versions.back()));
         if (stale) lines.push_back("its output changed since saved");
         if (cut) lines.push_back(fmt::format("{} input{} not drawn", cut, cut > 1 ? "s" : ""));
     }

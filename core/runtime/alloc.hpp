@@ -92,18 +92,37 @@ private:
 };
 
 /// A standard allocator over cached_alloc, for xt::xarray's storage.
+///
+/// One made with aliasing(p) owns nothing: its allocate hands out p and deallocate does
+/// nothing. It lets an xarray stand for a contiguous view's elements inside its base's buffer
+/// (core/tensor/storage.hpp), so kernels that read an xarray read a view without a copy. A copy
+/// of such an xarray gets an ordinary allocator (select_on_container_copy_construction) and owns
+/// its copy. Such an xarray must never be move-assigned to or from: uvector swaps the buffers
+/// but not the allocators.
 template <class T> struct cache_allocator {
     using value_type = T;
     cache_allocator() noexcept = default;
     template <class U> cache_allocator(const cache_allocator<U>&) noexcept {}
+    static cache_allocator aliasing(T* p) noexcept {
+        cache_allocator a;
+        a.m_alias = p;
+        return a;
+    }
     T* allocate(std::size_t n) {
+        if (m_alias) return m_alias;
         if (n > SIZE_MAX / sizeof(T)) throw_out_of_memory(n, sizeof(T));
         return static_cast<T*>(cached_alloc(n * sizeof(T)));
     }
-    void deallocate(T* p, std::size_t n) noexcept { cached_free(p, n * sizeof(T)); }
+    void deallocate(T* p, std::size_t n) noexcept {
+        if (!m_alias) cached_free(p, n * sizeof(T));
+    }
+    cache_allocator select_on_container_copy_construction() const noexcept { return {}; }
     template <class U> struct rebind { using other = cache_allocator<U>; };
-    friend bool operator==(const cache_allocator&, const cache_allocator&) noexcept { return true; }
-    friend bool operator!=(const cache_allocator&, const cache_allocator&) noexcept { return false; }
+    friend bool operator==(const cache_allocator& a, const cache_allocator& b) noexcept { return a.m_alias == b.m_alias; }
+    friend bool operator!=(const cache_allocator& a, const cache_allocator& b) noexcept { return !(a == b); }
+
+private:
+    T* m_alias = nullptr;
 };
 
 /// n values of a trivial type in a block from cached_alloc, left uninitialised, returned to the

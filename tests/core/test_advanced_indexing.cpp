@@ -1,5 +1,5 @@
 // Advanced indexing as torch: bool masks, int64 index tensors and lists in t.index and
-// index_put_ (with accumulate), written through IndexedTensor; scatter and scatter_add. Values
+// index_put_ (with accumulate), which writes where index() only copies; scatter and scatter_add. Values
 // are torch 1.13's, pasted as constants.
 #include <cmath>
 #include <cstdint>
@@ -111,13 +111,17 @@ TEST_CASE("int64 tensors and lists pick as torch's advanced indexing", "[adv-ind
 
 // --- writing ----------------------------------------------------------------------------------
 
-TEST_CASE("nanoGPT's top-k filter logits[logits < v] = -inf writes through, as torch", "[adv-indexing]") {
+TEST_CASE("nanoGPT's top-k filter logits[logits < v] = -inf writes through index_put_, as torch", "[adv-indexing]") {
     const Tensor logits = tensor({{0.5, -1, 2, 0.1}, {3, 0, -2, 1}});
     const Tensor v = topk(logits, 2).values.index({Slice(), {-1}});
     CHECK(v.shape() == Shape{2, 1});
     const auto inf = std::numeric_limits<float>::infinity();
     Tensor a = logits.clone();
-    a.index({a < v}) = -inf;  // logits[logits < v] = -inf
+    // Advanced indexing copies (as torch's): assigning to the copy is refused, not lost.
+    CHECK_THROWS_WITH(a.index({a < v}) = -inf, Catch::Contains("would write into a copy") && Catch::Contains("index_put_"));
+    CHECK_THROWS_WITH(a.index({a < v}) += 1.0, Catch::Contains("index_put_"));
+    CHECK(a.version() == 0);
+    a.index_put_({a < v}, -inf);  // logits[logits < v] = -inf
     CHECK(a.to_vector<float>() == std::vector<float>{0.5f, -inf, 2, -inf, 3, -inf, -inf, 1});
     Tensor b = logits.clone();
     b.index_put_({b < v}, -inf);
@@ -125,24 +129,24 @@ TEST_CASE("nanoGPT's top-k filter logits[logits < v] = -inf writes through, as t
     CHECK(b.version() == 1);
 }
 
-TEST_CASE("writes by mask and by indices land in the tensor as torch's setitem", "[adv-indexing]") {
+TEST_CASE("writes by mask and by indices land in the tensor through index_put_, as torch's setitem", "[adv-indexing]") {
     const Tensor m2 = mask({true, false, true, false, false, true}, {2, 3});
     Tensor y = counting();
-    y.index({m2}) = tensor({10, 20, 30, 40});  // y[m2] = row (broadcast over the picked rows)
+    y.index_put_({m2}, tensor({10, 20, 30, 40}));  // y[m2] = row (broadcast over the picked rows)
     CHECK_THAT(vals(y), approx({10, 20, 30, 40, 4, 5, 6, 7, 10, 20, 30, 40,
                                 12, 13, 14, 15, 16, 17, 18, 19, 10, 20, 30, 40}));
     y = counting();
-    y.index({Slice(), {-1}}) = 0;  // y[:, [-1]] = 0
+    y.index_put_({Slice(), {-1}}, 0);  // y[:, [-1]] = 0
     CHECK_THAT(vals(y), approx({0, 1, 2, 3, 4, 5, 6, 7, 0, 0, 0, 0, 12, 13, 14, 15, 16, 17, 18, 19, 0, 0, 0, 0}));
     y = counting();
     std::vector<bool> fifth(24);
     for (std::size_t k = 0; k < fifth.size(); ++k) fifth[k] = k % 5 == 0;
-    y.index({mask(fifth, {2, 3, 4})}) += 100;  // y[x % 5 == 0] += 100
+    y.index_put_({mask(fifth, {2, 3, 4})}, 100, true);  // y[x % 5 == 0] += 100
     CHECK_THAT(vals(y), approx({100, 1, 2, 3, 4, 105, 6, 7, 8, 9, 110, 11,
                                 12, 13, 14, 115, 16, 17, 18, 19, 120, 21, 22, 23}));
-    // Chained: y[0][[0, 2]] = -1 writes into y.
+    // Through a view: y[0][[0, 2]] = -1 writes into y.
     y = counting();
-    y[0].index({{0, 2}}) = -1;
+    y[0].index_put_({{0, 2}}, -1);
     CHECK_THAT(vals(y.index({0, Slice(), 0})), approx({-1, 4, -1}));
     // Repeated indices: the last write wins (deterministic; torch leaves it undefined), and with
     // accumulate every one adds.
@@ -246,11 +250,11 @@ TEST_CASE("writing by mask and by indices passes gradcheck and gradgradcheck", "
         REQUIRE_GRADCHECK(f, {x, form.v}, form.name);
         REQUIRE_GRADGRADCHECK(f, {x, form.v}, form.name);
     }
-    // Through IndexedTensor: y[m] = v and y[m] *= v.
+    // y[m] = v and y[m] *= v, as index_put_.
     const auto assign = [&m](auto& t) {
         Tensor y = t[0] * 1.0;
-        y.index({m}) = t[1];
-        y.index({m}) *= t[1];
+        y.index_put_({m}, t[1]);
+        y.index_put_({m}, y.index({m}) * t[1]);
         return y;
     };
     REQUIRE_GRADCHECK(assign, {x, param({6}, -1, 1, 9)}, "y[m] = v; y[m] *= v");
@@ -337,14 +341,14 @@ TEST_CASE("advanced indices torch refuses are refused, naming the op, the axis a
     Tensor y = counting();
     CHECK_THROWS_WITH(y.index_put_({{0, 1}}, zeros({3})), Catch::Contains("index_put_: value of shape (3,)") &&
                                                               Catch::Contains("(2, 3, 4)"));
-    CHECK_THROWS_WITH(y.index({y > 3}) = zeros({2}), Catch::Contains("value of shape (2,)"));
+    CHECK_THROWS_WITH(y.index_put_({y > 3}, zeros({2})), Catch::Contains("value of shape (2,)"));
     // Nothing was written by a refused call.
     CHECK_THAT(vals(y), approx(vals(counting())));
     CHECK(y.version() == 0);
     // A leaf that requires grad, and accumulating into bfloat16.
     const Tensor leaf = param({3});
     CHECK_THROWS_WITH(leaf.index_put_({{0}}, 1.0), Catch::Contains("index_put_") && Catch::Contains("leaf"));
-    CHECK_THROWS_WITH(leaf.index({leaf > 0}) = 1.0, Catch::Contains("leaf"));
+    CHECK_THROWS_WITH(leaf.index_put_({leaf > 0}, 1.0), Catch::Contains("leaf"));
     CHECK_THROWS_WITH(cast(zeros({3}), kBFloat16).index_put_({{0}}, 1.0, true), Catch::Contains("bfloat16"));
 }
 
@@ -375,7 +379,7 @@ TEST_CASE("README's advanced indexing lines give torch's values", "[adv-indexing
     Tensor logits = tensor({{0.5, -1, 2, 0.1, 3, 0, -2, 1}, {1, 2, 3, 4, 5, 6, 7, 8}});
     Tensor kth = topk(logits, 3).values.index({Slice(), {-1}});
     CHECK(kth.shape() == Shape{2, 1});
-    logits.index({logits < kth}) = -INFINITY;
+    logits.index_put_({logits < kth}, -INFINITY);
     CHECK(logits.to_vector<float>() == std::vector<float>{-INFINITY, -INFINITY, 2, -INFINITY, 3, -INFINITY, -INFINITY,
                                                           1, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY,
                                                           6, 7, 8});
