@@ -22,6 +22,7 @@
 
 #include "core/creation.hpp"
 #include "core/node.hpp"
+#include "core/views.hpp"
 
 namespace xgrad::autograd {
 
@@ -330,6 +331,11 @@ std::vector<Tensor> AutogradContext::State::finish(const std::shared_ptr<Autogra
     for (std::size_t i = 0; i < k; ++i) {
         if (!is_dirty[i]) continue;
         const Tensor& x = outputs[i];
+        if (x.node().view && x.node().view->base->is_leaf && x.node().view->base->requires_grad)
+            throw Error(fmt::format("{}: marked dirty (changed in place) a view of shape {} of a leaf that requires "
+                                    "grad; as in torch, such a view cannot be changed in place while gradients are "
+                                    "recorded: pass a clone(), or call it under NoGradGuard",
+                                    name, shape_str(x.shape())));
         if (x.is_leaf() && x.requires_grad())
             throw Error(fmt::format("{}: marked dirty (changed in place) a leaf tensor of shape {} that requires grad; "
                                     "as in torch, such a leaf cannot be changed in place while gradients are "
@@ -366,7 +372,16 @@ std::vector<Tensor> AutogradContext::State::finish(const std::shared_ptr<Autogra
     for (std::size_t i = 0; i < k; ++i) {
         if (!differentiable[i]) continue;
         Node& o = outputs[i].node();
-        if (past[i]) {
+        if (past[i] && o.view) {
+            // A view marked dirty: its base's history is rebased (torch's CopySlices), the
+            // function's output i written at the view's positions, and the view reads its
+            // gradient from the base, as after any in-place op on a view.
+            auto made = std::make_shared<Node>(empty_storage(o.dtype()));
+            made->shape = o.shape;
+            link_output(*made, fn, i, name);
+            rebase_base_onto(o, Tensor(std::move(made)), name);
+            restart_view_from_base(o, std::move(past[i]));
+        } else if (past[i]) {
             auto made = std::make_shared<Node>(empty_storage(o.dtype()));
             link_output(*made, fn, i, name);
             rebase_history(o, std::move(past[i]), *made, name);

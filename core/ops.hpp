@@ -224,6 +224,13 @@ std::vector<Tensor> split(const Tensor& a, long split_size, long axis = 0);
 std::vector<Tensor> split(const Tensor& a, const IntList& sizes, long axis = 0);
 /// At most `chunks` pieces of ceil(n / chunks), as torch.chunk (so possibly fewer).
 std::vector<Tensor> chunk(const Tensor& a, long chunks, long axis = 0);
+/// torch.unbind: the slices of `a` along `axis`, each without that axis, as views of a (a write
+/// through one lands in a; as torch's, they refuse in-place ops while a requires grad), made by
+/// one op with one output per slice (any dtype; int64 and bool without gradient). Its gradient
+/// is stack(grads, axis), zeros for the slices no gradient reached, made once for all of them:
+/// a loop over T steps costs O(T) in backward, where T select()s would each send back a zero
+/// tensor of a's whole shape. Differentiable again (stack's gradient is unbind's forward).
+std::vector<Tensor> unbind(const Tensor& a, long axis = 0);
 /// Axes start_dim..end_dim merged into one (torch.flatten): a view when the strides allow.
 Tensor flatten(const Tensor& a, long start_dim = 0, long end_dim = -1);
 /// Every axis of length 1 removed (torch.squeeze without a dim): a view.

@@ -757,6 +757,8 @@ void check_value(const char* op, const Tensor& self, const Tensor& value, const 
 const Tensor& put_in_place(const char* op, const Tensor& self, const FlatOffsets& at, const Shape& picked,
                            const Tensor& value, bool accumulate) {
     check_value(op, self, value, picked);
+    check_no_internal_overlap(op, self);
+    check_view_write(op, self);
     if (accumulate && self.dtype() == kBFloat16)
         throw Error(fmt::format("{}: accumulating into a bfloat16 tensor (no arithmetic on bfloat16; convert to "
                                 "float32)",
@@ -800,6 +802,8 @@ const Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, const 
         return put_in_place(op, *this, std::make_shared<const std::vector<std::size_t>>(pick_offsets(plan)),
                             plan.shape, value, true);
     check_value(op, *this, value, plan.shape);
+    check_no_internal_overlap(op, *this);
+    check_view_write(op, *this);
     if (grad_enabled() && (requires_grad() || value.requires_grad())) {
         // Recorded: the value reaches the picks through expand and cast, which carry its
         // gradient back to its own shape and dtype.
@@ -955,6 +959,8 @@ const Tensor& scatter_reduce_in_place(const Tensor& self, long axis, const Tenso
     constexpr const char* op = "scatter_";
     const ScatterReduce r = parse_reduce(op, reduce);
     const ScatterPlan p = plan_scatter(op, self, axis, index, src);
+    check_no_internal_overlap(op, self);
+    check_view_write(op, self);
     const Tensor v = reduce_values(op, self, p, index, src, value);
     if (grad_enabled() && (self.requires_grad() || (src && src->requires_grad()))) {
         check_in_place_leaf(op, self);
@@ -1019,7 +1025,7 @@ Tensor one_hot(const Tensor& indices, long num_classes) {
     if (indices.dtype() != kInt64)
         throw Error(fmt::format("one_hot: indices must be an int64 tensor, got {}", dtype_name(indices.dtype())));
     if (num_classes < -1) throw Error(fmt::format("one_hot: num_classes must be -1 or at least 0, got {}", num_classes));
-    const std::int64_t* x = indices.const_data_ptr<std::int64_t>();
+    const std::int64_t* x = values<std::int64_t>(indices).data();  // a view read as its values
     const std::size_t n = indices.numel();
     std::int64_t largest = -1;
     for (std::size_t i = 0; i < n; ++i) {

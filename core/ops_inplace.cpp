@@ -43,6 +43,7 @@ const Tensor& in_place(const char* op, const Tensor& self, std::vector<Tensor> o
                        const Compute& compute) {
     check_in_place_defined(op, self, "the tensor written to");
     check_no_internal_overlap(op, self);
+    check_view_write(op, self);
     for (const Tensor& o : others) {
         check_in_place_defined(op, o, "the operand");
         if (!broadcastable_to(o.shape(), self.shape()))
@@ -215,8 +216,11 @@ const Tensor& written_temporary(const char* how, const Tensor& t) {
 }
 }  // namespace
 
+// As torch's setitem (t[0][1] = tensor({5.0})): the value broadcast to this tensor's shape
+// after dropping leading axes of length 1, cast to its dtype (index_put_ of the whole).
 Tensor& Tensor::operator=(const Tensor& src) && {
-    written_temporary("=", *this).copy_(src);
+    if (!defined() || !src.defined()) copy_(src);  // which names what is undefined
+    else written_temporary("=", *this).index_put_({}, src);
     return *this;
 }
 

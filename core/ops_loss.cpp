@@ -49,7 +49,7 @@ std::size_t check_class_targets(const char* op, const Tensor& logits, const Tens
     }
     const auto classes = static_cast<std::int64_t>(logits.shape()[class_axis]);
     const std::size_t rows = targets.numel();
-    const std::int64_t* target = targets.const_data_ptr<std::int64_t>();
+    const std::int64_t* target = values<std::int64_t>(targets).data();
     std::size_t count = 0;
     for (std::size_t r = 0; r < rows; ++r) {
         if (target[r] == ignore_index) continue;
@@ -73,7 +73,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction redu
     const auto classes = static_cast<std::int64_t>(logits.shape()[logits.dim() == 1 ? 0 : 1]);
     const std::size_t class_axis = logits.dim() == 1 ? 0 : 1;
     const std::size_t rows = targets.numel();
-    const std::int64_t* target = targets.const_data_ptr<std::int64_t>();
+    const std::int64_t* target = values<std::int64_t>(targets).data();
     // Row r = o·inner + i (the targets' row-major order) holds classes at (o·C + c)·inner + i.
     const axis_split split = split_at(logits.shape(), class_axis);
 
@@ -160,14 +160,14 @@ Tensor cross_entropy_composed(const Tensor& logits, const Tensor& targets,
     }
     // Class indices: constant masks from the targets (checked by the caller).
     const std::size_t rows = targets.numel(), inner = split_at(logits.shape(), static_cast<std::size_t>(ca)).inner;
-    const std::int64_t* t = targets.const_data_ptr<std::int64_t>();
+    const std::int64_t* t = values<std::int64_t>(targets).data();
     std::vector<double> pick(logits.numel(), 0.0);  // −1 at (r, t_r) for each row not ignored
     std::vector<std::int64_t> ignored(rows, 0);
     double total_weight = 0;
     std::vector<double> wv;
     if (w.defined()) {
         const Tensor w64 = o.weight().detach().to(kFloat64);
-        const double* pw = w64.const_data_ptr<double>();
+        const double* pw = values<double>(w64).data();
         wv.assign(pw, pw + C);
     }
     for (std::size_t r = 0; r < rows; ++r) {
@@ -232,7 +232,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
             throw Error(fmt::format("{}: weight must be a 1-D tensor of the {} classes in logits' dtype {}, got {} {}",
                                     op, C, dtype_name(logits.dtype()), dtype_name(w.dtype()), shape_str(w.shape())));
         const Tensor w64 = w.detach().to(kFloat64);
-        const double* pw = w64.const_data_ptr<double>();
+        const double* pw = values<double>(w64).data();
         for (std::size_t c = 0; c < C; ++c)
             if (!std::isfinite(pw[c]))
                 throw Error(fmt::format("{}: weight must be finite, got {} for class {}", op, pw[c], c));
@@ -301,7 +301,7 @@ Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tenso
                 const Tensor &g = in.inputs[0], &logits = in.inputs[1], &targets = in.inputs[2];
                 const Tensor &lse = in.inputs[3], &G = in.grad();
                 const std::size_t class_axis = logits.dim() == 1 ? 0 : 1;
-                const std::int64_t* t = targets.const_data_ptr<std::int64_t>();
+                const std::int64_t* t = values<std::int64_t>(targets).data();
                 const std::size_t count = static_cast<std::size_t>(
                     std::count_if(t, t + targets.numel(), [&](std::int64_t c) { return c != ignore_index; }));
                 std::vector<Tensor> d(4);

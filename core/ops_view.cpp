@@ -198,7 +198,7 @@ Tensor Tensor::unfold(long dim, long size, long step) const {
 
 Tensor Tensor::contiguous() const {
     check_defined("contiguous", *this);
-    return is_contiguous() ? *this : clone();
+    return is_contiguous() ? *this : as_call("contiguous", [&] { return clone(); });
 }
 
 bool Tensor::is_contiguous() const {
@@ -218,8 +218,8 @@ std::int64_t Tensor::storage_offset() const {
 bool Tensor::is_view() const { return defined() && node().view != nullptr; }
 
 Tensor Tensor::_base() const {
-    const Node& n = node();
-    return n.view ? Tensor(n.view->base) : Tensor();
+    Node& n = node();
+    return n.view ? Tensor(view_base(n)) : Tensor();
 }
 
 bool Tensor::is_alias_of(const Tensor& other) const {

@@ -20,6 +20,7 @@
 #include "core/error.hpp"
 #include "core/node.hpp"
 #include "core/ops.hpp"
+#include "core/ops_util.hpp"
 #include "core/views.hpp"
 #include "core/creation.hpp"
 #include "core/runtime/alloc.hpp"
@@ -58,6 +59,7 @@ std::vector<Tensor> unbind(const Tensor& a, long axis) {
         throw Error(fmt::format("unbind: axis {} is out of range for a tensor of shape {}", axis, shape_str(a.shape())));
     if (axis < 0) axis += rank;
     if (a.size(axis) == 0) return {};
+    if (a.dtype() == kBFloat16) check_no_bfloat16_graph("unbind", {a});  // as split: no bfloat16 gradient
     std::vector<Tensor> pieces = Unbind::apply(a, axis);
     for (Tensor& p : pieces) mark_multi_output_view(p);
     return pieces;

@@ -8,13 +8,8 @@
 
 namespace xgrad {
 
-/// torch.unbind: the slices of `a` along `axis`, each without that axis, as views of a (a write
-/// through one lands in a; as torch's, they refuse in-place ops while a requires grad), made by
-/// one op with one output per slice (any floating dtype; int64 and bool without gradient). Its gradient is
-/// stack(grads, axis), zeros for the slices no gradient reached, made once for all of them:
-/// a loop over T steps costs O(T) in backward, where T slice()s would each send back a zero
-/// tensor of a's whole shape. Differentiable again (stack's gradient is unbind's forward).
-std::vector<Tensor> unbind(const Tensor& a, long axis = 0);
+/// torch.unbind (ops.hpp says what it returns).
+std::vector<Tensor> unbind(const Tensor& a, long axis);
 
 /// One GRU step's gate arithmetic, fused (torch's gate order r, z, n):
 ///   r = σ(gi_r + gh_r),  z = σ(gi_z + gh_z),  n = tanh(gi_n + r ⊙ gh_n),  h' = n + z ⊙ (h − n)

@@ -484,8 +484,14 @@ void Tensor::set_data(const Tensor& values) const {
         const std::lock_guard<std::mutex> lock(n.grad_mutex);
         n.grad = Tensor();
     }
-    if (values.shape() != n.shape || values.dtype() != n.dtype()) ++n.layout_version;
-    // A storage of its own, as torch's set_data: views of the old one keep it (and its values).
+    if (values.shape() == n.shape && values.dtype() == n.dtype()) {
+        // The same layout: the values are copied into the buffer, which pointers from data_ptr()
+        // and this tensor's views keep reading.
+        write_into_storage("set_data()", *this, values);
+        return;
+    }
+    ++n.layout_version;
+    // Another layout: a storage of its own, as torch's set_data; views of the old one keep it.
     const std::uint64_t version = n.version();
     n.storage = std::make_shared<StorageImpl>(values.node().data());
     n.storage->version = version;
@@ -1107,6 +1113,20 @@ bool reroute_readers(Node& result, Node& self, std::uint64_t since, const Tensor
             Tensor& p = n->parents[i];
             if (!p.defined()) continue;
             Node* pn = &p.node();
+            // A view of self read here (b[0].add_(b[1]), b.mul_(b[0])) holds self through its
+            // ViewOf, out of reach of the rerouting below: the op reads the history it stands for
+            // instead, and the view restarts its own from self's new one when next used.
+            if (pn != &self && pn->view && pn->view->base.get() == &self) {
+                const std::uint32_t h = i < n->parent_history.size() ? n->parent_history[i] : pn->history;
+                if (h != pn->history) {
+                    p = Tensor(pn->past[h]);
+                } else {
+                    auto hist = split_history(*pn, empty_storage(pn->dtype()));
+                    push_history(*pn, hist, h);
+                    p = Tensor(std::move(hist));
+                }
+                pn = &p.node();
+            }
             if (pn == &self && i < n->parent_history.size() && n->parent_history[i] == x.history) {
                 p = old;
                 pn = &x;
@@ -1154,8 +1174,9 @@ const Tensor& record_in_place(const char* op, const Tensor& self, std::vector<Te
         move_history(a, x);
         throw;
     }
+    // Dropped unless read, or a view of it (made by the op) may read it later.
     const bool read = reroute_readers(r.node(), a, since, old);
-    if (!read) x.storage->data = empty_storage(x.dtype());
+    if (!read && x.storage.use_count() == 1) x.storage->data = empty_storage(x.dtype());
     x.overwritten = true;
     Node& rn = r.node();
     if (shared) copy_into_storage(a, r);

@@ -13,9 +13,15 @@
 
 namespace xgrad {
 
-// Both in tensor.cpp, beside the histories they move.
+// In tensor.cpp, beside the histories they move: a node's creation order, an empty value, the
+// moves of a history, and the cycle-breaking walk of record_in_place.
 std::uint64_t next_node_seq();
 Storage empty_storage(Dtype d);
+void move_history(Node& to, Node& from);
+std::shared_ptr<Node> split_history(Node& self, Storage old_value);
+void rebase_history(Node& self, std::shared_ptr<Node> past, Node& made, const char* op);
+void restart_view_history(Node& v, std::shared_ptr<Node> past, Node& made);
+bool reroute_readers(Node& result, Node& self, std::uint64_t since, const Tensor& old);
 
 // --- geometry -----------------------------------------------------------------------------
 
@@ -30,9 +36,10 @@ std::vector<std::int64_t> contiguous_strides(const Shape& shape) {
 }
 
 bool is_contiguous_layout(const Shape& shape, const std::vector<std::int64_t>& strides) {
+    for (std::size_t s : shape)
+        if (s == 0) return true;
     std::int64_t expected = 1;
     for (std::size_t d = shape.size(); d-- > 0;) {
-        if (shape[d] == 0) return true;
         if (shape[d] == 1) continue;
         if (strides[d] != expected) return false;
         expected *= static_cast<std::int64_t>(shape[d]);
@@ -193,7 +200,9 @@ const Storage& Node::data() const {
         using T = typename decltype(tag)::type;
         xt::xarray<T>& buffer = base_array<T>(*this);
         const void* at = buffer.data();
-        if (v.row_major) {
+        // xtensor default-constructs the elements of a buffer whose type is not trivially
+        // default-constructible (bfloat16 clears its bits): such a view is copied instead.
+        if (v.row_major && std::is_trivially_default_constructible_v<T>) {
             if (v.snapshot && v.snapshot_at == at) return *v.snapshot;
             // An xarray over the base's buffer: its allocator hands out that memory and frees nothing.
             v.snapshot.reset();
@@ -220,7 +229,11 @@ const Storage& Node::data() const {
 }
 
 Storage& Node::own_data() {
-    if (view) throw Error("internal error: a view's values were written as if it owned its storage");
+    if (view)
+        throw Error(fmt::format("array: this tensor (of shape {}) is a view of another's storage, so its values are "
+                                "no array of their own to write; write through the view's in-place ops, or call "
+                                "array on its clone() or contiguous() copy",
+                                shape_str(shape)));
     return storage->data;
 }
 
@@ -229,6 +242,16 @@ const std::uint8_t* bool_bytes(const Tensor& t) {
 }
 
 // --- writing through a view -------------------------------------------------------------------
+
+void check_view_write(const char* op, const Tensor& t) {
+    const Node& n = t.node();
+    if (!grad_enabled() || !n.view || !n.view->made_without_grad) return;
+    if (!n.view->base->requires_grad) return;
+    throw Error(fmt::format("{}: a view made while gradients were off (NoGradGuard) is being modified in place while "
+                            "they are on, and its base requires grad (as torch refuses it); make the view with "
+                            "gradients on, or write under NoGradGuard",
+                            op));
+}
 
 void check_no_internal_overlap(const char* op, const Tensor& t) {
     const Node& n = t.node();
@@ -244,7 +267,11 @@ void write_into_storage(const char* op, const Tensor& t, const Tensor& values) {
     t.node().bump_version(op);
 }
 
-void copy_into_storage(Node& n, const Tensor& values) {
+void copy_into_storage(Node& n, const Tensor& source) {
+    // Values that share the storage (x.t().set_data(x)) are read whole before any is written.
+    const Tensor values = source.node().storage == n.storage && &n != &source.node()
+                              ? make_leaf(source.node().data())
+                              : source;
     if (&n != &values.node()) {
         dispatch_all(n.dtype(), [&](auto tag) {
             using T = typename decltype(tag)::type;
@@ -307,23 +334,37 @@ Tensor as_strided_scatter(const Tensor& base, const Tensor& src, const Geometry&
 
 Tensor make_view(const Tensor& src, Geometry g, const char* op, Formula formula) {
     Node& s = src.node();
+    // Only cast and clone differentiate through bfloat16 (a view's gradient ops take float32).
+    if (s.dtype() == kBFloat16) check_no_bfloat16_graph(op, {src});
     if (s.view) sync_view(s);
-    const std::shared_ptr<Node>& base = s.view ? s.view->base : src.node_ptr();
+    const std::shared_ptr<Node> base = s.view ? view_base(s) : src.node_ptr();
     auto node = std::make_shared<Node>(base, std::move(g.shape), std::move(g.strides), g.offset);
     node->op = op;
-    node->view->made_without_grad = !grad_enabled() && src.requires_grad();
+    // A view of a view keeps how the first was made (torch's creation meta).
+    node->view->made_without_grad = (!grad_enabled() && src.requires_grad()) || (s.view && s.view->made_without_grad);
+    node->view->multi_output = s.view && s.view->multi_output;
     link_node(*node, {src}, std::move(formula), Saves::none());
     return Tensor(std::move(node));
 }
 
-// In tensor.cpp: a node's history moved to another, and a view's history restarted.
-std::shared_ptr<Node> split_history(Node& self, Storage old_value);
-void restart_view_history(Node& v, std::shared_ptr<Node> past, Node& made);
+const std::shared_ptr<Node>& view_base(Node& v) {
+    ViewOf& w = *v.view;
+    // set_data gave the base a storage of another layout: this view keeps the old one, as in
+    // torch, and from now on stands over it alone, with a base of its own (a leaf).
+    if (w.base->storage != v.storage) {
+        w.base = std::make_shared<Node>(v.storage);
+        w.base_history = w.base->history;
+        w.made_without_grad = w.multi_output = false;
+    }
+    return w.base;
+}
 
 void sync_view(Node& v) {
     ViewOf& w = *v.view;
-    const std::shared_ptr<Node> base = w.base;
+    const std::lock_guard<std::mutex> lock(w.sync_mutex);
+    const std::shared_ptr<Node> base = view_base(v);
     if (base->history == w.base_history) return;
+    if (!grad_enabled()) return;  // nothing is recorded now: the edge is made when it is
     if (w.multi_output && base->requires_grad)
         throw Error(fmt::format("a '{}' view of shape {} is used after its base (or another view of it) was modified "
                                 "in place; it is one of several views one call returned (split, chunk), and as in "
@@ -336,6 +377,11 @@ void sync_view(Node& v) {
     // gradient goes to the base's current history, at its positions.
     auto past = split_history(v, empty_storage(v.dtype()));
     past->shape = v.shape;
+    restart_view_from_base(v, std::move(past));
+}
+
+void restart_view_from_base(Node& v, std::shared_ptr<Node> past) {
+    const std::shared_ptr<Node> base = view_base(v);
     Node made(empty_storage(v.dtype()));
     made.shape = v.shape;
     {
@@ -348,20 +394,36 @@ void sync_view(Node& v) {
     }
     made.op = "as_strided";
     restart_view_history(v, std::move(past), made);
+    v.view->base_history = base->history;
+}
+
+void rebase_base_onto(Node& v, const Tensor& written, const char* op) {
+    const std::shared_ptr<Node> base_ptr = view_base(v);
+    Node& base = *base_ptr;
+    auto past = split_history(base, empty_storage(base.dtype()));
+    past->overwritten = true;  // its value is gone: the function wrote over it
+    const Geometry g = geometry_of(v);
+    Node made(empty_storage(base.dtype()));
+    made.shape = base.shape;
+    {
+        const AutoGradMode on(true);
+        link_node(made, {Tensor(past), written}, Formula([g](const GradArgs& in) -> std::vector<Tensor> {
+                      const Tensor& grad = in.grad();
+                      return {in.needs(0) ? as_strided_scatter(grad, zeros(g.shape, grad.dtype()), g) : Tensor(),
+                              in.needs(1) ? as_strided_gather(grad, g) : Tensor()};
+                  }),
+                  Saves::none());
+    }
+    rebase_history(base, std::move(past), made, op);
 }
 
 // --- in-place ops on views, as torch's CopySlices -------------------------------------------------
-
-// In tensor.cpp: the moves of a history, and the cycle-breaking walk record_in_place does.
-void move_history(Node& to, Node& from);
-void rebase_history(Node& self, std::shared_ptr<Node> past, Node& made, const char* op);
-bool reroute_readers(Node& result, Node& self, std::uint64_t since, const Tensor& old);
 
 const Tensor& record_in_place_on_view(
     const char* op, const Tensor& self, std::vector<Tensor> others,
     const std::function<Tensor(const Tensor& old, const std::vector<Tensor>& others)>& compute) {
     Node& v = self.node();
-    const std::shared_ptr<Node> base_ptr = v.view->base;
+    const std::shared_ptr<Node> base_ptr = view_base(v);
     Node& base = *base_ptr;
     if (base.is_leaf && base.requires_grad)
         throw Error(fmt::format("{}: a view of a leaf Variable that requires grad is being used in an in-place "
@@ -403,7 +465,7 @@ const Tensor& record_in_place_on_view(
         throw;
     }
     const bool read = reroute_readers(new_base.node(), base, since, old_base);
-    if (!read) past->storage->data = empty_storage(past->dtype());
+    if (!read && past->storage.use_count() == 1) past->storage->data = empty_storage(past->dtype());
     past->overwritten = true;
     copy_into_storage(base, new_base);
     rebase_history(base, std::move(past), new_base.node(), op);

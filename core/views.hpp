@@ -45,6 +45,10 @@ std::size_t storage_numel(const Node& n);
 /// Nothing is copied. The caller has checked that `g` stays inside the storage.
 Tensor make_view(const Tensor& src, Geometry g, const char* op, Formula formula);
 
+/// v's base: the tensor whose storage it shares and whose history its gradient goes to (a new
+/// leaf over the storage once set_data has given the old base another layout).
+const std::shared_ptr<Node>& view_base(Node& v);
+
 /// Marks t (a view) as one of several views a single node returned (split, chunk): as torch,
 /// it then refuses in-place ops while gradients are recorded, and refuses to be used after an
 /// in-place change of its base.
@@ -58,12 +62,23 @@ inline void sync_view(const Tensor& t) {
     if (t.defined() && t.node().view) sync_view(t.node());
 }
 
+/// For a custom Function that marked view v dirty: v's base gets a new history, its old one
+/// with `written` (the function's output, v's shape) at v's positions, named `op` (one
+/// version bump); restart_view_from_base then makes v read its gradient from that history,
+/// `past` (v's history before the write) kept for the ops that read v before.
+void rebase_base_onto(Node& v, const Tensor& written, const char* op);
+void restart_view_from_base(Node& v, std::shared_ptr<Node> past);
+
 /// The in-place write of contiguous `values` (t's shape and dtype) into t's storage at t's
 /// positions, as a write named `op` (version bump). No graph.
 void write_into_storage(const char* op, const Tensor& t, const Tensor& values);
 
 /// The same without the version bump, for code that counts the write itself.
 void copy_into_storage(Node& n, const Tensor& values);
+
+/// Refuses, as torch, an in-place write with gradients on into a view made while they were off
+/// from a base that requires grad (its write could not be recorded).
+void check_view_write(const char* op, const Tensor& t);
 
 /// Refuses a write into t when several of its elements share one memory location (an
 /// expanded view), with torch's message naming `op`.

@@ -410,7 +410,7 @@ LoadResult Module::load_state_dict(const NamedTensors& state, bool strict) {
     for (const auto& l : to_load) {
         try {
             converted.push_back(l.from->dtype() != l.into.dtype() ? cast(*l.from, l.into.dtype())
-                                : is_target(*l.from)               ? l.from->detach()
+                                : is_target(*l.from)               ? l.from->detach().clone()
                                                                    : *l.from);
         } catch (const Error& e) {
             throw Error(fmt::format("load_state_dict: {} ({} into {}) cannot be converted, nothing was loaded: {}",

@@ -27,8 +27,9 @@ double clip_grad_norm(const std::vector<Tensor>& parameters, double max_norm, do
     // Each gradient is read through a handle taken once: another thread's zero_grad() cannot
     // take it away mid-read.
     for (const Tensor& p : parameters) {
-        const Tensor grad = p.grad();
+        Tensor grad = p.grad();
         if (!grad.defined()) continue;
+        if (!grad.is_contiguous()) grad = grad.contiguous();  // a gradient set to a view: its values
         any = true;
         const double norm = dispatch_floating("clip_grad_norm", p.dtype(), [&](auto tag) {
             using T = typename decltype(tag)::type;
@@ -63,6 +64,11 @@ double clip_grad_norm(const std::vector<Tensor>& parameters, double max_norm, do
         for (const Tensor& p : parameters) {
             const Tensor grad = p.grad();
             if (!grad.defined()) continue;
+            if (!grad.is_contiguous()) {  // a gradient set to a view: scaled through it
+                NoGradGuard no_grad;
+                grad.mul_(coef);
+                continue;
+            }
             dispatch_floating("clip_grad_norm", p.dtype(), [&](auto tag) {
                 using T = typename decltype(tag)::type;
                 T* g = grad.mutable_data_ptr<T>();

@@ -78,7 +78,20 @@ void Optimizer::fit_state(const std::string& op, std::size_t i, Tensor& buffer, 
 std::vector<Tensor> Optimizer::gradients() const {
     std::vector<Tensor> grads;
     grads.reserve(m_params.size());
-    for (const Tensor& p : m_params) grads.push_back(p.grad());
+    for (std::size_t i = 0; i < m_params.size(); ++i) {
+        const Tensor& p = m_params[i];
+        Tensor g = p.grad();
+        // The steps run over each parameter's and gradient's elements in row-major order, in
+        // their own storage: a gradient set to a view is read as its values, and a parameter
+        // that is a non-contiguous view (its elements apart, or several at one place) is refused.
+        if (g.defined() && !g.is_contiguous()) g = g.contiguous();
+        if (g.defined() && !p.is_contiguous())
+            throw Error(fmt::format("{}.step: parameter {} (of shape {}) is a non-contiguous view of another tensor "
+                                    "(strides ({})), which the step cannot update in place; register a contiguous "
+                                    "tensor (p.contiguous() or a clone) as the parameter",
+                                    m_name, i, shape_str(p.shape()), fmt::join(p.strides(), ", ")));
+        grads.push_back(std::move(g));
+    }
     return grads;
 }
 

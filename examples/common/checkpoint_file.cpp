@@ -26,7 +26,7 @@ void refuse_changed_settings(const std::string& path, const std::string& changed
 }
 
 NamedTensors detached(NamedTensors state) {
-    for (auto& entry : state) entry.second = entry.second.detach();
+    for (auto& entry : state) entry.second = entry.second.detach().clone();  // detach alone shares storage
     return state;
 }
 

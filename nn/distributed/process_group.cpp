@@ -498,6 +498,14 @@ void all_reduce(std::uint64_t* data, std::size_t n, ReduceOp op) { all_reduce_im
 
 void all_reduce(Tensor& t, ReduceOp op) {
     require_init("all_reduce");
+    if (t.defined() && !t.is_contiguous()) {
+        // A view's values, reduced in a contiguous copy and written back through it.
+        NoGradGuard no_grad;
+        Tensor c = t.clone();
+        all_reduce(c, op);
+        t.copy_(c);
+        return;
+    }
     switch (t.dtype()) {
         case kFloat32: return all_reduce(t.mutable_data_ptr<float>(), t.numel(), op);
         case kFloat64: return all_reduce(t.mutable_data_ptr<double>(), t.numel(), op);
@@ -514,6 +522,13 @@ void broadcast(std::int64_t* data, std::size_t n, std::size_t root) { broadcast_
 void broadcast(std::uint64_t* data, std::size_t n, std::size_t root) { broadcast_bytes(data, n * sizeof *data, root); }
 
 void broadcast(Tensor& t, std::size_t root) {
+    if (t.defined() && !t.is_contiguous()) {
+        NoGradGuard no_grad;
+        Tensor c = t.clone();
+        broadcast(c, root);
+        t.copy_(c);
+        return;
+    }
     dispatch_all(t.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         broadcast_bytes(t.mutable_data_ptr<T>(), t.numel() * sizeof(T), root);

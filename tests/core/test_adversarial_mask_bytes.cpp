@@ -31,7 +31,8 @@ Tensor raw_bools(const Shape& shape, std::size_t start = 0) {
 // The same mask with every byte but 0 written as 1.
 Tensor canonical(const Tensor& raw) {
     Tensor m = zeros(raw.shape(), kBool);
-    const auto* in = reinterpret_cast<const std::uint8_t*>(raw.const_data_ptr<bool>());
+    const Tensor values = raw.contiguous();  // a view's bytes in its own order
+    const auto* in = reinterpret_cast<const std::uint8_t*>(values.const_data_ptr<bool>());
     auto* out = reinterpret_cast<std::uint8_t*>(m.data_ptr<bool>());
     for (std::size_t i = 0; i < count(raw); ++i) out[i] = in[i] != 0;
     return m;
@@ -42,7 +43,8 @@ std::vector<unsigned char> bytes_of(const Tensor& t) {
     return dispatch_all(t.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         std::vector<unsigned char> out(count(t) * sizeof(T));
-        if (!out.empty()) std::memcpy(out.data(), t.const_data_ptr<T>(), out.size());
+        const Tensor values = t.contiguous();  // a view's bytes in its own order
+        if (!out.empty()) std::memcpy(out.data(), values.const_data_ptr<T>(), out.size());
         return out;
     });
 }

@@ -86,7 +86,9 @@ void check_copied(const Tensor& y, const Tensor& x, const Shape& shape, const st
     REQUIRE(y.shape() == shape);
     REQUIRE(y.numel() == sources.size());
     const std::size_t w = item_bytes(x.dtype());
-    const unsigned char *py = raw(y), *px = raw(x);
+    // A view (reshape, permute, slice...) copies when read: contiguous() runs that pooled copy.
+    const Tensor yc = y.contiguous(), xc = x.contiguous();
+    const unsigned char *py = raw(yc), *px = raw(xc);
     std::size_t wrong = 0, first = 0;
     for (std::size_t i = 0; i < sources.size(); ++i)
         if (std::memcmp(py + i * w, px + sources[i] * w, w) != 0 && wrong++ == 0) first = i;
@@ -357,8 +359,9 @@ struct KnownResults {
     static bool copied(const Tensor& y, const Tensor& x, const std::vector<std::size_t>& src) {
         const std::size_t w = item_bytes(x.dtype());
         if (y.numel() != src.size()) return false;
+        const Tensor yc = y.contiguous(), xc = x.contiguous();  // a view's pooled copy
         for (std::size_t i = 0; i < src.size(); ++i)
-            if (std::memcmp(raw(y) + i * w, raw(x) + src[i] * w, w) != 0) return false;
+            if (std::memcmp(raw(yc) + i * w, raw(xc) + src[i] * w, w) != 0) return false;
         return true;
     }
     // Whether every op gave its known result.

@@ -32,9 +32,13 @@ TEST_CASE("Tensor's split, chunk, masked_fill and contiguous port nanoGPT's atte
                               .index({0, 0});
     REQUIRE(filled.to_vector<float>() == std::vector<float>{0, -INFINITY, -INFINITY, 3, 4, -INFINITY, 6, 7, 8});
     REQUIRE(att.to_vector<float>()[1] == 1.0f);
-    // y = y.transpose(1, 2).contiguous().view(B, T, C): contiguous() is the tensor itself
+    // y = y.transpose(1, 2).contiguous().view(B, T, C): contiguous() copies the transposed view
+    // once, and is the tensor itself for a contiguous one
     const Tensor y = x.transpose(1, 2);
-    REQUIRE(y.contiguous().is_same(y));
+    REQUIRE_FALSE(y.is_contiguous());
+    REQUIRE(y.contiguous().is_contiguous());
+    REQUIRE_FALSE(y.contiguous().is_alias_of(x));
+    REQUIRE(x.contiguous().is_same(x));
     REQUIRE(y.contiguous().view(x.size(0), x.size(2), x.size(1)).shape() == Shape{2, 4, 3});
     // The methods carry the ops' gradients.
     const Tensor leaf = randn({2, 6}, kFloat64).requires_grad_();

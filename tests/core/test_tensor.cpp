@@ -34,12 +34,12 @@ TEST_CASE("clone copies every dtype exactly and passes gradients through", "[ten
 TEST_CASE("converting an input between forward and backward is a clear error", "[autograd][errors]") {
     Tensor w = tensor({{1.0, 2.0}}).requires_grad_();
     Tensor y = matmul(w, ones({2, 1})).sum();
-    w.node().data = xt::xarray<double>{{1.0, 2.0}};  // what Module::to(kFloat64) does in place
+    w.node().storage->data = xt::xarray<double>{{1.0, 2.0}};  // what Module::to(kFloat64) does in place
     CHECK_THROWS_WITH(y.backward(), Catch::Contains("changed dtype") && Catch::Contains("forward pass"));
     // The same when a backward reads the converted tensor's values before accumulating.
     Tensor a = tensor({1.0, 2.0}).requires_grad_();
     Tensor z = (a * tensor({3.0, 4.0})).sum();
-    a.node().data = xt::xarray<double>{1.0, 2.0};
+    a.node().storage->data = xt::xarray<double>{1.0, 2.0};
     CHECK_THROWS_WITH(z.backward(), Catch::Contains("'mul'") && Catch::Contains("changed dtype"));
 }
 

@@ -63,13 +63,16 @@ TEST_CASE("state_dict() entries alias the parameters and buffers, as torch's", "
     // A parameter's entry is the parameter: written in place while recording, it is refused as
     // the parameter would be (torch's entries are detached; do it under NoGradGuard).
     CHECK_THROWS_WITH(sd[0].second.add_(1), Catch::Contains("leaf Variable"));
-    // A later change to the module shows in the entries; detach() keeps a snapshot.
-    const Tensor snapshot = sd[0].second.detach();
+    // A later change to the module shows in the entries, and in a detach() of one (which shares
+    // its storage, as torch's); clone() keeps a snapshot.
+    const Tensor detached = sd[0].second.detach();
+    const Tensor snapshot = sd[0].second.detach().clone();
     {
         NoGradGuard no_grad;
         m.parameter("w").mul_(2);
     }
     CHECK_THAT(vals(sd[0].second), approx({14.0, 16.0}));
+    CHECK_THAT(vals(detached), approx({14.0, 16.0}));
     CHECK_THAT(vals(snapshot), approx({7.0, 8.0}));
 }
 

@@ -200,7 +200,7 @@ TEST_CASE("TransformerDecoderBlock masks its self-attention as d2l: causal in tr
     TransformerDecoderBlock block(8, 8, 8, 8, {8}, 8, 16, 2, 0.0, 0);
     block.to(kFloat64);
     const Tensor X = param({2, 5, 8}, -1, 1, 7), enc = param({2, 3, 8}, -1, 1, 8);
-    Tensor X2 = X.detach();
+    Tensor X2 = X.detach().clone();  // detach alone shares X's storage, as torch's
     X2.data_ptr<double>()[4 * 8] += 1.0;  // batch 0, step 4 changes
     auto first_steps = [](const Tensor& y) { return vals(slice(y, 1, 0, 4)); };
     // training (dropout 0): step 4 is in no earlier step's past

@@ -265,7 +265,7 @@ TEST_CASE("a restored optimizer continues bit for bit", "[optim][state]") {
         run_steps(*opt, params, 0, 3);
         // state_dict() aliases the buffers (as torch's): a snapshot to resume from copies them.
         NamedTensors saved = opt->state_dict();
-        for (auto& entry : saved) entry.second = entry.second.detach();
+        for (auto& entry : saved) entry.second = entry.second.detach().clone();  // detach alone shares storage
         const auto saved_values = snapshot(params);
         run_steps(*opt, params, 3, 5);
 
