@@ -74,7 +74,7 @@ struct Saves {
 struct StorageImpl {
     explicit StorageImpl(Storage values) : data(std::move(values)) {}
     Storage data;
-    std::uint64_t version = 0;     // bumped by every in-place write (set_data, data_ptr, in-place ops)
+    std::atomic<std::uint64_t> version{0};  // bumped by every in-place write (set_data, data_ptr, in-place ops)
     const char* last_write = "";   // the accessor of the latest in-place write, for the stale-graph error
 };
 
@@ -91,7 +91,6 @@ struct ViewOf {
     // The elements in the view's shape for kernels that read an xarray: for a row-major view an
     // xarray over the base's own buffer (no copy), else a copy taken at `snapshot_version`.
     std::mutex mutex;
-    std::mutex sync_mutex;               // held while sync_view brings the graph edge up to date
     std::unique_ptr<Storage> snapshot;
     const void* snapshot_at = nullptr;   // the base buffer the snapshot was taken from
     std::uint64_t snapshot_version = 0;

@@ -760,6 +760,8 @@ void accumulate_grad(Node& n, Tensor g) {
         Node& d = n.grad.node();
         add_into(d.own_data(), g.node().data());
         d.bump_version("backward()");
+    } else if (!grad_enabled() && !n.grad.requires_grad()) {
+        n.grad.add_(g);  // a gradient set to a view (of one flat buffer, say): added through it
     } else {
         n.grad = sum_of(n.grad, g);
     }
@@ -1057,7 +1059,7 @@ std::shared_ptr<Node> split_history(Node& self, Storage old_value) {
     auto past = std::make_shared<Node>(std::move(old_value));
     past->shape = self.shape;
     // The past history holds the values as they were at this version.
-    past->storage->version = self.storage->version;
+    past->storage->version = self.storage->version.load();
     past->storage->last_write = self.storage->last_write;
     move_history(*past, self);
     return past;
@@ -1122,6 +1124,9 @@ bool reroute_readers(Node& result, Node& self, std::uint64_t since, const Tensor
                     p = Tensor(pn->past[h]);
                 } else {
                     auto hist = split_history(*pn, empty_storage(pn->dtype()));
+                    // Its values are the storage's, which this op is about to write: an op that
+                    // saved them sees one write more than it saved, and is refused at backward.
+                    hist->bump_version(self.storage->last_write);
                     push_history(*pn, hist, h);
                     p = Tensor(std::move(hist));
                 }
@@ -1141,8 +1146,16 @@ bool reroute_readers(Node& result, Node& self, std::uint64_t since, const Tensor
     return read;
 }
 
+std::recursive_mutex& history_mutex() {
+    static std::recursive_mutex m;
+    return m;
+}
+
 const Tensor& record_in_place(const char* op, const Tensor& self, std::vector<Tensor> others,
                               const std::function<Tensor(const Tensor& old, const std::vector<Tensor>& others)>& compute) {
+    // Histories are rebased one at a time: views of one base written from several threads
+    // rebase that base's history in turn (torch's autograd has the same need).
+    const std::lock_guard<std::recursive_mutex> lock(history_mutex());
     Node& a = self.node();
     for (const Tensor& t : others) sync_view(t);
     if (a.view) return record_in_place_on_view(op, self, std::move(others), compute);

@@ -359,9 +359,12 @@ const std::shared_ptr<Node>& view_base(Node& v) {
     return w.base;
 }
 
+std::recursive_mutex& history_mutex();  // tensor.cpp: held while a history is rebased
+
 void sync_view(Node& v) {
     ViewOf& w = *v.view;
-    const std::lock_guard<std::mutex> lock(w.sync_mutex);
+    if (w.base->history == w.base_history && w.base->storage == v.storage) return;  // the usual case, unlocked
+    const std::lock_guard<std::recursive_mutex> lock(history_mutex());
     const std::shared_ptr<Node> base = view_base(v);
     if (base->history == w.base_history) return;
     if (!grad_enabled()) return;  // nothing is recorded now: the edge is made when it is

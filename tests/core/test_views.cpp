@@ -474,3 +474,66 @@ TEST_CASE("a custom Function's mark_dirty on a view rebases its base, as torch's
     // A view of a leaf that requires grad is refused, as a leaf is.
     CHECK_THROWS_WITH(DoubleInPlace::apply(a[0]), Catch::Contains("a view of shape (3,) of a leaf that requires grad"));
 }
+
+TEST_CASE("an in-place op whose operand is a view of the tensor written: values as torch, saved operands refused", "[views][adversarial]") {
+    // torch: a = x * 1; a[1].mul_(a[0]); (a * a).sum().backward() -> "modified by an inplace operation"
+    for (int form = 0; form < 4; ++form) {
+        INFO("form " << form);
+        const Tensor x = arange(6, kFloat64).reshape({2, 3}).detach().requires_grad_();
+        Tensor a = x * 1;
+        if (form == 0) a[1].mul_(a[0]);
+        if (form == 1) a.mul_(a[0]);
+        if (form == 2) a[0].mul_(a[0]);
+        if (form == 3) a[1].div_(a[0][2]);
+        CHECK_THROWS_WITH((a * a).sum().backward(), Catch::Contains("was modified in place after it was saved"));
+    }
+    // Operands that nothing saves are read before the write and keep their gradient.
+    const Tensor x = arange(6, kFloat64).reshape({2, 3}).detach().requires_grad_();
+    Tensor a = x * 1;
+    a[1].add_(a[0]);
+    a.t()[0].copy_(a.t()[2]);
+    CHECK(vals(a) == std::vector<double>{2, 1, 2, 7, 5, 7});  // torch: a.flatten().tolist()
+    (a * a).sum().backward();
+    CHECK(vals(x.grad()) == std::vector<double>{0, 12, 36, 0, 10, 28});
+}
+
+TEST_CASE("a gradient set to a view is accumulated through it, as torch's", "[views][grad]") {
+    // Gradients that live in one flat buffer: p.grad = buf[1:3]
+    Tensor p = ones({2}, kFloat64).requires_grad_();
+    Tensor buf = zeros({4}, kFloat64);
+    p.set_grad(buf.narrow(0, 1, 2));
+    (p * 3.0).sum().backward();
+    (p * 2.0).sum().backward();
+    CHECK(vals(buf) == std::vector<double>{0, 5, 5, 0});
+    CHECK(p.grad().is_alias_of(buf));
+    // A transposed one.
+    Tensor w = ones({2, 3}, kFloat64).requires_grad_();
+    Tensor g = zeros({3, 2}, kFloat64);
+    w.set_grad(g.t());
+    (w * arange(6, kFloat64).reshape({2, 3})).sum().backward();
+    CHECK(vals(g) == std::vector<double>{0, 3, 1, 4, 2, 5});
+}
+
+TEST_CASE("writes through views of one tensor from several threads count every version", "[views][threads]") {
+    Tensor x = zeros({8, 16}, kFloat64);
+    std::vector<std::thread> threads;
+    for (long k = 0; k < 8; ++k)
+        threads.emplace_back([&x, k] {
+            Tensor row = x[k];
+            for (int i = 0; i < 200; ++i) row.add_(1.0);
+        });
+    for (auto& t : threads) t.join();
+    CHECK(x.version() == 1600);
+    CHECK(vals(x) == std::vector<double>(128, 200.0));
+    // Recorded in-place ops on views of one non-leaf from several threads, then one backward.
+    const Tensor w = ones({8, 4}, kFloat64).requires_grad_();
+    Tensor a = w * 1;
+    threads.clear();
+    for (long k = 0; k < 8; ++k)
+        threads.emplace_back([&a, k] { a[k].mul_(static_cast<double>(k + 1)); });
+    for (auto& t : threads) t.join();
+    a.sum().backward();
+    std::vector<double> want;
+    for (int k = 0; k < 8; ++k) want.insert(want.end(), 4, k + 1.0);
+    CHECK(vals(w.grad()) == want);
+}
