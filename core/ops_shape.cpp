@@ -226,6 +226,7 @@ Tensor unsqueeze(const Tensor& a, long axis) {
 
 Tensor squeeze(const Tensor& a, long axis) {
     const Shape& in = a.shape();
+    if (in.empty() && (axis == 0 || axis == -1)) return reshaped("squeeze", a, in);  // torch: a 0-d tensor itself
     const std::size_t d = normalize_axis("squeeze", axis, in);
     if (in[d] != 1)
         throw Error(fmt::format("squeeze: axis {} has length {}, expected 1 (shape {})", axis, in[d], shape_str(in)));

@@ -94,9 +94,9 @@ namespace {
 constexpr std::size_t kGrain = std::size_t(1) << 14;
 
 // Calls row(r, pos) for each row r of g's shape (all axes but the last, row-major), pos the
-// storage position of its first element, over the pool for large tensors; the run along the
-// last axis is g.shape.back() elements apart by g.strides.back().
-template <class F> void for_each_row(const Geometry& g, F&& row) {
+// storage position of its first element, over the pool for large tensors unless `serial`; the
+// run along the last axis is g.shape.back() elements apart by g.strides.back().
+template <class F> void for_each_row(const Geometry& g, F&& row, bool serial = false) {
     const std::size_t rank = g.shape.size();
     std::size_t numel = 1;
     for (std::size_t s : g.shape) numel *= s;
@@ -122,7 +122,7 @@ template <class F> void for_each_row(const Geometry& g, F&& row) {
             }
         }
     };
-    if (numel < 2 * kGrain) rows_of(0, rows);
+    if (serial || numel < 2 * kGrain) rows_of(0, rows);
     else parallel_for(rows, std::max<std::size_t>(1, kGrain / run), rows_of);
 }
 
@@ -143,7 +143,7 @@ template <class T> void gather(const T* base, const Geometry& g, T* out) {
 }
 
 // The elements of contiguous `src` (g's shape) written at (or, with `add`, added into) g's
-// positions of `base`. Adding runs on one thread: positions may repeat across rows.
+// positions of `base`.
 template <class T> void scatter(T* base, const Geometry& g, const T* src, bool add) {
     using M = moved_t<T>;
     M* dst = reinterpret_cast<M*>(base);
@@ -163,25 +163,8 @@ template <class T> void scatter(T* base, const Geometry& g, const T* src, bool a
         else
             for (std::size_t j = 0; j < run; ++j) o[static_cast<std::int64_t>(j) * step] = s[j];
     };
-    if (!add) return for_each_row(g, row);
-    // Serial: two rows of an overlapping geometry may add into one position.
-    Geometry one = g;
-    const std::size_t rank = g.shape.size();
-    std::size_t numel = 1;
-    for (std::size_t s : g.shape) numel *= s;
-    if (numel == 0) return;
-    if (rank == 0) return row(0, g.offset);
-    std::vector<std::size_t> idx(rank, 0);
-    std::int64_t pos = g.offset;
-    for (std::size_t r = 0, rows = numel / run; r < rows; ++r) {
-        row(r, pos);
-        for (std::size_t d = rank - 1; d-- > 0;) {
-            pos += g.strides[d];
-            if (++idx[d] < g.shape[d]) break;
-            pos -= g.strides[d] * static_cast<std::int64_t>(g.shape[d]);
-            idx[d] = 0;
-        }
-    }
+    // Adding runs serially: two rows of an overlapping geometry may add into one position.
+    for_each_row(g, row, add);
 }
 
 template <class T> xt::xarray<T>& base_array(const Node& n) {

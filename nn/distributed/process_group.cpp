@@ -496,16 +496,22 @@ void all_reduce(double* data, std::size_t n, ReduceOp op) { all_reduce_impl(data
 void all_reduce(std::int64_t* data, std::size_t n, ReduceOp op) { all_reduce_impl(data, n, op, MPI_INT64_T); }
 void all_reduce(std::uint64_t* data, std::size_t n, ReduceOp op) { all_reduce_impl(data, n, op, MPI_UINT64_T); }
 
+namespace {
+// Whether t is a non-contiguous view, which `communicate` then gets as a contiguous copy whose
+// values are written back through the view: what goes over MPI is its values, not its storage.
+template <class F> bool through_contiguous_copy(Tensor& t, F&& communicate) {
+    if (!t.defined() || t.is_contiguous()) return false;
+    NoGradGuard no_grad;
+    Tensor c = t.clone();
+    communicate(c);
+    t.copy_(c);
+    return true;
+}
+}  // namespace
+
 void all_reduce(Tensor& t, ReduceOp op) {
     require_init("all_reduce");
-    if (t.defined() && !t.is_contiguous()) {
-        // A view's values, reduced in a contiguous copy and written back through it.
-        NoGradGuard no_grad;
-        Tensor c = t.clone();
-        all_reduce(c, op);
-        t.copy_(c);
-        return;
-    }
+    if (through_contiguous_copy(t, [op](Tensor& c) { all_reduce(c, op); })) return;
     switch (t.dtype()) {
         case kFloat32: return all_reduce(t.mutable_data_ptr<float>(), t.numel(), op);
         case kFloat64: return all_reduce(t.mutable_data_ptr<double>(), t.numel(), op);
@@ -522,13 +528,7 @@ void broadcast(std::int64_t* data, std::size_t n, std::size_t root) { broadcast_
 void broadcast(std::uint64_t* data, std::size_t n, std::size_t root) { broadcast_bytes(data, n * sizeof *data, root); }
 
 void broadcast(Tensor& t, std::size_t root) {
-    if (t.defined() && !t.is_contiguous()) {
-        NoGradGuard no_grad;
-        Tensor c = t.clone();
-        broadcast(c, root);
-        t.copy_(c);
-        return;
-    }
+    if (through_contiguous_copy(t, [root](Tensor& c) { broadcast(c, root); })) return;
     dispatch_all(t.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         broadcast_bytes(t.mutable_data_ptr<T>(), t.numel() * sizeof(T), root);
