@@ -386,6 +386,7 @@ void restart_view_from_base(Node& v, std::shared_ptr<Node> past) {
 void rebase_base_onto(Node& v, const Tensor& written, const char* op) {
     const std::shared_ptr<Node> base_ptr = view_base(v);
     Node& base = *base_ptr;
+    const std::uint64_t since = base.seq;
     auto past = split_history(base, empty_storage(base.dtype()));
     past->overwritten = true;  // its value is gone: the function wrote over it
     const Geometry g = geometry_of(v);
@@ -400,6 +401,8 @@ void rebase_base_onto(Node& v, const Tensor& written, const char* op) {
                   }),
                   Saves::none());
     }
+    // The function read the view, whose own link to the base would close a cycle.
+    reroute_readers(made, base, since, Tensor(past));
     rebase_history(base, std::move(past), made, op);
 }
 

@@ -95,7 +95,7 @@ private:
 ///
 /// One made with aliasing(p) owns nothing: its allocate hands out p and deallocate does
 /// nothing. It lets an xarray stand for a contiguous view's elements inside its base's buffer
-/// (core/tensor/storage.hpp), so kernels that read an xarray read a view without a copy. A copy
+/// (core/views.hpp), so kernels that read an xarray read a view without a copy. A copy
 /// of such an xarray gets an ordinary allocator (select_on_container_copy_construction) and owns
 /// its copy. Such an xarray must never be move-assigned to or from: uvector swaps the buffers
 /// but not the allocators.
