@@ -662,10 +662,7 @@ Tensor basic_index_view(const Tensor& t, const std::vector<TensorIndex>& indices
         }
     }
     // No index that moves anything (t.index({}), t.index({Ellipsis})) is still a view, as torch's t[...].
-    if (r.is_same(t))
-        r = make_view(t, geometry_of(t.node()), "alias", Formula([](const GradArgs& in) -> std::vector<Tensor> {
-                          return {in.grad()};
-                      }));
+    if (r.is_same(t)) r = alias_view(t, "alias");
     return r;
 }
 

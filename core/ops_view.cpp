@@ -13,15 +13,6 @@ namespace xgrad {
 
 namespace {
 
-// The gradient of a view that `relative` describes inside a contiguous tensor of `in_shape`
-// (positions are flat indices of the input): each element of g added where it came from, so
-// that overlapping windows (unfold) sum.
-Formula scatter_back(Geometry relative) {
-    return Formula([relative = std::move(relative)](const GradArgs& in) -> std::vector<Tensor> {
-        return {as_strided_scatter_add(in.grad(), in.inputs[0].shape(), relative)};
-    });
-}
-
 // The view `make(geometry)` gives of a, with its geometry relative to a's storage, and the
 // same op applied to a contiguous layout of a's shape from 0 (the positions its gradient adds
 // back to).
@@ -29,7 +20,7 @@ template <class Make> Tensor derived_view(const char* op, const Tensor& a, Make 
     const Geometry in = geometry_of(a.node());
     Geometry own = make(in);
     Geometry relative = make(Geometry{in.shape, contiguous_strides(in.shape), 0});
-    return make_view(a, std::move(own), op, scatter_back(std::move(relative)));
+    return make_view(a, std::move(own), op, gather_gradient(std::move(relative)));
 }
 
 }  // namespace
@@ -158,9 +149,7 @@ Tensor Tensor::unflatten(long dim, const IntList& sizes) const {
 Tensor Tensor::t() const {
     check_defined("t", *this);
     if (dim() > 2) throw Error(fmt::format("t: expects a tensor with at most 2 axes, got shape {} (use transpose)", shape_str(shape())));
-    if (dim() < 2) return make_view(*this, geometry_of(node()), "t", Formula([](const GradArgs& in) -> std::vector<Tensor> {
-                                        return {in.grad()};
-                                    }));
+    if (dim() < 2) return alias_view(*this, "t");
     return as_call("t", [&] { return transpose(0, 1); });
 }
 
@@ -231,7 +220,7 @@ Tensor Tensor::detach() const {
     const Node& n = node();
     // A leaf over the same storage, with no link to this tensor's graph (holding the base would
     // keep the graph alive): a tensor that is no view gets a base of its own over the storage.
-    auto base = n.view ? std::make_shared<Node>(n.storage) : std::make_shared<Node>(n.storage);
+    auto base = std::make_shared<Node>(n.storage);
     if (!n.view) return Tensor(std::move(base));
     auto view = std::make_shared<Node>(base, n.shape, n.view->strides, n.view->offset);
     view->op = "detach";

@@ -719,11 +719,14 @@ Tensor sum_of(const Tensor& a, const Tensor& b) {
     return out;
 }
 
-// Whether the engine holds the only handle on t (so it may add into it in place).
-bool exclusive(const Tensor& t) {
-    return t.node_ptr().use_count() == 1 && !t.requires_grad() && !t.node().view &&
-           t.node().storage.use_count() == 1;
+// Whether the engine holds the only handle on t and t alone holds its storage (no view, no
+// detach() of it): then t may be written in place.
+bool sole_owner(const Tensor& t) {
+    return t.node_ptr().use_count() == 1 && !t.node().view && t.node().storage.use_count() == 1;
 }
+
+// ... and t carries no graph (so the engine may add into it in place).
+bool exclusive(const Tensor& t) { return sole_owner(t) && !t.requires_grad(); }
 
 // Adds g into the gradient flowing to slot `slot` of `n` during a sweep.
 void add_flow(Flows& flows, const Node& n, std::uint32_t slot, Tensor g) {
@@ -749,8 +752,7 @@ void accumulate_grad(Node& n, Tensor g) {
     if (!n.grad.defined()) {
         // Kept only if it owns its storage alone: a view (or a tensor sharing storage with
         // one) would be written through by the next accumulation.
-        if (g.node_ptr().use_count() == 1 && !g.node().view && g.node().storage.use_count() == 1 &&
-            (grad_enabled() || !g.requires_grad()))
+        if (sole_owner(g) && (grad_enabled() || !g.requires_grad()))
             n.grad = std::move(g);
         else
             n.grad = grad_enabled() ? g.clone() : make_leaf(g.node().data());

@@ -3,7 +3,6 @@
 #include "core/views.hpp"
 
 #include <algorithm>
-#include <numeric>
 #include <unordered_set>
 
 #include "core/creation.hpp"
@@ -273,15 +272,31 @@ void copy_into_storage(Node& n, const Tensor& source) {
 
 // --- the strided primitives -------------------------------------------------------------------
 
+Formula gather_gradient(Geometry g) {
+    return Formula([g = std::move(g)](const GradArgs& in) -> std::vector<Tensor> {
+        return {as_strided_scatter_add(in.grad(), in.inputs[0].shape(), g)};
+    });
+}
+
+namespace {
+// as_strided_scatter's gradients: the base's is g with the written positions zeroed, the
+// written values' is g gathered there.
+Formula scatter_gradient(Geometry g) {
+    return Formula([g = std::move(g)](const GradArgs& in) -> std::vector<Tensor> {
+        const Tensor& grad = in.grad();
+        return {in.needs(0) ? as_strided_scatter(grad, zeros(g.shape, grad.dtype()), g) : Tensor(),
+                in.needs(1) ? as_strided_gather(grad, g) : Tensor()};
+    });
+}
+}  // namespace
+
 Tensor as_strided_gather(const Tensor& base, const Geometry& g) {
     return dispatch_all(base.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         const AllocContext context("as_strided", g.shape);
         xt::xarray<T> out = xt::xarray<T>::from_shape(g.shape);
         gather(values<T>(base).data(), g, out.data());
-        return make_any_result<T>(std::move(out), {base}, "as_strided", Formula([g](const GradArgs& in) -> std::vector<Tensor> {
-            return {as_strided_scatter_add(in.grad(), in.inputs[0].shape(), g)};
-        }), Saves::none());
+        return make_any_result<T>(std::move(out), {base}, "as_strided", gather_gradient(g), Saves::none());
     });
 }
 
@@ -303,13 +318,7 @@ Tensor as_strided_scatter(const Tensor& base, const Tensor& src, const Geometry&
         const AllocContext context("as_strided_scatter", base.shape());
         xt::xarray<T> out = values<T>(base);
         scatter(out.data(), g, values<T>(src).data(), false);
-        return make_any_result<T>(
-            std::move(out), {base, src}, "as_strided_scatter", Formula([g](const GradArgs& in) -> std::vector<Tensor> {
-                const Tensor& grad = in.grad();
-                return {in.needs(0) ? as_strided_scatter(grad, zeros(g.shape, grad.dtype()), g) : Tensor(),
-                        in.needs(1) ? as_strided_gather(grad, g) : Tensor()};
-            }),
-            Saves::none());
+        return make_any_result<T>(std::move(out), {base, src}, "as_strided_scatter", scatter_gradient(g), Saves::none());
     });
 }
 
@@ -328,6 +337,12 @@ Tensor make_view(const Tensor& src, Geometry g, const char* op, Formula formula)
     node->view->multi_output = s.view && s.view->multi_output;
     link_node(*node, {src}, std::move(formula), Saves::none());
     return Tensor(std::move(node));
+}
+
+Tensor alias_view(const Tensor& src, const char* op) {
+    return make_view(src, geometry_of(src.node()), op, Formula([](const GradArgs& in) -> std::vector<Tensor> {
+                         return {in.grad()};
+                     }));
 }
 
 const std::shared_ptr<Node>& view_base(Node& v) {
@@ -372,11 +387,7 @@ void restart_view_from_base(Node& v, std::shared_ptr<Node> past) {
     made.shape = v.shape;
     {
         const AutoGradMode on(true);
-        Geometry g = geometry_of(v);
-        link_node(made, {Tensor(base)}, Formula([g](const GradArgs& in) -> std::vector<Tensor> {
-                      return {as_strided_scatter_add(in.grad(), in.inputs[0].shape(), g)};
-                  }),
-                  Saves::none());
+        link_node(made, {Tensor(base)}, gather_gradient(geometry_of(v)), Saves::none());
     }
     made.op = "as_strided";
     restart_view_history(v, std::move(past), made);
@@ -394,12 +405,7 @@ void rebase_base_onto(Node& v, const Tensor& written, const char* op) {
     made.shape = base.shape;
     {
         const AutoGradMode on(true);
-        link_node(made, {Tensor(past), written}, Formula([g](const GradArgs& in) -> std::vector<Tensor> {
-                      const Tensor& grad = in.grad();
-                      return {in.needs(0) ? as_strided_scatter(grad, zeros(g.shape, grad.dtype()), g) : Tensor(),
-                              in.needs(1) ? as_strided_gather(grad, g) : Tensor()};
-                  }),
-                  Saves::none());
+        link_node(made, {Tensor(past), written}, scatter_gradient(g), Saves::none());
     }
     // The function read the view, whose own link to the base would close a cycle.
     reroute_readers(made, base, since, Tensor(past));

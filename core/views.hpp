@@ -54,6 +54,10 @@ const std::shared_ptr<Node>& view_base(Node& v);
 /// in-place change of its base.
 void mark_multi_output_view(const Tensor& t);
 
+/// A view of all of src with its geometry (t() of a 1-D tensor, t.index({})): the gradient
+/// passes through unchanged.
+Tensor alias_view(const Tensor& src, const char* op);
+
 /// Brings a view's graph edge up to date after an in-place op recorded in the graph rebased its
 /// base (torch regenerates a view's grad_fn the same way): the view then reads its gradient from
 /// the base's new history, and ops that read it before keep theirs (its past history).
@@ -97,6 +101,9 @@ const Tensor& record_in_place_on_view(
 /// The elements of base at g's positions, as a new contiguous tensor (torch's as_strided of a
 /// base). Gradient: as_strided_scatter_add into zeros of base's shape.
 Tensor as_strided_gather(const Tensor& base, const Geometry& g);
+/// as_strided_gather's gradient (of a gather at g's positions): as_strided_scatter_add of the
+/// incoming gradient into zeros of the input's shape, so that repeated positions sum.
+Formula gather_gradient(Geometry g);
 /// zeros(base_shape) with each element of src added at its position in g (repeats add).
 /// Gradient: as_strided_gather of g's positions.
 Tensor as_strided_scatter_add(const Tensor& src, const Shape& base_shape, const Geometry& g);
